@@ -1,0 +1,101 @@
+// Command agentry runs agents whose tools hold live sessions, serves them,
+// and reads their event files.
+//
+//	agentry demo      a self-explaining tour on offline defaults
+//	agentry version   print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+// commands collects the subcommands; each file adds its own in init.
+var commands []func() *cobra.Command
+
+// exitError carries an exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError marks a mistake in how the command was called (exit 2).
+func usageError(format string, a ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, a...)}
+}
+
+// failure marks a command that ran and failed (exit 1).
+func failure(err error) error { return &exitError{code: 1, err: err} }
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "agentry",
+		Short:         "A runtime for AI agents whose tools hold live sessions",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
+	for _, c := range commands {
+		root.AddCommand(c())
+	}
+	return root
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "agentry:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	// cobra's own errors (unknown command, bad arguments) are usage errors.
+	return 2
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func init() {
+	commands = append(commands, func() *cobra.Command {
+		return &cobra.Command{
+			Use:   "version",
+			Short: "Print agentry's version",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				fmt.Fprintln(cmd.OutOrStdout(), "agentry", versionString())
+				return nil
+			},
+		}
+	})
+}

@@ -1,0 +1,58 @@
+package tool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+func TestSessionEvent(t *testing.T) {
+	t.Parallel()
+	o := toolsession.Origin{Tool: "run_code", ToolCallID: "c", RunID: "r", SessionID: "s"}
+	opt := toolsession.Options{Key: "secret-key", RunnerID: "local", Label: "python"}
+	e := tool.SessionEvent(o, opt, toolsession.Outcome{KeyHash: "abc", Calls: 1})
+	p := e.Payload.(*event.ToolSession)
+	if e.Type != event.TypeSessionStarted || e.Meta.RunID != "r" || e.Meta.SessionID != "s" ||
+		*p != (event.ToolSession{Tool: "run_code", Scope: "run", KeyHash: "abc", RunnerID: "local", Label: "python", Calls: 1}) {
+		t.Fatalf("event = %+v %+v", e, p)
+	}
+	if e := tool.SessionEvent(o, opt, toolsession.Outcome{Reused: true, Calls: 2}); e.Type != event.TypeSessionReused {
+		t.Fatalf("reuse type = %s", e.Type)
+	}
+	if strings.Contains(fmt.Sprintf("%+v", *p), "secret-key") {
+		t.Fatal("the raw key reached the payload")
+	}
+}
+
+func TestCloseEvent(t *testing.T) {
+	t.Parallel()
+	ok := tool.CloseEvent(toolsession.Report{Tool: "t", Scope: toolsession.ScopeSession, KeyHash: "h", Reason: toolsession.ReasonIdle,
+		RunID: "r-origin", SessionID: "s", Held: 2 * time.Second, Took: 3 * time.Millisecond})
+	p := ok.Payload.(*event.ToolSessionClosed)
+	if ok.Type != event.TypeSessionClosed || ok.Meta.RunID != "r-origin" || p.HeldMs != 2000 || p.TookMs != 3 || p.Reason != "idle" || p.Error != "" {
+		t.Fatalf("closed event = %+v %+v", ok, p)
+	}
+	cases := map[string]error{
+		"timeout":   &toolsession.TimeoutError{Tool: "t", Timeout: time.Second},
+		"panic":     &toolsession.PanicError{Tool: "t", Value: "x"},
+		"cancelled": fmt.Errorf("abandoned: %w", context.Canceled),
+		"error":     errors.New("boom"),
+	}
+	for class, err := range cases {
+		e := tool.CloseEvent(toolsession.Report{Failed: true, Tool: "t", Err: err})
+		p := e.Payload.(*event.ToolSessionClosed)
+		if e.Type != event.TypeSessionCloseFailed || p.ErrorClass != class || p.Error != err.Error() {
+			t.Errorf("%s: %+v %+v", class, e, p)
+		}
+	}
+	if tool.ErrorClass(nil) != "" {
+		t.Error("nil error has a class")
+	}
+}
