@@ -91,7 +91,10 @@ func hasTool(defs []llm.ToolDef, name string) bool {
 func ExtractCode(msg string) (code string, ok bool) {
 	if body, found := fenced(msg); found {
 		body = strings.Trim(body, "\r\n")
-		return body, strings.TrimSpace(body) != ""
+		if strings.TrimSpace(body) == "" {
+			return "", false
+		}
+		return body, true
 	}
 	code = strings.TrimSpace(msg)
 	if code == "" {
