@@ -75,7 +75,9 @@ func (w *workspaces) tool(name string, scope toolsession.Scope) tool.Tool {
 }
 
 // use opens (or joins) the workspace for c under scope and registers its
-// teardown.
+// teardown. It asks the door first and trusts its answer: a workspace this
+// tool still has in its map may be one the tier has just expired, so only
+// Outcome.Reused says a session may be joined.
 func (w *workspaces) use(c *tool.Call, scope toolsession.Scope) (string, error) {
 	key := ""
 	if scope != toolsession.ScopeShutdown {
@@ -87,46 +89,46 @@ func (w *workspaces) use(c *tool.Call, scope toolsession.Scope) (string, error) 
 	} else {
 		key = "shutdown/" + c.ToolCallID
 	}
-	w.mu.Lock()
-	ws, ok := w.open[key]
-	if !ok {
-		dir, err := os.MkdirTemp(w.root, "ws-")
-		if err != nil {
-			w.mu.Unlock()
-			return "", err
-		}
-		ws = &workspace{dir: dir}
-		w.open[key] = ws
-		w.opened++
-	}
-	w.mu.Unlock()
+	fresh := &workspace{}
 	cleanup := func(ctx context.Context) error {
 		w.mu.Lock()
 		w.cleanupCtxErr = append(w.cleanupCtxErr, ctx.Err())
-		if ws.closed {
+		if fresh.closed {
 			w.mu.Unlock()
 			return errors.New("workspace closed twice")
 		}
-		ws.closed = true
-		if w.open[key] == ws {
+		fresh.closed = true
+		if w.open[key] == fresh {
 			delete(w.open, key)
 		}
 		w.closed++
+		dir := fresh.dir
 		w.mu.Unlock()
-		return os.RemoveAll(ws.dir)
+		return os.RemoveAll(dir)
 	}
 	opt := toolsession.Options{Scope: scope, RunnerID: "tempdir", Label: "notes"}
 	if scope != toolsession.ScopeShutdown {
 		opt.Key = key
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	out, err := c.OnTeardown(cleanup, opt)
 	if err != nil {
 		return "", err
 	}
-	w.mu.Lock()
+	ws := w.open[key]
+	if !out.Reused || ws == nil {
+		dir, err := os.MkdirTemp(w.root, "ws-")
+		if err != nil {
+			return "", err
+		}
+		fresh.dir = dir
+		ws = fresh
+		w.open[key] = ws
+		w.opened++
+	}
 	w.calls = append(w.calls, seenCall{Tool: c.Tool, ToolCallID: c.ToolCallID, RunID: c.RunID, SessionID: c.SessionID,
 		Identity: c.Identity, Reused: out.Reused, Scopes: slices.Clone(c.Scopes)})
-	w.mu.Unlock()
 	return ws.dir, nil
 }
 

@@ -330,10 +330,12 @@ func TestASignedCheckpointCannotBeForged(t *testing.T) {
 		t.Fatal("not signed")
 	}
 	forgeries := map[string]func(*agent.Checkpoint){
-		"identity":  func(c *agent.Checkpoint) { c.Identity = &tool.Identity{Tenant: "acme", Principal: "root"} },
-		"arguments": func(c *agent.Checkpoint) { c.Messages[len(c.Messages)-1].ToolCalls[0].Args = json.RawMessage(`{"target":"prod"}`) },
-		"run":       func(c *agent.Checkpoint) { c.RunID = "run-someone-else" },
-		"unsigned":  func(c *agent.Checkpoint) { c.MAC = "" },
+		"identity": func(c *agent.Checkpoint) { c.Identity = &tool.Identity{Tenant: "acme", Principal: "root"} },
+		"arguments": func(c *agent.Checkpoint) {
+			c.Messages[len(c.Messages)-1].ToolCalls[0].Args = json.RawMessage(`{"target":"prod"}`)
+		},
+		"run":      func(c *agent.Checkpoint) { c.RunID = "run-someone-else" },
+		"unsigned": func(c *agent.Checkpoint) { c.MAC = "" },
 	}
 	for name, forge := range forgeries {
 		b, _ := json.Marshal(cp)
