@@ -99,7 +99,7 @@ func BenchmarkLoop(b *testing.B) { benchAgent(b, agent.Options{}) }
 // discard is a sink that drops everything.
 type discard struct{}
 
-func (discard) Export(event.Event)            {}
+func (discard) Export(event.Event)          {}
 func (discard) Flush(context.Context) error { return nil }
 func (discard) Close(context.Context) error { return nil }
 
