@@ -220,8 +220,12 @@ func TestFuncRendersOutputs(t *testing.T) {
 func TestFuncPanicsOnTypesWithoutSchema(t *testing.T) {
 	t.Parallel()
 	for name, build := range map[string]func(){
-		"channel":    func() { tool.Func("c", "", func(context.Context, *tool.Call, chan int) (string, error) { return "", nil }) },
-		"not object": func() { tool.Func("s", "", func(context.Context, *tool.Call, string) (string, error) { return "", nil }) },
+		"channel": func() {
+			tool.Func("c", "", func(context.Context, *tool.Call, chan int) (string, error) { return "", nil })
+		},
+		"not object": func() {
+			tool.Func("s", "", func(context.Context, *tool.Call, string) (string, error) { return "", nil })
+		},
 	} {
 		func() {
 			defer func() {
