@@ -555,3 +555,45 @@ func (m *memSink) types() []event.Type {
 	}
 	return out
 }
+
+// The door bounds what it holds: past MaxLiveSessions the coldest session
+// is closed (reason evicted) and reported, and each is still closed once.
+func TestMaxLiveSessionsEvictsTheColdest(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder()
+	st := newSessionTool()
+	s := newServer(t, []tool.Tool{st.tool()}, rec.options(mcpserve.Options{MaxLiveSessions: 1}))
+	cs := connect(t, s)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "session", Arguments: map[string]any{"mode": "block"}})
+	}()
+	<-st.started
+	if res := call(t, cs, "session", nil); res.IsError {
+		t.Fatalf("second call: %s", text(t, res))
+	}
+	wait, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	rec.waitFor(t, wait, "the eviction and the call-end", func() bool { return len(rec.reports) == 2 })
+	reasons := map[toolsession.Reason]int{}
+	for _, r := range rec.allReports() {
+		reasons[r.Reason]++
+	}
+	if reasons[toolsession.ReasonEvicted] != 1 || reasons[toolsession.ReasonCallEnd] != 1 {
+		t.Errorf("reasons %v, want one evicted and one call-end", reasons)
+	}
+	cancel()
+	<-done
+	<-st.observed
+	// Shutdown waits for the cancelled call to settle: nothing is left to
+	// close, and nothing closes twice.
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.closes.Load(); n != 2 {
+		t.Errorf("%d closes for two sessions", n)
+	}
+}

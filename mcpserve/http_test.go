@@ -245,3 +245,21 @@ func postRPC(t *testing.T, srv *httptest.Server, authz, sessionID, body string) 
 	}
 	return resp
 }
+
+func TestHTTPStatelessStillCarriesIdentity(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, []tool.Tool{probe()}, mcpserve.Options{})
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: mcpserve.Tokens(users), RequireAuth: true, Stateless: true})
+	cs, err := connectHTTP(t, srv, "tok-alice-7f3a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := decodeSeen(t, call(t, cs, "probe", nil))
+	b := decodeSeen(t, call(t, cs, "probe", nil))
+	if a.Identity == nil || *a.Identity != alice || b.Identity == nil || *b.Identity != alice {
+		t.Errorf("identities %+v %+v, want alice", a.Identity, b.Identity)
+	}
+	if a.ToolCallID == b.ToolCallID {
+		t.Error("two stateless calls share a tool call id")
+	}
+}
