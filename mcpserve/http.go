@@ -81,10 +81,20 @@ func (s *Server) HTTPHandler(o HTTPOptions) (http.Handler, error) {
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(inner)
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.flight.isClosed() {
-			w.Header().Set("Retry-After", "5")
-			http.Error(w, "mcpserve: the server is shutting down; try again once it is back", http.StatusServiceUnavailable)
-			return
+		// A POST (or DELETE) is counted until its answer is written, so
+		// Shutdown closes no session under an answer on its way out. A GET
+		// is an event stream that lasts as long as the session.
+		if r.Method == http.MethodGet {
+			if s.posts.isClosed() {
+				shuttingDown(w)
+				return
+			}
+		} else {
+			if !s.posts.enter() {
+				shuttingDown(w)
+				return
+			}
+			defer s.posts.leave()
 		}
 		if o.Authenticate == nil {
 			inner.ServeHTTP(w, r)
@@ -107,6 +117,11 @@ func (s *Server) HTTPHandler(o HTTPOptions) (http.Handler, error) {
 		ti := &auth.TokenInfo{UserID: userID(id), Extra: map[string]any{identityExtra: proven{id: *id}}}
 		proved.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), provedKey{}, ti)))
 	}), nil
+}
+
+func shuttingDown(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	http.Error(w, "mcpserve: the server is shutting down; try again once it is back", http.StatusServiceUnavailable)
 }
 
 func unauthorized(w http.ResponseWriter, challenge, msg string) {

@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/mcpserve"
@@ -261,5 +264,70 @@ func TestHTTPStatelessStillCarriesIdentity(t *testing.T) {
 	}
 	if a.ToolCallID == b.ToolCallID {
 		t.Error("two stateless calls share a tool call id")
+	}
+}
+
+// A call in flight over HTTP when Shutdown begins still gets its answer;
+// the HTTP sessions are closed after it.
+func TestHTTPShutdownDrainsAnswersInFlight(t *testing.T) {
+	t.Parallel()
+	proceed := make(chan struct{})
+	started := make(chan struct{})
+	var closes atomic.Int32
+	slow := tool.Func("slow", "holds a session until told", func(_ context.Context, c *tool.Call, _ noArgs) (string, error) {
+		if _, err := c.OnTeardown(func(context.Context) error { closes.Add(1); return nil }, toolsession.Options{Scope: toolsession.ScopeCall}); err != nil {
+			return "", err
+		}
+		close(started)
+		<-proceed
+		return "finished", nil
+	})
+	s, err := mcpserve.New([]tool.Tool{slow}, mcpserve.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{})
+	cs, err := connectHTTP(t, srv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := make(chan *mcp.CallToolResult, 1)
+	failed := make(chan error, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow"})
+		if err != nil {
+			failed <- err
+			return
+		}
+		answer <- res
+	}()
+	<-started
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	// The server tells us when it has begun: new requests get 503.
+	for i := 0; ; i++ {
+		resp := postInitialize(t, srv, "", "")
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if i == 10000 {
+			t.Fatal("the server never began shutting down")
+		}
+	}
+	close(proceed)
+	select {
+	case res := <-answer:
+		if res.IsError || text(t, res) != "finished" {
+			t.Errorf("answer %s", text(t, res))
+		}
+	case err := <-failed:
+		t.Fatalf("the call in flight lost its answer: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if closes.Load() != 1 {
+		t.Errorf("cleanup ran %d times", closes.Load())
 	}
 }

@@ -76,7 +76,8 @@ type Server struct {
 	tierMu sync.Mutex
 	tier   atomic.Pointer[toolsession.Tier]
 
-	flight inflight
+	flight inflight // tool calls being served
+	posts  inflight // HTTP requests other than GET being answered
 	// stop is cancelled when Shutdown stops waiting for calls in flight;
 	// every call's context follows it.
 	stop     context.Context
@@ -121,6 +122,7 @@ func New(tools []tool.Tool, opt Options) (*Server, error) {
 	s := &Server{tools: make(map[string]*served, len(tools)), opt: opt}
 	s.stop, s.stopCall = context.WithCancelCause(context.Background())
 	s.flight.zero = make(chan struct{})
+	s.posts.zero = make(chan struct{})
 
 	s.sdk = mcp.NewServer(&mcp.Implementation{Name: opt.Name, Version: opt.Version},
 		&mcp.ServerOptions{Instructions: opt.Instructions, Logger: opt.Logger})
@@ -245,16 +247,25 @@ func (s *Server) Connect(ctx context.Context, t mcp.Transport) (*mcp.ServerSessi
 	return s.sdk.Connect(ctx, t, nil)
 }
 
-// Shutdown stops serving and closes every session a tool still holds.
+// Shutdown stops serving calls and closes every session a tool still holds.
 //
-// New calls are refused from the moment it starts. Calls in flight may
-// finish until ctx ends; then the rest are cancelled with cause
-// [ErrShutdown]. The door then closes its MCP sessions and fires every
-// registration still held (reason "shutdown"), each cleanup bounded by the
-// teardown timeout, and flushes the sink. So Shutdown returns within ctx's
-// deadline plus about two teardown timeouts, whatever the tools do. It is
-// safe to call more than once and from several goroutines: they share one
-// shutdown. The error says what did not finish in time.
+// New calls are refused from the moment it starts, and over HTTP every new
+// request gets 503. Calls in flight may finish, and their HTTP answers be
+// written, until ctx ends; the calls still running then are cancelled with
+// cause [ErrShutdown] and given one teardown timeout to return, their
+// call-scoped sessions closing as they do. Then every registration still
+// held — those of tools that ignore cancellation — is fired with reason
+// "shutdown", each cleanup bounded by the teardown timeout; the MCP
+// sessions the HTTP handler opened are closed (ending their event
+// streams); and the sink is flushed. So Shutdown returns within ctx's
+// deadline plus about three teardown timeouts, whatever the tools do.
+//
+// Sessions served with ServeStdio, Serve or Connect belong to their caller:
+// cancel the context given to ServeStdio or Serve, close what Connect
+// returned.
+//
+// It is safe to call more than once and from several goroutines: they share
+// one shutdown. The error says what did not finish in time.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutMu.Lock()
 	if sh := s.shut; sh != nil {
@@ -277,22 +288,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) shutdown(ctx context.Context) error {
 	var errs []error
-	zero := s.flight.close()
-	select {
-	case <-zero:
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("mcpserve: %d calls were still running when the drain ended; they were cancelled", s.flight.count()))
+	calls, posts := s.flight.close(), s.posts.close()
+	if !drained(ctx, calls, posts) {
+		n := s.flight.count()
+		s.stopCall(ErrShutdown)
+		// The caller's deadline has passed; from here each step is bounded
+		// by the teardown timeout instead, so sessions still get closed.
+		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opt.TeardownTimeout)
+		if drained(grace, calls, posts) {
+			errs = append(errs, fmt.Errorf("mcpserve: %d calls were still running when the drain ended; they were cancelled", n))
+		} else {
+			errs = append(errs, fmt.Errorf("mcpserve: %d calls were still running when the drain ended, and %d did not return within %s of being cancelled; their sessions were closed under them",
+				n, s.flight.count(), s.opt.TeardownTimeout))
+		}
+		cancel()
 	}
 	s.stopCall(ErrShutdown)
 
-	// From here on the caller's deadline may have passed; each step is
-	// bounded by the teardown timeout instead, so sessions still get closed.
 	bound := context.WithoutCancel(ctx)
-	if err := s.closeSessions(bound); err != nil {
-		errs = append(errs, err)
-	}
 	if t := s.tier.Load(); t != nil {
 		t.FireShutdown(bound)
+	}
+	if err := s.closeHTTPSessions(bound); err != nil {
+		errs = append(errs, err)
 	}
 	if s.opt.Sink != nil {
 		fctx, cancel := context.WithTimeout(bound, s.opt.TeardownTimeout)
@@ -304,25 +322,45 @@ func (s *Server) shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeSessions closes every MCP session of this server. Closing waits for
-// the session's requests in flight, which were cancelled just before; a
-// tool that ignores cancellation is waited for up to the teardown timeout.
-func (s *Server) closeSessions(ctx context.Context) error {
+// drained waits until every channel is closed, or ctx ends.
+func drained(ctx context.Context, zeros ...<-chan struct{}) bool {
+	for _, z := range zeros {
+		select {
+		case <-z:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// closeHTTPSessions closes the MCP sessions the HTTP handler opened (those
+// with a session id; stdio and in-memory sessions have none and belong to
+// their caller). By now no HTTP request is in flight, so no answer is
+// dropped; closing waits for the session's requests, so a tool that ignores
+// cancellation is waited for up to the teardown timeout, then abandoned.
+func (s *Server) closeHTTPSessions(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opt.TeardownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	done := make(chan struct{})
-	var n int
+	n := 0
 	for ss := range s.sdk.Sessions() {
+		if ss.ID() == "" {
+			continue
+		}
 		n++
 		wg.Go(func() { _ = ss.Close() })
 	}
+	if n == 0 {
+		return nil
+	}
+	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("mcpserve: %d MCP sessions did not close within %s: a tool is ignoring cancellation", n, s.opt.TeardownTimeout)
+		return fmt.Errorf("mcpserve: %d HTTP sessions did not close within %s: a tool is ignoring cancellation", n, s.opt.TeardownTimeout)
 	}
 }
 

@@ -215,7 +215,7 @@ func TestShutdownCancelsAndFiresWhatIsHeld(t *testing.T) {
 		start := time.Now()
 		err = s.Shutdown(drain)
 		took := time.Since(start)
-		if err == nil || !strings.Contains(err.Error(), "2 calls were still running") || !strings.Contains(err.Error(), "did not close") {
+		if err == nil || !strings.Contains(err.Error(), "2 calls were still running") || !strings.Contains(err.Error(), "1 did not return within 2s") {
 			t.Errorf("Shutdown: %v, want it to say what was late", err)
 		}
 		if want := time.Second + timeout; took != want {
