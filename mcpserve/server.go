@@ -124,8 +124,13 @@ func New(tools []tool.Tool, opt Options) (*Server, error) {
 	s.flight.zero = make(chan struct{})
 	s.posts.zero = make(chan struct{})
 
-	s.sdk = mcp.NewServer(&mcp.Implementation{Name: opt.Name, Version: opt.Version},
-		&mcp.ServerOptions{Instructions: opt.Instructions, Logger: opt.Logger})
+	s.sdk = mcp.NewServer(&mcp.Implementation{Name: opt.Name, Version: opt.Version}, &mcp.ServerOptions{
+		Instructions: opt.Instructions,
+		Logger:       opt.Logger,
+		// Advertise only what is served: tools (added below, which the SDK
+		// announces itself), not the SDK's default logging capability.
+		Capabilities: &mcp.ServerCapabilities{},
+	})
 	for i, t := range tools {
 		sv, err := check(i, t)
 		if err != nil {
