@@ -63,10 +63,57 @@ func TestHTTPIdentityOnlyWhenProved(t *testing.T) {
 			t.Errorf("cleanup count %d → %d, want one more", before, st.closes.Load())
 		}
 	}
+	// Events name the proved principal, and nobody for the anonymous call.
+	byPrincipal := map[string]int{}
 	for _, e := range rec.ofType(event.TypeToolStart) {
-		if e.Meta.Tenant != "" && e.Meta.Tenant != "acme" {
+		if e.Meta.Principal != "" && e.Meta.Tenant != "acme" {
 			t.Errorf("tool_start meta %+v", e.Meta)
 		}
+		byPrincipal[e.Meta.Principal]++
+	}
+	if byPrincipal[""] != 1 || byPrincipal["alice"] != 2 || byPrincipal["bob"] != 2 {
+		t.Errorf("tool_start events by principal %v, want 1 anonymous, 2 alice, 2 bob", byPrincipal)
+	}
+}
+
+// headers is a round tripper that adds headers a client controls.
+type headers struct {
+	h    http.Header
+	next http.RoundTripper
+}
+
+func (x headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range x.h {
+		r.Header[k] = v
+	}
+	return x.next.RoundTrip(r)
+}
+
+// Nothing a client sends but a proved credential makes an identity: not
+// request metadata, not headers that look like identity.
+func TestClientCannotClaimAnIdentity(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, []tool.Tool{probe()}, mcpserve.Options{})
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: mcpserve.Tokens(users)})
+	hc := &http.Client{Transport: headers{next: srv.Client().Transport, h: http.Header{
+		"X-Tenant": {"acme"}, "X-Principal": {"alice"}, "X-Forwarded-User": {"alice"},
+	}}}
+	tr := &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "mallory", Version: "1"}, nil).Connect(context.Background(), tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{
+		Name: "probe",
+		Meta: mcp.Meta{"agentry.identity": map[string]any{"tenant": "acme", "principal": "alice"}, "tenant": "acme", "principal": "alice"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeSeen(t, res); got.Identity != nil {
+		t.Errorf("a client claimed identity %+v without credentials", got.Identity)
 	}
 }
 
