@@ -1,0 +1,279 @@
+package mcpserve
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+// callScopes is what this door honours: a served call has no run and no
+// conversation, so only the call itself can bound a session.
+var callScopes = []toolsession.Scope{toolsession.ScopeCall}
+
+// Error classes in the tool_end event.
+const (
+	classInvalidArguments = "invalid_arguments"
+	classToolError        = "tool_error"
+	classPanic            = "panic"
+	classDeclined         = "declined"
+)
+
+// handler adapts one tool to the SDK's low-level tool handler: the door
+// does its own validation and result mapping, so a tool error is always a
+// result with isError, never a protocol error.
+func (s *Server) handler(sv *served) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args json.RawMessage
+		if req.Params != nil {
+			args = req.Params.Arguments
+		}
+		return toMCP(s.serve(ctx, sv, args, identityOf(req))), nil
+	}
+}
+
+// serve runs one call from start to settle. id is the identity the
+// transport proved, or nil.
+func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id *tool.Identity) tool.Result {
+	if !s.flight.enter() {
+		return tool.Result{IsError: true,
+			Content: fmt.Sprintf("tool %s was not called: %v and takes no new calls; try again once it is back", sv.spec.Name, ErrShutdown)}
+	}
+	defer s.flight.leave()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopWatching := context.AfterFunc(s.stop, func() { cancel(ErrShutdown) })
+	defer stopWatching()
+
+	c := &callState{s: s, id: newCallID()}
+	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register)
+	meta := event.Meta{}
+	if id != nil {
+		meta.Tenant, meta.Principal = id.Tenant, id.Principal
+	}
+	s.emit(event.Event{Type: event.TypeToolStart, Meta: meta,
+		Payload: &event.ToolStart{Tool: sv.spec.Name, ToolCallID: c.id}})
+	start := s.opt.Now()
+
+	res, class := s.run(ctx, sv, call, args)
+
+	s.emit(event.Event{Type: event.TypeToolEnd, Meta: meta,
+		Payload: &event.ToolEnd{Tool: sv.spec.Name, ToolCallID: c.id, DurationMs: event.Ms(s.opt.Now().Sub(start)),
+			IsError: res.IsError, ErrorClass: class}})
+	// The call has settled, whichever way: its sessions are over.
+	c.settle()
+	return res
+}
+
+// run validates the arguments and calls the tool, turning an error or a
+// panic into an error result. class names why the result is an error.
+func (s *Server) run(ctx context.Context, sv *served, call *tool.Call, args json.RawMessage) (res tool.Result, class string) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		perr := &PanicError{Tool: sv.spec.Name, ToolCallID: call.ToolCallID, Value: v, Stack: debug.Stack()}
+		s.onError(perr)
+		s.emit(event.Event{Type: event.TypeToolPanic,
+			Payload: &event.ToolPanic{Tool: sv.spec.Name, ToolCallID: call.ToolCallID, Panic: fmt.Sprint(v)}})
+		res = tool.Result{IsError: true,
+			Content: fmt.Sprintf("tool %s failed: it panicked and the server recovered; the server's error log has the details", sv.spec.Name)}
+		class = classPanic
+	}()
+
+	args = normalise(args)
+	if err := sv.v.Validate(args); err != nil {
+		return tool.Result{Content: err.Error(), IsError: true}, classInvalidArguments
+	}
+	out, err := sv.t.Call(ctx, call, args)
+	switch {
+	case err == nil && out.IsError:
+		return out, classToolError
+	case err == nil:
+		return out, ""
+	case tool.IsArgumentError(err):
+		return tool.Result{Content: err.Error(), IsError: true}, classInvalidArguments
+	case isScopeRefusal(err):
+		return tool.Result{Content: err.Error(), IsError: true}, classDeclined
+	}
+	return tool.Result{Content: err.Error(), IsError: true}, classToolError
+}
+
+// normalise reads absent and null arguments as an empty object: MCP lets a
+// client omit them for a tool that takes none.
+func normalise(args json.RawMessage) json.RawMessage {
+	t := bytes.TrimSpace(args)
+	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return json.RawMessage("{}")
+	}
+	return args
+}
+
+// toMCP maps a tool result to MCP's: the content as one text block, and
+// IsError as isError.
+func toMCP(r tool.Result) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: r.Content}},
+		IsError: r.IsError,
+	}
+}
+
+// newCallID returns a fresh id for a served call: 128 random bits, so ids
+// never repeat across calls, sessions or processes.
+func newCallID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "mcp-" + hex.EncodeToString(b[:])
+}
+
+// callState is one call's link to the tier: it knows whether the call has
+// settled, so a registration that arrives too late is closed at once
+// instead of being held until shutdown.
+type callState struct {
+	s  *Server
+	id string
+
+	mu         sync.Mutex
+	registered bool
+	settled    bool
+}
+
+// register is the call's tool.Registrar. It builds the tier on first use.
+func (c *callState) register(o toolsession.Origin, cleanup func(context.Context) error, opt toolsession.Options) toolsession.Outcome {
+	t := c.s.ensureTier()
+	c.mu.Lock()
+	out := t.Register(o, cleanup, opt)
+	c.registered = true
+	late := c.settled
+	// Emitted under the lock, so a racing settle cannot report the close
+	// before the start.
+	c.s.emit(tool.SessionEvent(o, opt, out))
+	c.mu.Unlock()
+	if late {
+		// A goroutine the tool left behind registered after its call had
+		// settled. The call is over, so is the session.
+		t.FireCall(context.Background(), c.id)
+	}
+	return out
+}
+
+// settle fires the call's cleanups, each bounded by the teardown timeout.
+// It waits for them, so a client that gets the result knows the call's
+// sessions are closed (or reported as failing to close).
+func (c *callState) settle() {
+	c.mu.Lock()
+	c.settled = true
+	registered := c.registered
+	c.mu.Unlock()
+	if !registered {
+		return
+	}
+	if t := c.s.tier.Load(); t != nil {
+		t.FireCall(context.Background(), c.id)
+	}
+}
+
+// report is the tier's Config.Report: every close becomes an event, goes
+// to the Report hook, and a failure also to OnError.
+func (s *Server) report(rep toolsession.Report) {
+	s.emit(tool.CloseEvent(rep))
+	if s.opt.Report != nil {
+		s.guard("the Report hook", func() { s.opt.Report(rep) })
+	}
+	if rep.Failed {
+		s.onError(&TeardownError{Report: rep})
+	}
+}
+
+// emit stamps the time and hands e to the sink and the hook. A panic in
+// either is recovered and reported.
+func (s *Server) emit(e event.Event) {
+	if s.opt.Sink == nil && s.opt.OnEvent == nil {
+		return
+	}
+	if e.Meta.Time.IsZero() {
+		e.Meta.Time = s.opt.Now()
+	}
+	if s.opt.Sink != nil {
+		s.guard("the event sink", func() { s.opt.Sink.Export(e) })
+	}
+	if s.opt.OnEvent != nil {
+		s.guard("the OnEvent hook", func() { s.opt.OnEvent(e) })
+	}
+}
+
+func (s *Server) guard(what string, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.onError(fmt.Errorf("mcpserve: %s panicked (recovered): %v", what, v))
+		}
+	}()
+	f()
+}
+
+// onError hands err to OnError, or logs it when none is set: a failure is
+// never dropped.
+func (s *Server) onError(err error) {
+	if s.opt.OnError == nil {
+		slog.Error("agentry mcp door", "err", err)
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			slog.Error("agentry mcp door: the OnError hook panicked (recovered)", "panic", fmt.Sprint(v), "err", err)
+		}
+	}()
+	s.opt.OnError(err)
+}
+
+// TeardownError is a cleanup that failed, panicked or timed out. Report.Err
+// is the cause (a *toolsession.TimeoutError on timeout, a
+// *toolsession.PanicError on panic); errors.As reaches it.
+type TeardownError struct {
+	Report toolsession.Report
+}
+
+func (e *TeardownError) Error() string {
+	r := e.Report
+	return fmt.Sprintf("mcpserve: closing the %s-scoped session %s of tool %s (reason %s, after %s) failed: %v",
+		r.Scope, r.KeyHash, r.Tool, r.Reason, r.Took.Round(time.Millisecond), r.Err)
+}
+
+func (e *TeardownError) Unwrap() error { return e.Report.Err }
+
+// PanicError is a tool that panicked during a served call. The client got
+// an error result that does not repeat the panic value; this error, with
+// the stack, goes to OnError.
+type PanicError struct {
+	Tool       string
+	ToolCallID string
+	Value      any
+	Stack      []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("mcpserve: tool %s panicked in call %s (recovered; the client got an error result): %v", e.Tool, e.ToolCallID, e.Value)
+}
+
+// isScopeRefusal reports whether err is the door refusing a teardown scope
+// (or a key it cannot derive), so the tool_end event can say "declined".
+func isScopeRefusal(err error) bool {
+	var se *tool.ScopeError
+	var me *tool.MissingFactError
+	return errors.As(err, &se) || errors.As(err, &me)
+}

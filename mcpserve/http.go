@@ -1,0 +1,216 @@
+package mcpserve
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentry-dev/agentry/tool"
+)
+
+// ErrBadCredentials is what an [Authenticator] returns for credentials that
+// are present but not accepted: an unknown token, a malformed header.
+var ErrBadCredentials = errors.New("mcpserve: the credentials were not accepted")
+
+// Authenticator proves who is calling from an HTTP request, from its
+// Authorization: Bearer token. It returns (nil, nil) when the request
+// carries no credentials, the identity the credentials prove, or an error
+// (wrap [ErrBadCredentials]) when they are present but not accepted. It is
+// called for every HTTP request and must be safe for concurrent use.
+//
+// The identity reaches tools as tool.Call.Identity exactly as returned. It
+// never comes from anything else the client sends.
+type Authenticator func(*http.Request) (*tool.Identity, error)
+
+// HTTPOptions configure [Server.HTTPHandler].
+type HTTPOptions struct {
+	// Authenticate proves callers. Without it every call has a nil
+	// identity.
+	Authenticate Authenticator
+	// RequireAuth answers 401 to every request Authenticate does not prove.
+	// Without it, a request with no credentials is served with a nil
+	// identity; a request with bad credentials is always refused.
+	RequireAuth bool
+	// Stateless serves each request without an MCP session; see the SDK's
+	// StreamableHTTPOptions.Stateless.
+	Stateless bool
+	// SessionTimeout closes MCP sessions idle for this long (default:
+	// never).
+	SessionTimeout time.Duration
+	// MaxRequestBytes caps request bodies (default: the SDK's 4 MiB).
+	MaxRequestBytes int64
+}
+
+// HTTPHandler serves the tools over MCP's streamable HTTP transport. Mount
+// it where clients are told to connect (for example at /mcp).
+//
+// With Authenticate set, a request whose credentials prove a user carries
+// that identity into every call it makes, and the MCP session it opens is
+// bound to that user: another user, or no user, presenting its session id
+// is refused by the SDK. A request with credentials that are not accepted
+// gets 401, as does one with none when RequireAuth is set. After
+// [Server.Shutdown] began, every request gets 503.
+func (s *Server) HTTPHandler(o HTTPOptions) (http.Handler, error) {
+	if o.RequireAuth && o.Authenticate == nil {
+		return nil, errors.New("mcpserve: RequireAuth is set but there is no Authenticate to prove anyone; set HTTPOptions.Authenticate")
+	}
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.sdk }, &mcp.StreamableHTTPOptions{
+		Stateless:           o.Stateless,
+		SessionTimeout:      o.SessionTimeout,
+		MaxRequestBodyBytes: o.MaxRequestBytes,
+		Logger:              s.opt.Logger,
+	})
+	// The SDK carries a proved user to tool handlers (RequestExtra.TokenInfo)
+	// and binds sessions to it only through its bearer middleware, so a
+	// proved request goes through it, with a verifier that hands over what
+	// Authenticate already established.
+	proved := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+		if ti, ok := ctx.Value(provedKey{}).(*auth.TokenInfo); ok {
+			return ti, nil
+		}
+		return nil, auth.ErrInvalidToken
+	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(inner)
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A POST (or DELETE) is counted until its answer is written, so
+		// Shutdown closes no session under an answer on its way out. A GET
+		// is an event stream that lasts as long as the session.
+		if r.Method == http.MethodGet {
+			if s.posts.isClosed() {
+				shuttingDown(w)
+				return
+			}
+		} else {
+			if !s.posts.enter() {
+				shuttingDown(w)
+				return
+			}
+			defer s.posts.leave()
+		}
+		if o.Authenticate == nil {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		id, err := o.Authenticate(r)
+		switch {
+		case err != nil:
+			unauthorized(w, `Bearer realm="agentry", error="invalid_token"`,
+				"mcpserve: the credentials were not accepted; send Authorization: Bearer <token> with a token this server knows")
+			return
+		case id == nil && o.RequireAuth:
+			unauthorized(w, `Bearer realm="agentry"`,
+				"mcpserve: this server needs a bearer token; send Authorization: Bearer <token>")
+			return
+		case id == nil:
+			inner.ServeHTTP(w, r)
+			return
+		}
+		ti := &auth.TokenInfo{UserID: userID(id), Extra: map[string]any{identityExtra: proven{id: *id}}}
+		proved.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), provedKey{}, ti)))
+	}), nil
+}
+
+func shuttingDown(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	http.Error(w, "mcpserve: the server is shutting down; try again once it is back", http.StatusServiceUnavailable)
+}
+
+func unauthorized(w http.ResponseWriter, challenge, msg string) {
+	w.Header().Set("WWW-Authenticate", challenge)
+	http.Error(w, msg, http.StatusUnauthorized)
+}
+
+type provedKey struct{}
+
+// identityExtra is where a proved identity rides in auth.TokenInfo.Extra.
+// Its value has a type only this package can build, so nothing else that
+// fills TokenInfo can pass for a proved identity.
+const identityExtra = "agentry.identity"
+
+type proven struct{ id tool.Identity }
+
+// identityOf returns a copy of the identity the transport proved for this
+// request, or nil. Each call gets its own copy.
+func identityOf(req *mcp.CallToolRequest) *tool.Identity {
+	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
+		return nil
+	}
+	p, ok := req.Extra.TokenInfo.Extra[identityExtra].(proven)
+	if !ok {
+		return nil
+	}
+	id := p.id
+	return &id
+}
+
+// userID is what the SDK binds an HTTP session to: a digest of (tenant,
+// principal), encoded so that different pairs never collide.
+func userID(id *tool.Identity) string {
+	b, _ := json.Marshal([2]string{id.Tenant, id.Principal})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// BearerToken reads the token from an Authorization header value of the
+// form "Bearer <token>" (the scheme in any case). ok is false when the
+// value is anything else.
+func BearerToken(header string) (token string, ok bool) {
+	scheme, rest, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(rest, " ")
+	if token == "" || strings.ContainsAny(token, " \t\r\n") {
+		return "", false
+	}
+	return token, true
+}
+
+// Tokens returns an Authenticator that accepts the given bearer tokens,
+// each proving one identity. It keeps only their SHA-256 digests and
+// compares in constant time. A request with no Authorization header has no
+// credentials; any other token, or a header that is not a bearer token, is
+// refused with [ErrBadCredentials].
+func Tokens(tokens map[string]tool.Identity) Authenticator {
+	type entry struct {
+		sum [sha256.Size]byte
+		id  tool.Identity
+	}
+	entries := make([]entry, 0, len(tokens))
+	for tok, id := range tokens {
+		entries = append(entries, entry{sum: sha256.Sum256([]byte(tok)), id: id})
+	}
+	return func(r *http.Request) (*tool.Identity, error) {
+		h := r.Header.Get("Authorization")
+		if h == "" {
+			return nil, nil
+		}
+		tok, ok := BearerToken(h)
+		if !ok {
+			return nil, ErrBadCredentials
+		}
+		sum := sha256.Sum256([]byte(tok))
+		var found *tool.Identity
+		// No early exit: the time taken says nothing about which token
+		// came close.
+		for i := range entries {
+			if subtle.ConstantTimeCompare(entries[i].sum[:], sum[:]) == 1 {
+				id := entries[i].id
+				found = &id
+			}
+		}
+		if found == nil {
+			return nil, ErrBadCredentials
+		}
+		return found, nil
+	}
+}
