@@ -1,0 +1,126 @@
+package host
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// TurnRequest is the body of POST /v1/sessions/{id}/turns.
+type TurnRequest struct {
+	Message string `json:"message"`
+}
+
+// DecisionRequest is the body of POST /v1/sessions/{id}/decision.
+type DecisionRequest struct {
+	Approve bool   `json:"approve"`
+	Note    string `json:"note,omitempty"`
+}
+
+// DecodeTurn decodes and checks a turn request: a JSON object with a
+// non-empty string "message" and nothing else.
+func DecodeTurn(body []byte) (TurnRequest, error) {
+	var raw struct {
+		Message *string `json:"message"`
+	}
+	if err := decodeStrict(body, &raw); err != nil {
+		return TurnRequest{}, err
+	}
+	switch {
+	case raw.Message == nil:
+		return TurnRequest{}, fieldError(CodeMissingField, "message", `host: the body needs "message": what the person says`)
+	case strings.TrimSpace(*raw.Message) == "":
+		return TurnRequest{}, fieldError(CodeInvalidField, "message", `host: "message" is empty; send what the person says`)
+	}
+	return TurnRequest{Message: *raw.Message}, nil
+}
+
+// DecodeDecision decodes and checks a decision: {"approve": bool} with an
+// optional string "note".
+func DecodeDecision(body []byte) (DecisionRequest, error) {
+	var raw struct {
+		Approve *bool   `json:"approve"`
+		Note    *string `json:"note"`
+	}
+	if err := decodeStrict(body, &raw); err != nil {
+		return DecisionRequest{}, err
+	}
+	if raw.Approve == nil {
+		return DecisionRequest{}, fieldError(CodeMissingField, "approve", `host: the body needs "approve": true or false`)
+	}
+	d := DecisionRequest{Approve: *raw.Approve}
+	if raw.Note != nil {
+		d.Note = *raw.Note
+	}
+	return d, nil
+}
+
+// DecodeCreate checks the body of POST /v1/sessions: empty, or an empty
+// JSON object.
+func DecodeCreate(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	var raw struct{}
+	return decodeStrict(body, &raw)
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields and
+// trailing data, and names the field at fault.
+func decodeStrict(body []byte, v any) error {
+	if !utf8.Valid(body) {
+		return fieldError(CodeInvalidJSON, "", "host: the body is not valid UTF-8")
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return fieldError(CodeInvalidJSON, "", "host: the body is empty; send a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return fieldError(CodeInvalidJSON, "", "host: the body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fieldError(CodeInvalidJSON, "", "host: the body has data after its JSON object; send one object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fieldError(CodeInvalidJSON, "", fmt.Sprintf("host: the body is not valid JSON (at byte %d)", syn.Offset))
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return fieldError(CodeInvalidJSON, "", "host: the body must be a JSON object")
+		}
+		return fieldError(CodeInvalidJSON, field, fmt.Sprintf("host: field %q must be a %s, not a JSON %s", field, kindName(typ.Type.String()), typ.Value))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return fieldError(CodeInvalidJSON, "", "host: the body ends before its JSON object does")
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return fieldError(CodeUnknownField, name, fmt.Sprintf("host: unknown field %q; remove it (check its spelling)", name))
+	}
+	return fieldError(CodeInvalidJSON, "", "host: the body is not valid JSON")
+}
+
+func kindName(goType string) string {
+	switch strings.TrimPrefix(goType, "*") {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean (true or false)"
+	}
+	return goType
+}
