@@ -1,0 +1,507 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/host"
+)
+
+// The whole life of a session, over httptest and over a real listener, on
+// every store.
+func TestSessionLifecycle(t *testing.T) {
+	for _, sk := range stores(t) {
+		for _, real := range []bool{false, true} {
+			name := sk.name + "/httptest"
+			if real {
+				name = sk.name + "/listener"
+			}
+			t.Run(name, func(t *testing.T) {
+				f := newFixture(t, config{dsn: sk.dsn(t), real: real})
+				lifecycle(t, f)
+			})
+		}
+	}
+}
+
+func lifecycle(t *testing.T, f *fixture) {
+	id := f.open("alice")
+	r := f.do("GET", "/v1/sessions/"+id, "alice", nil)
+	want(t, r, 200, "")
+	if m := r.json(t); m["state"] != "open" || m["turns"] != 0.0 {
+		t.Fatalf("a new session: %s", r.body)
+	}
+
+	r = f.say("alice", id, "hello")
+	want(t, r, 200, "")
+	m := r.json(t)
+	if m["output"] != "you said: hello" || !strings.HasPrefix(m["runId"].(string), "run-") {
+		t.Fatalf("turn 1: %s", r.body)
+	}
+
+	r = f.say("alice", id, `call files {"op":"write","name":"a.txt","text":"kept"}`)
+	want(t, r, 200, "")
+	if m := r.json(t); m["output"] != "tool said: wrote a.txt" {
+		t.Fatalf("turn 2: %s", r.body)
+	}
+	r = f.say("alice", id, `call files {"op":"read","name":"a.txt"}`)
+	if m := r.json(t); m["output"] != "tool said: kept" {
+		t.Fatalf("the session's workspace did not live across turns: %s", r.body)
+	}
+	if open, _, _ := f.ws.stats(); open != 1 {
+		t.Fatalf("%d workspaces open, want the session's one", open)
+	}
+
+	// A check-in: 202 with the question; the session is paused.
+	r = f.say("alice", id, `call deploy {"target":"prod"}`)
+	want(t, r, http.StatusAccepted, "")
+	aw, _ := r.json(t)["awaiting"].(map[string]any)
+	if aw == nil || aw["tool"] != "deploy" || !strings.Contains(aw["question"].(string), "prod") {
+		t.Fatalf("check-in: %s", r.body)
+	}
+	r = f.do("GET", "/v1/sessions/"+id, "alice", nil)
+	if m := r.json(t); m["state"] != "paused" || m["pending"] == nil {
+		t.Fatalf("paused session: %s", r.body)
+	}
+	// A message now is refused, naming the question.
+	r = f.say("alice", id, "hello?")
+	want(t, r, http.StatusConflict, "awaiting_decision")
+	if !strings.Contains(string(r.body), "deploy") {
+		t.Fatalf("the refusal does not name the pending question: %s", r.body)
+	}
+	r = f.decide("alice", id, true)
+	want(t, r, 200, "")
+	if m := r.json(t); m["output"] != "tool said: deployed prod" {
+		t.Fatalf("decision: %s", r.body)
+	}
+	// A decision with nothing pending.
+	want(t, f.decide("alice", id, true), http.StatusConflict, "no_pending_question")
+
+	r = f.do("GET", "/v1/sessions/"+id, "alice", nil)
+	if m := r.json(t); m["state"] != "open" || m["turns"] != 4.0 {
+		t.Fatalf("after four turns: %s", r.body)
+	}
+
+	// Close: the session's tool sessions fire, the transcript stays.
+	r = f.do("DELETE", "/v1/sessions/"+id, "alice", nil)
+	want(t, r, http.StatusNoContent, "")
+	if open, opened, closed := f.ws.stats(); open != 0 || opened != closed {
+		t.Fatalf("after close: %d open, %d opened, %d closed", open, opened, closed)
+	}
+	r = f.do("GET", "/v1/sessions/"+id, "alice", nil)
+	if m := r.json(t); m["state"] != "closed" {
+		t.Fatalf("closed session: %s", r.body)
+	}
+	r = f.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil)
+	want(t, r, 200, "")
+	var tr struct {
+		Messages []struct {
+			Role, Content string
+		}
+	}
+	if err := json.Unmarshal(r.body, &tr); err != nil || len(tr.Messages) < 8 || tr.Messages[0].Content != "hello" {
+		t.Fatalf("transcript after close: %v %s", err, r.body)
+	}
+	want(t, f.say("alice", id, "more"), http.StatusConflict, "session_closed")
+	want(t, f.do("DELETE", "/v1/sessions/"+id, "alice", nil), http.StatusNoContent, "")
+
+	r = f.do("GET", "/v1/sessions/"+id+"/turns", "alice", nil)
+	var log struct{ Turns []host.Turn }
+	if err := json.Unmarshal(r.body, &log); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, tu := range log.Turns {
+		outcomes = append(outcomes, tu.Kind+":"+tu.Outcome)
+	}
+	got := strings.Join(outcomes, " ")
+	if got != "message:answered message:answered message:answered message:paused decision:answered close:closed" {
+		t.Fatalf("turn log: %s", got)
+	}
+
+	r = f.do("GET", "/v1/sessions", "alice", nil)
+	if !strings.Contains(string(r.body), id) {
+		t.Fatalf("the owner's list lacks the session: %s", r.body)
+	}
+	if n := len(f.rec.ofType(event.TypeHostSessionOpened)); n != 1 {
+		t.Fatalf("%d session_opened events", n)
+	}
+	closedEv := f.rec.ofType(event.TypeHostSessionClosed)
+	if len(closedEv) != 1 || closedEv[0].Meta.SessionID != id || closedEv[0].Meta.Principal != "alice" ||
+		closedEv[0].Payload.(*event.HostSession).ToolSessionsClosed != 1 {
+		t.Fatalf("session_closed events: %+v", closedEv)
+	}
+}
+
+// Two principals — and one principal name in two tenants — cannot see or
+// touch each other's sessions or sandboxes, and trying changes nothing.
+func TestPrincipalsAreIsolated(t *testing.T) {
+	f := newFixture(t, config{})
+	a := f.open("alice")
+	want(t, f.say("alice", a, `call files {"op":"write","name":"secret.txt","text":"alice's secret"}`), 200, "")
+	want(t, f.say("alice", a, `call deploy {"target":"prod"}`), http.StatusAccepted, "")
+
+	for _, who := range []string{"bob", "carol"} {
+		for _, probe := range []struct{ method, path string }{
+			{"GET", ""}, {"GET", "/messages"}, {"GET", "/turns"}, {"DELETE", ""},
+		} {
+			r := f.do(probe.method, "/v1/sessions/"+a+probe.path, who, nil)
+			want(t, r, http.StatusNotFound, "not_found")
+		}
+		want(t, f.say(who, a, "hi"), http.StatusNotFound, "not_found")
+		want(t, f.decide(who, a, true), http.StatusNotFound, "not_found")
+		r := f.do("GET", "/v1/sessions", who, nil)
+		if strings.Contains(string(r.body), a) {
+			t.Fatalf("%s's list shows alice's session: %s", who, r.body)
+		}
+		// Their own session with a file of the same name sees nothing of alice's.
+		b := f.open(who)
+		r = f.say(who, b, `call files {"op":"read","name":"secret.txt"}`)
+		if m := r.json(t); m["output"] != "tool said: no such file" {
+			t.Fatalf("%s read alice's sandbox: %s", who, r.body)
+		}
+	}
+	// No body field or header names an owner.
+	b := f.open("bob")
+	r := f.do("POST", "/v1/sessions/"+a+"/turns", "bob", `{"message":"hi","tenant":"acme","principal":"alice"}`)
+	want(t, r, http.StatusBadRequest, "unknown_field")
+	r = f.do("GET", "/v1/sessions/"+a, "bob", nil, "X-Tenant", "acme", "X-Principal", "alice", "X-Agentry-Principal", "alice")
+	want(t, r, http.StatusNotFound, "not_found")
+	_ = b
+
+	// Alice's session is untouched: still paused, her file still there.
+	r = f.do("GET", "/v1/sessions/"+a, "alice", nil)
+	if m := r.json(t); m["state"] != "paused" {
+		t.Fatalf("alice's session changed: %s", r.body)
+	}
+	want(t, f.decide("alice", a, true), 200, "")
+	r = f.say("alice", a, `call files {"op":"read","name":"secret.txt"}`)
+	if m := r.json(t); m["output"] != "tool said: alice's secret" {
+		t.Fatalf("alice lost her file: %s", r.body)
+	}
+}
+
+// A streamed turn: the events in the order the engine emitted them, all of
+// this session, ending with the result.
+func TestStreamedTurn(t *testing.T) {
+	for _, real := range []bool{false, true} {
+		f := newFixture(t, config{real: real})
+		id := f.open("alice")
+		evs := f.stream("alice", "/v1/sessions/"+id+"/turns", `{"message":"call files {\"op\":\"write\",\"name\":\"x\",\"text\":\"y\"}"}`)
+		checkStream(t, evs, id)
+		last := evs[len(evs)-1]
+		var res struct{ Output, RunID string }
+		if err := json.Unmarshal(last.data, &res); err != nil || res.Output != "tool said: wrote x" || res.RunID == "" {
+			t.Fatalf("result: %v %s", err, last.data)
+		}
+		var types []string
+		for _, e := range evs[:len(evs)-1] {
+			types = append(types, e.name)
+		}
+		joined := strings.Join(types, " ")
+		for _, w := range []string{"agentry.agent.turn_start", "agentry.tool.start", "agentry.tools.session_started", "agentry.tool.end", "agentry.agent.turn_end"} {
+			if !strings.Contains(joined, w) {
+				t.Fatalf("the stream lacks %s: %s", w, joined)
+			}
+		}
+		if types[0] != "agentry.agent.turn_start" || types[len(types)-1] != "agentry.agent.turn_end" {
+			t.Fatalf("the stream does not run turn_start … turn_end: %s", joined)
+		}
+
+		// A paused turn streams its pause and ends with the question; the
+		// decision streams too.
+		evs = f.stream("alice", "/v1/sessions/"+id+"/turns", `{"message":"call deploy {\"target\":\"eu\"}"}`)
+		checkStream(t, evs, id)
+		if !strings.Contains(string(evs[len(evs)-1].data), `"awaiting"`) {
+			t.Fatalf("paused stream result: %s", evs[len(evs)-1].data)
+		}
+		evs = f.stream("alice", "/v1/sessions/"+id+"/decision", `{"approve":false,"note":"not today"}`)
+		checkStream(t, evs, id)
+		if !strings.Contains(string(evs[len(evs)-1].data), "declined") {
+			t.Fatalf("declined stream result: %s", evs[len(evs)-1].data)
+		}
+		// An error after streaming began ends with an error result.
+		evs = f.stream("alice", "/v1/sessions/"+id+"/turns", `{"message":"fail"}`)
+		if last := evs[len(evs)-1]; last.name != host.ResultEvent || !strings.Contains(string(last.data), `"turn_failed"`) {
+			t.Fatalf("failed stream result: %s %s", last.name, last.data)
+		}
+		f.shutdown()
+	}
+}
+
+func (f *fixture) stream(who, path, body string) []sseEvent {
+	f.t.Helper()
+	req, _ := http.NewRequest("POST", f.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+f.tokens[who])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		f.t.Fatalf("stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	return readSSE(f.t, res.Body)
+}
+
+func checkStream(t *testing.T, evs []sseEvent, id string) {
+	t.Helper()
+	if len(evs) < 3 {
+		t.Fatalf("%d events", len(evs))
+	}
+	var prev uint64
+	for i, e := range evs {
+		if i == len(evs)-1 {
+			if e.name != host.ResultEvent {
+				t.Fatalf("the stream ends with %q, not the result", e.name)
+			}
+			break
+		}
+		if e.name == host.ResultEvent {
+			t.Fatalf("a result before the end, at %d", i)
+		}
+		var ev struct {
+			Type string
+			Meta event.Meta
+		}
+		if err := json.Unmarshal(e.data, &ev); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if ev.Type != e.name || ev.Meta.SessionID != id {
+			t.Fatalf("event %d: type %q named %q, session %q", i, ev.Type, e.name, ev.Meta.SessionID)
+		}
+		if ev.Meta.Seq <= prev {
+			t.Fatalf("event %d (seq %d) after seq %d: out of order", i, ev.Meta.Seq, prev)
+		}
+		prev = ev.Meta.Seq
+	}
+}
+
+// Bad input gets its documented status and code, and changes nothing.
+func TestBadInput(t *testing.T) {
+	f := newFixture(t, config{})
+	id := f.open("alice")
+	want(t, f.say("alice", id, "hello"), 200, "")
+	before := f.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).body
+
+	huge := `{"message":"` + strings.Repeat("x", host.DefaultMaxBodyBytes) + `"}`
+	turns := "/v1/sessions/" + id + "/turns"
+	cases := []struct {
+		name, method, path, who, body string
+		hdr                           []string
+		status                        int
+		code, field                   string
+	}{
+		{"not json", "POST", turns, "alice", `{"message":`, nil, 400, "invalid_json", ""},
+		{"not an object", "POST", turns, "alice", `["hello"]`, nil, 400, "invalid_json", ""},
+		{"wrong type", "POST", turns, "alice", `{"message":5}`, nil, 400, "invalid_json", "message"},
+		{"missing field", "POST", turns, "alice", `{}`, nil, 400, "missing_field", "message"},
+		{"empty message", "POST", turns, "alice", `{"message":"  "}`, nil, 400, "invalid_field", "message"},
+		{"unknown field", "POST", turns, "alice", `{"message":"hi","mesage":"x"}`, nil, 400, "unknown_field", "mesage"},
+		{"two objects", "POST", turns, "alice", `{"message":"hi"}{"message":"again"}`, nil, 400, "invalid_json", ""},
+		{"empty body", "POST", turns, "alice", ``, nil, 400, "invalid_json", ""},
+		{"decision type", "POST", "/v1/sessions/" + id + "/decision", "alice", `{"approve":"yes"}`, nil, 400, "invalid_json", "approve"},
+		{"huge body", "POST", turns, "alice", huge, nil, 413, "body_too_large", ""},
+		{"media type", "POST", turns, "alice", `message=hi`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported_media_type", ""},
+		{"wrong method", "PUT", "/v1/sessions/" + id, "alice", ``, nil, 405, "method_not_allowed", ""},
+		{"wrong method decision", "GET", "/v1/sessions/" + id + "/decision", "alice", ``, nil, 405, "method_not_allowed", ""},
+		{"wrong method health", "POST", "/healthz", "", ``, nil, 405, "method_not_allowed", ""},
+		{"unknown session", "POST", "/v1/sessions/ses_00000000000000000000000000000000/turns", "alice", `{"message":"hi"}`, nil, 404, "not_found", ""},
+		{"malformed session id", "GET", "/v1/sessions/..%2F..%2Fetc", "alice", ``, nil, 404, "not_found", ""},
+		{"unknown path", "GET", "/v1/nothing", "alice", ``, nil, 404, "not_found", ""},
+		{"no token", "POST", turns, "", `{"message":"hi"}`, nil, 401, "unauthenticated", ""},
+		{"forged token", "POST", turns, host.TokenPrefix + "forged", `{"message":"hi"}`, nil, 401, "invalid_token", ""},
+		{"basic auth", "GET", "/v1/sessions", "", ``, []string{"Authorization", "Basic YWxpY2U6c2VjcmV0"}, 401, "invalid_token", ""},
+		{"token of another header", "GET", "/v1/sessions", "", ``, []string{"X-Api-Key", f.tokens["alice"]}, 401, "unauthenticated", ""},
+		{"no token wrong method", "PUT", "/v1/sessions/" + id, "", ``, nil, 401, "unauthenticated", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var body any
+			if c.body != "" {
+				body = c.body
+			}
+			r := f.do(c.method, c.path, c.who, body, c.hdr...)
+			want(t, r, c.status, c.code)
+			e := r.json(t)["error"].(map[string]any)
+			if c.field != "" && e["field"] != c.field {
+				t.Fatalf("field %v, want %q: %s", e["field"], c.field, r.body)
+			}
+			msg, _ := e["message"].(string)
+			if msg == "" || strings.Contains(msg, "goroutine") || strings.Contains(msg, ".go:") {
+				t.Fatalf("the message is empty or a stack trace: %q", msg)
+			}
+			if c.status == 401 && r.header.Get("WWW-Authenticate") == "" {
+				t.Fatal("a 401 without WWW-Authenticate")
+			}
+			if c.status == 405 && r.header.Get("Allow") == "" {
+				t.Fatal("a 405 without Allow")
+			}
+			if strings.Contains(string(r.body), f.tokens["alice"]) {
+				t.Fatal("an error echoes the token")
+			}
+		})
+	}
+	after := f.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).body
+	if string(before) != string(after) {
+		t.Fatalf("bad input changed the transcript:\n%s\n%s", before, after)
+	}
+	r := f.do("GET", "/v1/sessions/"+id, "alice", nil)
+	if m := r.json(t); m["turns"] != 1.0 || m["state"] != "open" {
+		t.Fatalf("bad input changed the session: %s", r.body)
+	}
+	want(t, f.say("alice", id, "still here"), 200, "")
+}
+
+// One turn at a time per session: a second is 409, and so is a close.
+func TestOneTurnAtATime(t *testing.T) {
+	f := newFixture(t, config{})
+	id := f.open("alice")
+	var wg sync.WaitGroup
+	var first resp
+	wg.Go(func() { first = f.say("alice", id, "call gate") })
+	<-f.gate.entered
+	want(t, f.say("alice", id, "hello"), http.StatusConflict, "session_busy")
+	want(t, f.do("DELETE", "/v1/sessions/"+id, "alice", nil), http.StatusConflict, "session_busy")
+	// Another session of the same principal is not held up.
+	other := f.open("alice")
+	want(t, f.say("alice", other, "hello"), 200, "")
+	close(f.gate.release)
+	wg.Wait()
+	want(t, first, 200, "")
+	want(t, f.say("alice", id, "hello"), 200, "")
+}
+
+// Admission bounds answer 429 with Retry-After, and emit an event.
+func TestAdmissionBounds(t *testing.T) {
+	f := newFixture(t, config{opt: host.Options{MaxTurnsPerPrincipal: 1, MaxOpenSessions: 2}})
+	a1, a2 := f.open("alice"), f.open("alice")
+	r := f.do("POST", "/v1/sessions", "alice", nil)
+	want(t, r, http.StatusTooManyRequests, "too_many_sessions")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	f.open("bob") // bob has his own bound
+
+	var wg sync.WaitGroup
+	wg.Go(func() { want(t, f.say("alice", a1, "call gate"), 200, "") })
+	<-f.gate.entered
+	r = f.say("alice", a2, "hello")
+	want(t, r, http.StatusTooManyRequests, "too_many_turns")
+	if r.header.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	b := f.open("bob")
+	want(t, f.say("bob", b, "hello"), 200, "") // bob's turns are his own
+	close(f.gate.release)
+	wg.Wait()
+	want(t, f.say("alice", a2, "hello"), 200, "")
+
+	want(t, f.do("DELETE", "/v1/sessions/"+a1, "alice", nil), 204, "")
+	f.open("alice") // closing one makes room
+	refused := f.rec.ofType(event.TypeHostAdmissionRefused)
+	if len(refused) != 2 || refused[0].Meta.Principal != "alice" {
+		t.Fatalf("admission events: %+v", refused)
+	}
+}
+
+// A global bound on turns holds across principals.
+func TestAdmissionGlobalBound(t *testing.T) {
+	f := newFixture(t, config{opt: host.Options{MaxTurns: 1}})
+	a, b := f.open("alice"), f.open("bob")
+	var wg sync.WaitGroup
+	wg.Go(func() { want(t, f.say("alice", a, "call gate"), 200, "") })
+	<-f.gate.entered
+	want(t, f.say("bob", b, "hello"), http.StatusTooManyRequests, "too_many_turns")
+	close(f.gate.release)
+	wg.Wait()
+}
+
+// Idle conversations leave memory: their tool sessions close with reason
+// evicted, a pending pause is abandoned, the transcript stays and the
+// conversation goes on.
+func TestIdleEviction(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)}
+	f := newFixture(t, config{opt: host.Options{IdleEvict: time.Minute, Now: clock.Now}})
+	a := f.open("alice")
+	want(t, f.say("alice", a, `call files {"op":"write","name":"n","text":"v"}`), 200, "")
+	p := f.open("alice")
+	want(t, f.say("alice", p, `call migrate {}`), http.StatusAccepted, "")
+	if open, _, _ := f.ws.stats(); open != 2 {
+		t.Fatalf("%d workspaces open before eviction", open)
+	}
+	clock.Advance(30 * time.Second)
+	if n := f.h.EvictIdle(context.Background()); n != 0 {
+		t.Fatalf("evicted %d before the bound", n)
+	}
+	clock.Advance(31 * time.Second)
+	if n := f.h.EvictIdle(context.Background()); n != 2 {
+		t.Fatalf("evicted %d, want 2", n)
+	}
+	if err := f.a.SettleToolSessions(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if open, opened, closed := f.ws.stats(); open != 0 || opened != closed {
+		t.Fatalf("after eviction: %d open, %d opened, %d closed", open, opened, closed)
+	}
+	var reasons []string
+	for _, e := range f.rec.ofType(event.TypeSessionClosed) {
+		reasons = append(reasons, e.Payload.(*event.ToolSessionClosed).Reason)
+	}
+	if !strings.Contains(strings.Join(reasons, " "), "evicted") {
+		t.Fatalf("close reasons %v lack evicted", reasons)
+	}
+	if ev := f.rec.ofType(event.TypeHostSessionEvicted); len(ev) != 2 {
+		t.Fatalf("%d session_evicted events", len(ev))
+	}
+
+	// The conversation goes on from the store; the sandbox is new.
+	r := f.say("alice", a, `call files {"op":"read","name":"n"}`)
+	if m := r.json(t); m["output"] != "tool said: no such file" {
+		t.Fatalf("after eviction: %s", r.body)
+	}
+	r = f.do("GET", "/v1/sessions/"+a+"/messages", "alice", nil)
+	if !strings.Contains(string(r.body), `"op":"write"`) {
+		t.Fatalf("the transcript was lost: %s", r.body)
+	}
+	// The abandoned pause is recorded, and a decision finds nothing pending.
+	want(t, f.decide("alice", p, true), http.StatusConflict, "no_pending_question")
+	r = f.do("GET", "/v1/sessions/"+p+"/turns", "alice", nil)
+	if !strings.Contains(string(r.body), `"outcome":"abandoned"`) {
+		t.Fatalf("turn log: %s", r.body)
+	}
+	want(t, f.say("alice", p, "hello"), 200, "")
+}
+
+// The background sweep evicts without being called.
+func TestEvictionSweepRuns(t *testing.T) {
+	f := newFixture(t, config{opt: host.Options{IdleEvict: time.Nanosecond, EvictEvery: time.Millisecond}})
+	a := f.open("alice")
+	want(t, f.say("alice", a, `call files {"op":"write","name":"n","text":"v"}`), 200, "")
+	f.rec.waitFor(t, event.TypeSessionClosed, func(e event.Event) bool {
+		return e.Payload.(*event.ToolSessionClosed).Reason == "evicted"
+	}, 10*time.Second)
+	if open, _, _ := f.ws.stats(); open != 0 {
+		t.Fatalf("%d workspaces open after the sweep", open)
+	}
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
