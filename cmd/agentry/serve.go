@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/tool"
+)
+
+func init() { commands = append(commands, newServeCmd) }
+
+// serveOptions are the flags of `agentry serve`. Every one has an offline
+// default.
+type serveOptions struct {
+	addr, tokens, store, events, model, runner string
+	drain, teardown, idleEvict                 time.Duration
+	maxTurns, maxTurnsPerPrincipal, maxOpen    int
+}
+
+func newServeCmd() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve an agent over HTTP to many people, each in their own sessions",
+		Long: `Serve an agent over HTTP: conversations owned by whoever a bearer token
+proves, turns answered in JSON or streamed as server-sent events, check-ins
+answered with a decision, conversations kept in a store that outlives the
+process. See docs/host.md for the API.
+
+With no --tokens file, serve makes one token, prints it once, and listens on
+loopback only. SIGTERM or SIGINT drains: new requests get 503, turns in flight
+finish (within --drain), every tool session closes, the events file is
+flushed. A second signal exits at once.`,
+		Example: `  agentry serve
+  agentry token --tenant acme --principal alice --tokens tokens.txt
+  agentry serve --addr 0.0.0.0:8080 --tokens tokens.txt --store postgres://agentry@db/agentry`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sig := make(chan os.Signal, 2)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sig)
+			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), sig, func() { os.Exit(130) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "where to listen (host:port)")
+	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
+	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
+	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
+	f.StringVar(&o.model, "model", "scripted", "the model: scripted (offline: runs the code in each message)")
+	f.StringVar(&o.runner, "runner", "", "where model-written code runs: process, interpreter or jail (default: the interpreter, jailed when bubblewrap can)")
+	f.DurationVar(&o.drain, "drain", 30*time.Second, "how long a shutdown lets turns in flight finish before cutting them")
+	f.DurationVar(&o.teardown, "teardown", agent.DefaultTeardownTimeout, "bound on each tool-session cleanup")
+	f.DurationVar(&o.idleEvict, "idle-evict", host.DefaultIdleEvict, "evict conversations idle this long from memory (their tool sessions close)")
+	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
+	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
+	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
+	return cmd
+}
+
+// loopback reports whether addr's host can only be reached from this
+// machine.
+func loopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// runServe serves until a signal arrives on sig, then drains. A second
+// signal calls forceExit.
+func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig <-chan os.Signal, forceExit func()) error {
+	if _, _, err := net.SplitHostPort(o.addr); err != nil {
+		return usageError("--addr %q is not host:port (for example 127.0.0.1:8080)", o.addr)
+	}
+	if o.drain <= 0 || o.teardown <= 0 {
+		return usageError("--drain and --teardown must be positive durations (for example 30s)")
+	}
+
+	var auth host.Authenticator
+	var generated string
+	if o.tokens == "" {
+		if !loopback(o.addr) {
+			return usageError("refusing to listen on %s without a tokens file: anyone who reaches it would act as the one generated token's owner; "+
+				"pass --tokens FILE (agentry token --tenant T --principal P --tokens FILE adds a line), or listen on 127.0.0.1", o.addr)
+		}
+		tok, line, err := host.GenerateToken(host.Owner{Tenant: "local", Principal: "local"})
+		if err != nil {
+			return failure(err)
+		}
+		t, err := host.ParseTokens(strings.NewReader(line))
+		if err != nil {
+			return failure(err)
+		}
+		auth, generated = t, tok
+	} else {
+		t, err := host.LoadTokens(o.tokens)
+		if err != nil {
+			return usageError("--tokens: %v", err)
+		}
+		if t.Len() == 0 {
+			return usageError("--tokens %s admits nobody; add a line with agentry token --tenant T --principal P --tokens %s", o.tokens, o.tokens)
+		}
+		auth = t
+	}
+
+	deps, err := buildServeDeps(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	router := host.NewRouter()
+	a, err := agent.New(agent.Options{
+		ID:              "agentry-serve",
+		Model:           deps.model,
+		Tools:           deps.tools,
+		Sinks:           deps.sinks,
+		Routes:          []agent.Route{router.Route()},
+		TeardownTimeout: o.teardown,
+	})
+	if err != nil {
+		deps.close()
+		return failure(err)
+	}
+	st, err := host.OpenStore(ctx, o.store)
+	if err != nil {
+		_ = a.Shutdown(context.Background())
+		return failure(err)
+	}
+	h, err := host.New(host.Options{
+		Engine: a, Store: st, Auth: auth, Router: router,
+		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
+		IdleEvict: o.idleEvict,
+	})
+	if err != nil {
+		_ = a.Shutdown(context.Background())
+		_ = st.Close()
+		return usageError("%v", err)
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		_ = h.Shutdown(context.Background())
+		return failure(fmt.Errorf("listening on %s: %w", o.addr, err))
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "agentry serve: listening on %s (store %s", url, describeStore(o.store))
+	if o.events != "" {
+		fmt.Fprintf(stdout, ", events %s", o.events)
+	}
+	fmt.Fprintln(stdout, ")")
+	if generated != "" {
+		fmt.Fprintf(stdout, "agentry serve: no --tokens file, so this one token admits tenant \"local\", principal \"local\"; it is shown once and kept nowhere:\n\n    %s\n\n", generated)
+		fmt.Fprintf(stdout, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/sessions\n", generated, url)
+	}
+
+	select {
+	case err := <-served:
+		_ = h.Shutdown(context.Background())
+		return failure(fmt.Errorf("serving: %w", err))
+	case s := <-sig:
+		fmt.Fprintf(stderr, "agentry serve: %v: draining for up to %s (signal again to exit at once)\n", s, o.drain)
+	}
+	stopForce := make(chan struct{})
+	defer close(stopForce)
+	go func() {
+		select {
+		case s := <-sig:
+			fmt.Fprintf(stderr, "agentry serve: %v again: exiting now, without draining\n", s)
+			forceExit()
+		case <-stopForce:
+		}
+	}()
+
+	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
+	defer cancel()
+	shutErr := h.Shutdown(dctx)
+	sctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		shutErr = errors.Join(shutErr, err)
+	}
+	deps.close()
+	if shutErr != nil {
+		return failure(shutErr)
+	}
+	fmt.Fprintln(stderr, "agentry serve: stopped; every tool session is closed")
+	return nil
+}
+
+func describeStore(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return "postgres"
+	}
+	return dsn
+}
+
+// serveDeps are what the agent is built from.
+type serveDeps struct {
+	model llm.Model
+	tools []tool.Tool
+	sinks []event.Sink // the agent flushes and closes them at Shutdown
+	// close releases what building them opened, once the agent is done.
+	close func()
+}

@@ -1,0 +1,105 @@
+package host_test
+
+import (
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentry-dev/agentry/host"
+)
+
+func TestTokensFile(t *testing.T) {
+	tok, line, err := host.GenerateToken(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tok, host.TokenPrefix) || len(tok) < 40 {
+		t.Fatalf("token %q", tok)
+	}
+	if strings.Contains(line, tok) || strings.Contains(line, tok[len(host.TokenPrefix):]) {
+		t.Fatal("the tokens file line holds the token itself")
+	}
+	tok2, line2, _ := host.GenerateToken(bob)
+	if tok2 == tok {
+		t.Fatal("two tokens alike")
+	}
+	path := filepath.Join(t.TempDir(), "tokens.txt")
+	file := "# who may call\n\n" + line + "\n  " + line2 + "  \n"
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := host.LoadTokens(path)
+	if err != nil || auth.Len() != 2 {
+		t.Fatalf("load: %d %v", auth.Len(), err)
+	}
+	for _, c := range []struct {
+		header string
+		want   host.Owner
+		err    error
+	}{
+		{"Bearer " + tok, alice, nil},
+		{"bearer " + tok2, bob, nil},
+		{"BEARER  " + tok, alice, nil},
+		{"", host.Owner{}, host.ErrNoCredentials},
+		{"Bearer", host.Owner{}, host.ErrBadCredentials},
+		{"Bearer ", host.Owner{}, host.ErrBadCredentials},
+		{"Bearer " + tok + "x", host.Owner{}, host.ErrBadCredentials},
+		{"Bearer " + tok[:len(tok)-1], host.Owner{}, host.ErrBadCredentials},
+		{"Bearer " + tok + " " + tok2, host.Owner{}, host.ErrBadCredentials},
+		{"Basic " + tok, host.Owner{}, host.ErrBadCredentials},
+		{tok, host.Owner{}, host.ErrBadCredentials},
+		{"Bearer " + strings.TrimPrefix(line, "sha256:")[:64], host.Owner{}, host.ErrBadCredentials}, // the digest is not the token
+	} {
+		r := httptest.NewRequest("GET", "/v1/sessions", nil)
+		if c.header != "" {
+			r.Header.Set("Authorization", c.header)
+		}
+		o, err := auth.Authenticate(r)
+		if !errors.Is(err, c.err) || o != c.want {
+			t.Errorf("%q: %+v, %v", c.header, o, err)
+		}
+		if err != nil && strings.Contains(err.Error(), tok) {
+			t.Errorf("an error holds the token")
+		}
+	}
+	// Two Authorization headers: refused, whatever they hold.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Add("Authorization", "Bearer "+tok)
+	r.Header.Add("Authorization", "Bearer "+tok2)
+	if _, err := auth.Authenticate(r); !errors.Is(err, host.ErrBadCredentials) {
+		t.Fatalf("two headers: %v", err)
+	}
+}
+
+func TestTokensFileRefusals(t *testing.T) {
+	_, line, _ := host.GenerateToken(alice)
+	digest := strings.Fields(line)[0]
+	for _, c := range []struct{ name, file, want string }{
+		{"plain token", host.TokenPrefix + "abc acme alice\n", "first field must be sha256"},
+		{"short digest", "sha256:abcd acme alice\n", "64 hex digits"},
+		{"not hex", "sha256:" + strings.Repeat("z", 64) + " acme alice\n", "not hex"},
+		{"two fields", digest + " acme\n", "found 2 fields"},
+		{"four fields", digest + " acme alice extra\n", "found 4 fields"},
+		{"duplicate", line + "\n" + line + "\n", "listed twice"},
+		{"control char", digest + " ac\x01me alice\n", "printable"},
+		{"long name", digest + " " + strings.Repeat("a", 129) + " alice\n", "1 to 128"},
+		{"long line", strings.Repeat("#", 5000) + "\n", "too long"},
+	} {
+		_, err := host.ParseTokens(strings.NewReader(c.file))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+		if err != nil && !strings.Contains(err.Error(), "line") {
+			t.Errorf("%s: the error does not say which line: %v", c.name, err)
+		}
+	}
+	if _, _, err := host.GenerateToken(host.Owner{Tenant: "a b", Principal: "c"}); err == nil {
+		t.Fatal("a tenant with a space")
+	}
+	if _, err := host.LoadTokens(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("a missing file")
+	}
+}

@@ -1,0 +1,150 @@
+package host_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/agentry-dev/agentry/host"
+)
+
+// apiErr is what every decoder error must be: a coded client error.
+func checkDecodeError(t *testing.T, err error) {
+	t.Helper()
+	b, mErr := json.Marshal(err)
+	if mErr != nil {
+		t.Fatalf("the error does not encode: %v", mErr)
+	}
+	var e struct {
+		Code, Message, Field string
+	}
+	if jErr := json.Unmarshal(b, &e); jErr != nil || e.Code == "" || e.Message == "" {
+		t.Fatalf("the error is not a coded API error: %s (%v)", b, err)
+	}
+	switch e.Code {
+	case "invalid_json", "missing_field", "invalid_field", "unknown_field":
+	default:
+		t.Fatalf("unexpected code %q", e.Code)
+	}
+	if !utf8.ValidString(e.Message) || !utf8.ValidString(e.Field) {
+		t.Fatalf("not UTF-8: %q %q", e.Message, e.Field)
+	}
+}
+
+func FuzzDecodeTurn(f *testing.F) {
+	for _, s := range []string{`{"message":"hi"}`, `{"message":""}`, `{}`, `{"message":5}`, `{"message":"a","x":1}`,
+		`{"message":"a"} {}`, `[]`, ``, `{"message":"\u0000"}`, `{"message":null}`, "{\"message\":\"\xff\"}", `{"MESSAGE":"hi"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := host.DecodeTurn(body)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		if strings.TrimSpace(req.Message) == "" {
+			t.Fatal("accepted an empty message")
+		}
+		// What was accepted is exactly one JSON object with a string message.
+		var back map[string]any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&back); err != nil {
+			t.Fatalf("accepted a body encoding/json refuses: %v", err)
+		}
+		if _, ok := back["message"].(string); !ok && len(back) > 0 {
+			// keys may differ in case: encoding/json matches case-insensitively
+			found := false
+			for k, v := range back {
+				if strings.EqualFold(k, "message") {
+					_, found = v.(string)
+				}
+			}
+			if !found {
+				t.Fatalf("accepted %q without a string message", body)
+			}
+		}
+	})
+}
+
+func FuzzDecodeDecision(f *testing.F) {
+	for _, s := range []string{`{"approve":true}`, `{"approve":false,"note":"no"}`, `{"approve":"yes"}`, `{"note":"x"}`, `{"approve":null}`,
+		`{"approve":true,"approve":false}`, `{"approve":1}`, `nul`, `{"approve":true}garbage`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		d, err := host.DecodeDecision(body)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		var back struct {
+			Approve *bool
+			Note    *string
+		}
+		if err := json.Unmarshal(body, &back); err != nil || back.Approve == nil || *back.Approve != d.Approve {
+			t.Fatalf("accepted %q as %+v", body, d)
+		}
+	})
+}
+
+func FuzzDecodeCreate(f *testing.F) {
+	for _, s := range []string{``, `{}`, ` {} `, `{"x":1}`, `[]`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if err := host.DecodeCreate(body); err != nil {
+			checkDecodeError(t, err)
+		}
+	})
+}
+
+func FuzzParseTokens(f *testing.F) {
+	_, line, _ := host.GenerateToken(alice)
+	for _, s := range []string{line, "# c\n" + line, "sha256:zz a b", "", "\n\n", line + "\n" + line, "sha256: a b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, file string) {
+		auth, err := host.ParseTokens(strings.NewReader(file))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "host: ") {
+				t.Fatalf("unprefixed error %v", err)
+			}
+			return
+		}
+		// Whatever it accepted, no token is the digest line itself, and an
+		// unknown token is refused.
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Bearer not-a-known-token")
+		if _, err := auth.Authenticate(r); !errors.Is(err, host.ErrBadCredentials) {
+			t.Fatalf("an unknown token: %v", err)
+		}
+	})
+}
+
+func FuzzAuthorizationHeader(f *testing.F) {
+	tok, line, _ := host.GenerateToken(alice)
+	auth, err := host.ParseTokens(strings.NewReader(line))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{"Bearer " + tok, "Bearer", "bearer  x", "Basic x", "", "Bearer \x00", "Bearer " + tok + "\t"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header["Authorization"] = []string{h}
+		o, err := auth.Authenticate(r)
+		if err == nil {
+			if o != alice {
+				t.Fatalf("%q proved %+v", h, o)
+			}
+			if !strings.Contains(h, tok) {
+				t.Fatalf("%q proved alice without her token", h)
+			}
+		}
+	})
+}
