@@ -254,7 +254,7 @@ func (h *Host) handleGet(w http.ResponseWriter, r *http.Request, o Owner) {
 		writeError(w, notFound())
 		return
 	}
-	c, err := h.store.Load(r.Context(), o, id)
+	c, err := h.store.Info(r.Context(), o, id)
 	if err != nil {
 		writeError(w, h.storeError(err))
 		return

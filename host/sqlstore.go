@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
 
 	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/llm"
 )
 
 // OpenStore opens the conversation store a DSN names:
@@ -52,7 +53,8 @@ var schema = []string{
 		principal        TEXT NOT NULL,
 		state            TEXT NOT NULL,
 		turns            INTEGER NOT NULL,
-		transcript       TEXT,
+		transcript_head  TEXT,
+		messages         BIGINT NOT NULL,
 		pending_question TEXT,
 		pending_tool     TEXT,
 		checkpoint       TEXT,
@@ -63,6 +65,12 @@ var schema = []string{
 	)`,
 	`CREATE INDEX IF NOT EXISTS agentry_conversations_owner
 		ON agentry_conversations (tenant, principal, state, updated_us)`,
+	`CREATE TABLE IF NOT EXISTS agentry_messages (
+		conversation_id TEXT NOT NULL REFERENCES agentry_conversations (id),
+		idx             BIGINT NOT NULL,
+		message         TEXT NOT NULL,
+		PRIMARY KEY (conversation_id, idx)
+	)`,
 	`CREATE TABLE IF NOT EXISTS agentry_turns (
 		conversation_id TEXT NOT NULL REFERENCES agentry_conversations (id),
 		seq             BIGINT NOT NULL,
@@ -85,6 +93,12 @@ type sqlStore struct {
 	read   *sql.DB // may be the same as write
 	rebind func(string) string
 	q      queries
+	stmt   struct{ save, head, insertTurn, insertMsg *sql.Stmt }
+
+	// SQLite only: saves go through one writer goroutine (group commit).
+	saves      chan *saveReq
+	stopped    chan struct{}
+	writerDone chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -92,6 +106,7 @@ type sqlStore struct {
 
 type queries struct {
 	create, load, loadCP, save, exists, insertTurn, list, listOpen, countOpen, turns string
+	messages, head, insertMsg                                                        string
 }
 
 func openSQLite(ctx context.Context, path string) (*sqlStore, error) {
@@ -133,6 +148,10 @@ func openSQLite(ctx context.Context, path string) (*sqlStore, error) {
 		_ = s.Close()
 		return nil, err
 	}
+	s.saves = make(chan *saveReq)
+	s.stopped = make(chan struct{})
+	s.writerDone = make(chan struct{})
+	go s.groupCommit()
 	return s, nil
 }
 
@@ -219,25 +238,38 @@ func (s *sqlStore) migrate(ctx context.Context, lock func(context.Context, *sql.
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("host: creating the %s store's tables: %w", s.kind, err)
 	}
-	const cols = `id, tenant, principal, state, turns, transcript, pending_question, pending_tool, last_run_id, created_us, updated_us, version`
+	const cols = `id, tenant, principal, state, turns, transcript_head, messages, pending_question, pending_tool, last_run_id, created_us, updated_us, version`
 	s.q = queries{
-		create: s.rebind(`INSERT INTO agentry_conversations (` + cols + `, checkpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`),
-		load:   s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
-		loadCP: s.rebind(`SELECT checkpoint FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
-		save: s.rebind(`UPDATE agentry_conversations SET state = ?, turns = ?, transcript = ?, pending_question = ?, pending_tool = ?,
-			checkpoint = ?, last_run_id = ?, updated_us = ?, version = ?
+		create:    s.rebind(`INSERT INTO agentry_conversations (` + cols + `, checkpoint) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, NULL)`),
+		messages:  s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? ORDER BY idx`),
+		head:      s.rebind(`SELECT version, messages FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		insertMsg: s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
+		load:      s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		loadCP:    s.rebind(`SELECT checkpoint FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		save: s.rebind(`UPDATE agentry_conversations SET state = ?, turns = ?, transcript_head = COALESCE(?, transcript_head), messages = ?,
+			pending_question = ?, pending_tool = ?, checkpoint = ?, last_run_id = ?, updated_us = ?, version = ?
 			WHERE id = ? AND tenant = ? AND principal = ? AND version = ?`),
 		exists: s.rebind(`SELECT 1 FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
 		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-		list: s.rebind(`SELECT id, tenant, principal, state, turns, NULL, pending_question, pending_tool, last_run_id, created_us, updated_us, version
+		list: s.rebind(`SELECT id, tenant, principal, state, turns, NULL, messages, pending_question, pending_tool, last_run_id, created_us, updated_us, version
 			FROM agentry_conversations WHERE tenant = ? AND principal = ? ORDER BY updated_us DESC, id LIMIT ?`),
-		listOpen: s.rebind(`SELECT id, tenant, principal, state, turns, NULL, pending_question, pending_tool, last_run_id, created_us, updated_us, version
+		listOpen: s.rebind(`SELECT id, tenant, principal, state, turns, NULL, messages, pending_question, pending_tool, last_run_id, created_us, updated_us, version
 			FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
 		countOpen: s.rebind(`SELECT COUNT(*) FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed'`),
 		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
 			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
+	}
+	for _, p := range []struct {
+		to **sql.Stmt
+		q  string
+	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg}} {
+		st, err := s.write.PrepareContext(ctx, p.q)
+		if err != nil {
+			return fmt.Errorf("host: preparing the %s store's statements: %w", s.kind, err)
+		}
+		*p.to = st
 	}
 	return nil
 }
@@ -246,13 +278,14 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
-
 func (s *sqlStore) Create(ctx context.Context, c Conversation) error {
 	if err := checkConversation(c); err != nil {
 		return err
 	}
-	tr, err := marshalTranscript(c.Transcript)
+	if c.Transcript != nil && len(c.Transcript.Messages) > 0 {
+		return errors.New("host: a conversation is created without messages; Save adds them")
+	}
+	head, err := transcriptHead(c.Transcript)
 	if err != nil {
 		return err
 	}
@@ -260,7 +293,7 @@ func (s *sqlStore) Create(ctx context.Context, c Conversation) error {
 	if c.Pending != nil {
 		pq, pt = sql.NullString{String: c.Pending.Question, Valid: true}, sql.NullString{String: c.Pending.Tool, Valid: true}
 	}
-	_, err = s.write.ExecContext(ctx, s.q.create, c.ID, c.Owner.Tenant, c.Owner.Principal, string(c.State), c.Turns, tr,
+	_, err = s.write.ExecContext(ctx, s.q.create, c.ID, c.Owner.Tenant, c.Owner.Principal, string(c.State), c.Turns, head,
 		pq, pt, c.LastRunID, micros(c.CreatedAt), micros(c.UpdatedAt), c.Version)
 	if err != nil {
 		if isUniqueViolation(err) {
@@ -310,11 +343,15 @@ func (e *StoreError) Error() string {
 
 func (e *StoreError) Unwrap() error { return e.Err }
 
-func marshalTranscript(c *agent.Conversation) (sql.NullString, error) {
+// transcriptHead is the transcript without its messages (version and
+// identity); the messages are rows of their own, appended as they come.
+func transcriptHead(c *agent.Conversation) (sql.NullString, error) {
 	if c == nil {
 		return sql.NullString{}, nil
 	}
-	b, err := json.Marshal(c)
+	h := *c
+	h.Messages = nil
+	b, err := json.Marshal(h)
 	if err != nil {
 		return sql.NullString{}, fmt.Errorf("host: encoding the transcript: %w", err)
 	}
@@ -323,16 +360,16 @@ func marshalTranscript(c *agent.Conversation) (sql.NullString, error) {
 
 type scanner interface{ Scan(...any) error }
 
-func scanConversation(row scanner) (Conversation, error) {
+// scanConversation reads a row; n is the number of stored messages.
+func scanConversation(row scanner) (c Conversation, n int64, err error) {
 	var (
-		c                 Conversation
 		state, lastRun    string
-		tr, pq, pt        sql.NullString
+		head, pq, pt      sql.NullString
 		created, updated  int64
 		tenant, principal string
 	)
-	if err := row.Scan(&c.ID, &tenant, &principal, &state, &c.Turns, &tr, &pq, &pt, &lastRun, &created, &updated, &c.Version); err != nil {
-		return Conversation{}, err
+	if err := row.Scan(&c.ID, &tenant, &principal, &state, &c.Turns, &head, &n, &pq, &pt, &lastRun, &created, &updated, &c.Version); err != nil {
+		return Conversation{}, 0, err
 	}
 	c.Owner = Owner{Tenant: tenant, Principal: principal}
 	c.State = State(state)
@@ -341,25 +378,69 @@ func scanConversation(row scanner) (Conversation, error) {
 	if pq.Valid {
 		c.Pending = &Pending{Question: pq.String, Tool: pt.String}
 	}
-	if tr.Valid {
+	if head.Valid {
 		var conv agent.Conversation
-		if err := json.Unmarshal([]byte(tr.String), &conv); err != nil {
-			return Conversation{}, fmt.Errorf("host: the stored transcript of %s is not JSON: %w", c.ID, err)
+		if err := json.Unmarshal([]byte(head.String), &conv); err != nil {
+			return Conversation{}, 0, fmt.Errorf("host: the stored transcript of %s is not JSON: %w", c.ID, err)
 		}
 		c.Transcript = &conv
 	}
-	return c, nil
+	return c, n, nil
 }
 
 func (s *sqlStore) Load(ctx context.Context, owner Owner, id string) (Conversation, error) {
-	c, err := scanConversation(s.read.QueryRowContext(ctx, s.q.load, id, owner.Tenant, owner.Principal))
+	c, n, err := s.info(ctx, owner, id)
+	if err != nil || n == 0 {
+		return c, err
+	}
+	rows, err := s.read.QueryContext(ctx, s.q.messages, id)
+	if err != nil {
+		return Conversation{}, s.fail("loading a transcript", err)
+	}
+	defer rows.Close()
+	msgs := make([]llm.Message, 0, n)
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return Conversation{}, s.fail("loading a transcript", err)
+		}
+		var m llm.Message
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return Conversation{}, fmt.Errorf("host: a stored message of %s is not JSON: %w", id, err)
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return Conversation{}, s.fail("loading a transcript", err)
+	}
+	if int64(len(msgs)) != n {
+		return Conversation{}, s.fail("loading a transcript", fmt.Errorf("%d messages stored, %d recorded", len(msgs), n))
+	}
+	if c.Transcript == nil {
+		c.Transcript = &agent.Conversation{Version: agent.ConversationVersion}
+	}
+	c.Transcript.Messages = msgs
+	return c, nil
+}
+
+// Info is Load without the transcript's messages.
+func (s *sqlStore) Info(ctx context.Context, owner Owner, id string) (Conversation, error) {
+	c, _, err := s.info(ctx, owner, id)
+	if c.Transcript != nil {
+		c.Transcript = nil
+	}
+	return c, err
+}
+
+func (s *sqlStore) info(ctx context.Context, owner Owner, id string) (Conversation, int64, error) {
+	c, n, err := scanConversation(s.read.QueryRowContext(ctx, s.q.load, id, owner.Tenant, owner.Principal))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Conversation{}, ErrNotFound
+		return Conversation{}, 0, ErrNotFound
 	}
 	if err != nil {
-		return Conversation{}, s.fail("loading a conversation", err)
+		return Conversation{}, 0, s.fail("loading a conversation", err)
 	}
-	return c, nil
+	return c, n, nil
 }
 
 func (s *sqlStore) LoadCheckpoint(ctx context.Context, owner Owner, id string) ([]byte, error) {
@@ -374,6 +455,20 @@ func (s *sqlStore) LoadCheckpoint(ctx context.Context, owner Owner, id string) (
 	return []byte(cp.String), nil
 }
 
+// saveReq is one Save, ready to write.
+type saveReq struct {
+	ctx              context.Context
+	c                Conversation
+	head, pq, pt, cp sql.NullString
+	turn             *Turn
+	done             chan saveRes // buffered: the writer never waits on it
+}
+
+type saveRes struct {
+	version int64
+	err     error
+}
+
 func (s *sqlStore) Save(ctx context.Context, u Update) (int64, error) {
 	c := u.Conversation
 	if err := checkConversation(c); err != nil {
@@ -382,50 +477,181 @@ func (s *sqlStore) Save(ctx context.Context, u Update) (int64, error) {
 	if (c.State == StatePaused) != (u.Checkpoint != nil) {
 		return 0, errors.New("host: a paused conversation is saved with its checkpoint, and only a paused one")
 	}
-	tr, err := marshalTranscript(c.Transcript)
+	head, err := transcriptHead(c.Transcript)
 	if err != nil {
 		return 0, err
 	}
-	var pq, pt, cp sql.NullString
+	r := &saveReq{ctx: ctx, c: c, head: head, turn: u.Turn}
 	if c.Pending != nil {
-		pq, pt = sql.NullString{String: c.Pending.Question, Valid: true}, sql.NullString{String: c.Pending.Tool, Valid: true}
+		r.pq, r.pt = sql.NullString{String: c.Pending.Question, Valid: true}, sql.NullString{String: c.Pending.Tool, Valid: true}
 	}
 	if u.Checkpoint != nil {
-		cp = sql.NullString{String: string(u.Checkpoint), Valid: true}
+		r.cp = sql.NullString{String: string(u.Checkpoint), Valid: true}
 	}
-	next := c.Version + 1
+	if s.saves == nil {
+		return s.saveAlone(ctx, r)
+	}
+	r.done = make(chan saveRes, 1)
+	select {
+	case s.saves <- r:
+	case <-s.stopped:
+		return 0, s.fail("saving a conversation", errors.New("the store is closed"))
+	case <-ctx.Done():
+		return 0, s.fail("saving a conversation", ctx.Err())
+	}
+	res := <-r.done
+	return res.version, res.err
+}
+
+// saveAlone writes one save in a transaction of its own.
+func (s *sqlStore) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, s.fail("saving a conversation", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	res, err := tx.ExecContext(ctx, s.q.save, string(c.State), c.Turns, tr, pq, pt, cp, c.LastRunID, micros(c.UpdatedAt), next,
-		c.ID, c.Owner.Tenant, c.Owner.Principal, c.Version)
+	v, err := s.saveIn(ctx, tx, r)
 	if err != nil {
-		return 0, s.fail("saving a conversation", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, s.fail("saving a conversation", err)
-	}
-	if n == 0 {
-		var one int
-		err := tx.QueryRowContext(ctx, s.q.exists,
-			c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, ErrNotFound
-		}
-		return 0, ErrConflict
-	}
-	if t := u.Turn; t != nil {
-		if _, err := tx.ExecContext(ctx, s.q.insertTurn, c.ID, next, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended)); err != nil {
-			return 0, s.fail("recording a turn", err)
-		}
+		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, s.fail("saving a conversation", err)
 	}
+	return v, nil
+}
+
+// saveIn writes r inside tx. ErrConflict and ErrNotFound leave tx usable
+// (nothing was written); any other error means tx must be rolled back.
+func (s *sqlStore) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, error) {
+	c := r.c
+	var version, stored int64
+	err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version, &stored)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, ErrNotFound
+	case err != nil:
+		return 0, s.fail("saving a conversation", err)
+	case version != c.Version:
+		return 0, ErrConflict
+	}
+	// The transcript only grows: the store appends the messages it lacks.
+	// A nil transcript leaves the stored one as it is.
+	count := stored
+	var msgs []llm.Message
+	if c.Transcript != nil {
+		msgs = c.Transcript.Messages
+		if int64(len(msgs)) < stored {
+			return 0, ErrConflict
+		}
+		count = int64(len(msgs))
+	}
+	// The version check in the UPDATE is what decides between concurrent
+	// writers (PostgreSQL re-checks it once the row lock is theirs); only
+	// then are messages appended, so a loser has written nothing.
+	next := c.Version + 1
+	res, err := tx.StmtContext(ctx, s.stmt.save).ExecContext(ctx, string(c.State), c.Turns, r.head, count, r.pq, r.pt, r.cp, c.LastRunID, micros(c.UpdatedAt), next,
+		c.ID, c.Owner.Tenant, c.Owner.Principal, c.Version)
+	if err != nil {
+		return 0, s.fail("saving a conversation", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, s.fail("saving a conversation", err)
+	} else if n == 0 {
+		return 0, ErrConflict
+	}
+	for i := stored; i < count; i++ {
+		b, err := json.Marshal(msgs[i])
+		if err != nil {
+			return 0, fmt.Errorf("host: encoding a message: %w", err)
+		}
+		if _, err := tx.StmtContext(ctx, s.stmt.insertMsg).ExecContext(ctx, c.ID, i, string(b)); err != nil {
+			return 0, s.fail("appending to a transcript", err)
+		}
+	}
+	if t := r.turn; t != nil {
+		if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, c.ID, next, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended)); err != nil {
+			return 0, s.fail("recording a turn", err)
+		}
+	}
 	return next, nil
+}
+
+// maxBatch bounds the saves one group commit writes.
+const maxBatch = 128
+
+// groupCommit is SQLite's single writer: it takes the saves waiting at
+// that moment and writes them in one transaction, so concurrent turns
+// share one commit instead of queueing for one each. Each save still
+// stands alone: a conflict refuses only that save; a failure of the
+// batch retries every save in a transaction of its own.
+func (s *sqlStore) groupCommit() {
+	defer close(s.writerDone)
+	for {
+		var first *saveReq
+		select {
+		case first = <-s.saves:
+		case <-s.stopped:
+			return
+		}
+		batch := []*saveReq{first}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-s.saves:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.commitBatch(batch)
+	}
+}
+
+func (s *sqlStore) commitBatch(batch []*saveReq) {
+	live := batch[:0:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- saveRes{err: s.fail("saving a conversation", err)}
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if len(live) == 1 {
+		v, err := s.saveAlone(context.WithoutCancel(live[0].ctx), live[0])
+		live[0].done <- saveRes{version: v, err: err}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make([]saveRes, len(live))
+	ok := func() bool {
+		tx, err := s.write.BeginTx(ctx, nil)
+		if err != nil {
+			return false
+		}
+		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+		for i, r := range live {
+			v, err := s.saveIn(ctx, tx, r)
+			if err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+				return false
+			}
+			results[i] = saveRes{version: v, err: err}
+		}
+		return tx.Commit() == nil
+	}()
+	if !ok {
+		// Find out which save was at fault: each on its own.
+		for i, r := range live {
+			v, err := s.saveAlone(ctx, r)
+			results[i] = saveRes{version: v, err: err}
+		}
+	}
+	for i, r := range live {
+		r.done <- results[i]
+	}
 }
 
 func (s *sqlStore) List(ctx context.Context, owner Owner, opt ListOptions) ([]Conversation, error) {
@@ -444,7 +670,7 @@ func (s *sqlStore) List(ctx context.Context, owner Owner, opt ListOptions) ([]Co
 	defer rows.Close()
 	var out []Conversation
 	for rows.Next() {
-		c, err := scanConversation(rows)
+		c, _, err := scanConversation(rows)
 		if err != nil {
 			return nil, s.fail("listing conversations", err)
 		}
@@ -465,7 +691,7 @@ func (s *sqlStore) CountOpen(ctx context.Context, owner Owner) (int, error) {
 }
 
 func (s *sqlStore) Turns(ctx context.Context, owner Owner, id string) ([]Turn, error) {
-	if _, err := s.Load(ctx, owner, id); err != nil {
+	if _, _, err := s.info(ctx, owner, id); err != nil {
 		return nil, err
 	}
 	rows, err := s.read.QueryContext(ctx, s.q.turns, id, owner.Tenant, owner.Principal)
@@ -502,7 +728,16 @@ func (s *sqlStore) Ping(ctx context.Context) error {
 
 func (s *sqlStore) Close() error {
 	s.closeOnce.Do(func() {
+		if s.stopped != nil {
+			close(s.stopped)
+			<-s.writerDone
+		}
 		var errs []error
+		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg} {
+			if st != nil {
+				errs = append(errs, st.Close())
+			}
+		}
 		if s.read != s.write {
 			errs = append(errs, s.read.Close())
 		}

@@ -18,13 +18,17 @@ type Store interface {
 	// Create stores a new conversation (Version 0). An id that exists is
 	// refused.
 	Create(ctx context.Context, c Conversation) error
-	// Load returns the conversation without its checkpoint.
+	// Load returns the conversation with its transcript, without its
+	// checkpoint.
 	Load(ctx context.Context, owner Owner, id string) (Conversation, error)
+	// Info is Load without the transcript (Transcript is nil).
+	Info(ctx context.Context, owner Owner, id string) (Conversation, error)
 	// Save writes what one turn (or a close) changed, in one transaction:
-	// the conversation's new state, its checkpoint (set, or cleared when
-	// nil) and a turn record. It refuses with [ErrConflict] when the
-	// stored version is not u.Conversation.Version, and returns the new
-	// version.
+	// the conversation's new state, the messages its transcript gained (a
+	// transcript only grows; nil leaves it as stored), its checkpoint (set,
+	// or cleared when nil) and a turn record. It refuses with
+	// [ErrConflict] when the stored version is not
+	// u.Conversation.Version, and returns the new version.
 	Save(ctx context.Context, u Update) (version int64, err error)
 	// LoadCheckpoint returns the checkpoint of a paused conversation, or
 	// ErrNotFound when it has none.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // One suite, every store.
@@ -122,6 +124,53 @@ var storeCases = []struct {
 		}
 		if _, err := s.Turns(ctx, bob, "c"); !errors.Is(err, host.ErrNotFound) {
 			t.Fatalf("another owner's turn log: %v", err)
+		}
+	}},
+	{"the transcript only grows, one row a message", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		c := conv("c", alice)
+		if err := s.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		id := &tool.Identity{Tenant: "acme", Principal: "alice", ConversationID: "c"}
+		msgs := []llm.Message{{Role: llm.RoleUser, Content: "one"}, {Role: llm.RoleAssistant, Content: "two"}}
+		c.Transcript = &agent.Conversation{Version: 1, Identity: id, Messages: msgs}
+		v, err := s.Save(ctx, host.Update{Conversation: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Version = v
+		c.Transcript = &agent.Conversation{Version: 1, Identity: id, Messages: append(slices.Clone(msgs),
+			llm.Message{Role: llm.RoleUser, Content: "three"}, llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "x", Name: "t", Args: []byte(`{"a":1}`)}}})}
+		if v, err = s.Save(ctx, host.Update{Conversation: c}); err != nil {
+			t.Fatal(err)
+		}
+		c.Version = v
+		got, err := s.Load(ctx, alice, "c")
+		if err != nil || len(got.Transcript.Messages) != 4 || got.Transcript.Messages[2].Content != "three" ||
+			string(got.Transcript.Messages[3].ToolCalls[0].Args) != `{"a":1}` || *got.Transcript.Identity != *id {
+			t.Fatalf("load: %+v %v", got.Transcript, err)
+		}
+		// A save without a transcript keeps it; a shorter one is refused.
+		c.Transcript = nil
+		if v, err = s.Save(ctx, host.Update{Conversation: c}); err != nil {
+			t.Fatal(err)
+		}
+		c.Version = v
+		c.Transcript = &agent.Conversation{Version: 1, Messages: msgs[:1]}
+		if _, err := s.Save(ctx, host.Update{Conversation: c}); !errors.Is(err, host.ErrConflict) {
+			t.Fatalf("a shrinking transcript: %v", err)
+		}
+		got, _ = s.Load(ctx, alice, "c")
+		if len(got.Transcript.Messages) != 4 {
+			t.Fatalf("%d messages after a kept and a refused save", len(got.Transcript.Messages))
+		}
+		info, err := s.Info(ctx, alice, "c")
+		if err != nil || info.Transcript != nil || info.Version != got.Version {
+			t.Fatalf("info: %+v %v", info, err)
+		}
+		if _, err := s.Info(ctx, bob, "c"); !errors.Is(err, host.ErrNotFound) {
+			t.Fatalf("another owner's info: %v", err)
 		}
 	}},
 	{"checkpoint set and cleared", func(t *testing.T, s host.Store, _ string) {

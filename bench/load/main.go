@@ -1,0 +1,333 @@
+// Command load drives concurrent sessions against an agentry host over
+// HTTP and reports turns per second and latency percentiles.
+//
+// By default it starts a host in this process on a real loopback listener
+// (SQLite store in a temporary directory, the scripted model, no tools) and
+// drives it. With -url it drives a running `agentry serve` instead, with
+// the bearer tokens in -tokens (one raw token a line).
+//
+//	go run ./bench/load -sessions 100 -turns 50
+//	go run ./bench/load -url http://127.0.0.1:8080 -tokens raw-tokens.txt -message 'print(1)'
+//
+// Every run is bounded: -turns per session and -max-duration in all.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/llm/scripted"
+)
+
+type config struct {
+	url, tokensFile, message string
+	sessions, turns, principals int
+	maxDuration                 time.Duration
+	keepOpen                    bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.url, "url", "", "drive this host (default: start one in this process)")
+	flag.StringVar(&c.tokensFile, "tokens", "", "with -url: a file of raw bearer tokens, one a line; sessions are spread over them")
+	flag.StringVar(&c.message, "message", "hello", "what every turn says")
+	flag.IntVar(&c.sessions, "sessions", 100, "concurrent sessions")
+	flag.IntVar(&c.turns, "turns", 50, "turns per session (after one warm-up turn)")
+	flag.IntVar(&c.principals, "principals", 10, "in-process: principals the sessions are spread over")
+	flag.DurationVar(&c.maxDuration, "max-duration", 2*time.Minute, "stop after this long whatever is left")
+	flag.BoolVar(&c.keepOpen, "keep-open", false, "leave the sessions open at the end (default: close them)")
+	flag.IntVar(&memRoot, "pid", os.Getpid(), "measure the memory of this process and its children (with -url: the agentry serve's pid; 0: none)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			_ = pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
+	if err := run(context.Background(), c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, c config, out io.Writer) error {
+	if c.sessions < 1 || c.turns < 1 {
+		return errors.New("-sessions and -turns must be at least 1")
+	}
+	var tokens []string
+	target := c.url
+	if target == "" {
+		srv, toks, err := startInProcess(ctx, c)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		target, tokens = srv.url, toks
+		fmt.Fprintf(out, "host: in process on %s (SQLite, scripted model, no tools), GOMAXPROCS=%d\n", target, runtime.GOMAXPROCS(0))
+	} else {
+		if memRoot == os.Getpid() {
+			memRoot = 0 // the host is elsewhere; -pid names it
+		}
+		b, err := os.ReadFile(c.tokensFile)
+		if err != nil {
+			return fmt.Errorf("-url needs -tokens, a file of raw bearer tokens: %w", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				tokens = append(tokens, l)
+			}
+		}
+		if len(tokens) == 0 {
+			return fmt.Errorf("%s holds no token", c.tokensFile)
+		}
+		fmt.Fprintf(out, "host: %s\n", target)
+	}
+	res, err := drive(ctx, c, target, tokens)
+	if err != nil {
+		return err
+	}
+	res.print(out, c)
+	return nil
+}
+
+// ---- the in-process host ----
+
+type inProcess struct {
+	url  string
+	stop func()
+}
+
+func startInProcess(ctx context.Context, c config) (*inProcess, []string, error) {
+	dir, err := os.MkdirTemp("", "agentry-load-")
+	if err != nil {
+		return nil, nil, err
+	}
+	steps := make([]scripted.Step, c.turns+2)
+	for i := range steps {
+		steps[i] = scripted.Step{Text: "ok"}
+	}
+	router := host.NewRouter()
+	a, err := agent.New(agent.Options{ID: "load", Model: scripted.New(steps...), Routes: []agent.Route{router.Route()}})
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := host.OpenStore(ctx, filepath.Join(dir, "agentry.db"))
+	if err != nil {
+		return nil, nil, err
+	}
+	var lines, toks []string
+	for i := range max(c.principals, 1) {
+		tok, line, err := host.GenerateToken(host.Owner{Tenant: "load", Principal: fmt.Sprintf("p%03d", i)})
+		if err != nil {
+			return nil, nil, err
+		}
+		toks, lines = append(toks, tok), append(lines, line)
+	}
+	auth, err := host.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := host.New(host.Options{Engine: a, Store: st, Auth: auth, Router: router,
+		MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxOpenSessions: c.sessions + 1, Logger: nil})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	return &inProcess{url: "http://" + ln.Addr().String(), stop: func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = h.Shutdown(sctx)
+		_ = srv.Shutdown(sctx)
+		<-done
+		_ = os.RemoveAll(dir)
+	}}, toks, nil
+}
+
+// ---- the driver ----
+
+type result struct {
+	latencies []time.Duration
+	elapsed   time.Duration
+	failures  map[string]int
+	opened    int
+	mem       memReport
+}
+
+type client struct {
+	http   *http.Client
+	base   string
+	token  string
+	reqBuf []byte
+}
+
+func (c *client) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, b, err
+}
+
+func drive(ctx context.Context, c config, base string, tokens []string) (*result, error) {
+	tr := &http.Transport{MaxIdleConns: 2 * c.sessions, MaxIdleConnsPerHost: 2 * c.sessions, IdleConnTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
+	ctx, cancel := context.WithTimeout(ctx, c.maxDuration)
+	defer cancel()
+
+	memBefore := sample()
+	// Open the sessions, each with a warm-up turn (which also starts any
+	// live tool session the turn uses).
+	clients := make([]*client, c.sessions)
+	ids := make([]string, c.sessions)
+	turn, _ := json.Marshal(map[string]string{"message": c.message})
+	var openErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range c.sessions {
+		clients[i] = &client{http: hc, base: base, token: tokens[i%len(tokens)], reqBuf: turn}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			code, b, err := clients[i].do(ctx, "POST", "/v1/sessions", nil)
+			if err == nil && code != http.StatusCreated {
+				err = fmt.Errorf("opening a session: %d %s", code, b)
+			}
+			var v struct{ SessionID string }
+			if err == nil {
+				err = json.Unmarshal(b, &v)
+			}
+			if err == nil {
+				ids[i] = v.SessionID
+				code, b, err = clients[i].do(ctx, "POST", "/v1/sessions/"+v.SessionID+"/turns", turn)
+				if err == nil && code != http.StatusOK {
+					err = fmt.Errorf("warm-up turn: %d %s", code, b)
+				}
+			}
+			if err != nil {
+				mu.Lock()
+				openErr = errors.Join(openErr, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if openErr != nil {
+		return nil, openErr
+	}
+	memHeld := sample()
+
+	res := &result{failures: map[string]int{}, opened: c.sessions}
+	lat := make([][]time.Duration, c.sessions)
+	var failures sync.Map
+	var failed atomic.Int64
+	start := time.Now()
+	for i := range c.sessions {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, c.turns)
+			for range c.turns {
+				if ctx.Err() != nil {
+					break
+				}
+				t0 := time.Now()
+				code, b, err := clients[i].do(ctx, "POST", "/v1/sessions/"+ids[i]+"/turns", turn)
+				d := time.Since(t0)
+				if err != nil || code != http.StatusOK {
+					key := fmt.Sprint(code)
+					if err != nil {
+						key = "transport"
+					} else {
+						var e struct{ Error struct{ Code string } }
+						_ = json.Unmarshal(b, &e)
+						key += " " + e.Error.Code
+					}
+					n, _ := failures.LoadOrStore(key, new(atomic.Int64))
+					n.(*atomic.Int64).Add(1)
+					failed.Add(1)
+					continue
+				}
+				mine = append(mine, d)
+			}
+			lat[i] = mine
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	for _, l := range lat {
+		res.latencies = append(res.latencies, l...)
+	}
+	failures.Range(func(k, v any) bool { res.failures[k.(string)] = int(v.(*atomic.Int64).Load()); return true })
+	res.mem = memReport{before: memBefore, held: memHeld}
+
+	if !c.keepOpen {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		for i := range c.sessions {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				_, _, _ = clients[i].do(cctx, "DELETE", "/v1/sessions/"+ids[i], nil)
+			})
+		}
+		wg.Wait()
+		res.mem.closed = sample()
+	}
+	return res, nil
+}
+
+func (r *result) print(out io.Writer, c config) {
+	l := slices.Clone(r.latencies)
+	slices.Sort(l)
+	pct := func(p float64) time.Duration {
+		if len(l) == 0 {
+			return 0
+		}
+		return l[min(len(l)-1, int(p*float64(len(l))))]
+	}
+	fmt.Fprintf(out, "sessions: %d concurrent, %d turns each (+1 warm-up), message %q\n", c.sessions, c.turns, c.message)
+	fmt.Fprintf(out, "turns: %d answered in %s: %.0f turns/s\n", len(l), r.elapsed.Round(time.Millisecond), float64(len(l))/r.elapsed.Seconds())
+	fmt.Fprintf(out, "latency: p50 %s  p90 %s  p99 %s  max %s\n", pct(.50).Round(10*time.Microsecond), pct(.90).Round(10*time.Microsecond),
+		pct(.99).Round(10*time.Microsecond), pct(1).Round(10*time.Microsecond))
+	if len(r.failures) > 0 {
+		fmt.Fprintf(out, "failures: %v\n", r.failures)
+	}
+	r.mem.print(out, c.sessions)
+}
