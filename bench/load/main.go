@@ -38,10 +38,10 @@ import (
 )
 
 type config struct {
-	url, tokensFile, message string
+	url, tokensFile, message    string
 	sessions, turns, principals int
 	maxDuration                 time.Duration
-	keepOpen                    bool
+	keepOpen, baseline          bool
 }
 
 func main() {
@@ -54,6 +54,7 @@ func main() {
 	flag.IntVar(&c.principals, "principals", 10, "in-process: principals the sessions are spread over")
 	flag.DurationVar(&c.maxDuration, "max-duration", 2*time.Minute, "stop after this long whatever is left")
 	flag.BoolVar(&c.keepOpen, "keep-open", false, "leave the sessions open at the end (default: close them)")
+	flag.BoolVar(&c.baseline, "baseline", true, "first drive a bare net/http JSON handler the same way, and report the host against it")
 	flag.IntVar(&memRoot, "pid", os.Getpid(), "measure the memory of this process and its children (with -url: the agentry serve's pid; 0: none)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
@@ -74,6 +75,14 @@ func main() {
 func run(ctx context.Context, c config, out io.Writer) error {
 	if c.sessions < 1 || c.turns < 1 {
 		return errors.New("-sessions and -turns must be at least 1")
+	}
+	var base *result
+	if c.baseline {
+		b, err := runBaseline(ctx, c)
+		if err != nil {
+			return err
+		}
+		base = b
 	}
 	var tokens []string
 	target := c.url
@@ -108,7 +117,47 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		return err
 	}
 	res.print(out, c)
+	if base != nil {
+		bl := float64(len(base.latencies)) / base.elapsed.Seconds()
+		fmt.Fprintf(out, "baseline (a bare net/http JSON handler, same client and concurrency, same run): %.0f requests/s, p50 %s, p99 %s\n",
+			bl, base.pct(.50).Round(10*time.Microsecond), base.pct(.99).Round(10*time.Microsecond))
+		fmt.Fprintf(out, "host / baseline: %.2f× the throughput\n", float64(len(res.latencies))/res.elapsed.Seconds()/bl)
+	}
 	return nil
+}
+
+// runBaseline drives a handler that only decodes the turn's JSON and
+// answers, on its own loopback listener: what HTTP and the client cost on
+// this machine right now.
+func runBaseline(ctx context.Context, c config) (*result, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"sessionId":"ses_baseline"}`))
+	})
+	mux.HandleFunc("POST /v1/sessions/{id}/turns", func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Message string }
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"output":"ok","runId":"run-baseline"}`))
+	})
+	mux.HandleFunc("DELETE /v1/sessions/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown(context.Background()); <-done }()
+	saved := memRoot
+	memRoot = 0
+	defer func() { memRoot = saved }()
+	return drive(ctx, c, "http://"+ln.Addr().String(), []string{"baseline"})
 }
 
 // ---- the in-process host ----
@@ -178,6 +227,7 @@ type result struct {
 	failures  map[string]int
 	opened    int
 	mem       memReport
+	sorted    bool
 }
 
 type client struct {
@@ -313,15 +363,21 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 	return res, nil
 }
 
-func (r *result) print(out io.Writer, c config) {
-	l := slices.Clone(r.latencies)
-	slices.Sort(l)
-	pct := func(p float64) time.Duration {
-		if len(l) == 0 {
-			return 0
-		}
-		return l[min(len(l)-1, int(p*float64(len(l))))]
+func (r *result) pct(p float64) time.Duration {
+	if !r.sorted {
+		slices.Sort(r.latencies)
+		r.sorted = true
 	}
+	l := r.latencies
+	if len(l) == 0 {
+		return 0
+	}
+	return l[min(len(l)-1, int(p*float64(len(l))))]
+}
+
+func (r *result) print(out io.Writer, c config) {
+	l := r.latencies
+	pct := r.pct
 	fmt.Fprintf(out, "sessions: %d concurrent, %d turns each (+1 warm-up), message %q\n", c.sessions, c.turns, c.message)
 	fmt.Fprintf(out, "turns: %d answered in %s: %.0f turns/s\n", len(l), r.elapsed.Round(time.Millisecond), float64(len(l))/r.elapsed.Seconds())
 	fmt.Fprintf(out, "latency: p50 %s  p90 %s  p99 %s  max %s\n", pct(.50).Round(10*time.Microsecond), pct(.90).Round(10*time.Microsecond),
