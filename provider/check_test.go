@@ -12,7 +12,6 @@ import (
 	"github.com/agentry-dev/agentry/provider"
 )
 
-
 var keyPattern = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$`)
 
 func TestCheckProviderKey(t *testing.T) {

@@ -56,8 +56,8 @@ type tsess struct {
 	closes     atomic.Int32
 	turns      atomic.Int32
 
-	mu      sync.Mutex
-	reasons []provider.CloseReason
+	mu       sync.Mutex
+	reasons  []provider.CloseReason
 	resolved []provider.Resolution
 }
 
