@@ -414,6 +414,9 @@ func (f facade) Invoke(ctx context.Context, inv HostInvocation) (HostToolResult,
 		return refuse(CodeHostToolResultInvalid, err, "host tool %q returned an unusable result", inv.Tool)
 	}
 	res.Output = slices.Clone(res.Output)
+	if len(res.Output) == 0 {
+		res.Output = nil
+	}
 	if res.Error != nil {
 		e := *res.Error
 		res.Error = &e

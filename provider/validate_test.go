@@ -43,7 +43,9 @@ func TestValidateRefusesBadDeclarations(t *testing.T) {
 		"auth present, undeclared": {func(c *provider.Capabilities) {}, struct {
 			*tprov
 			authFn
-		}{p, func(context.Context, provider.AuthRequest) (provider.AuthResult, error) { return provider.AuthResult{}, nil }}},
+		}{p, func(context.Context, provider.AuthRequest) (provider.AuthResult, error) {
+			return provider.AuthResult{}, nil
+		}}},
 	} {
 		caps := fullCaps()
 		tc.caps(&caps)
@@ -440,7 +442,7 @@ func TestAuthenticate(t *testing.T) {
 // fakeTools is a HostTools a host must not pass.
 type fakeTools struct{}
 
-func (fakeTools) Tools() []provider.HostToolSpec        { return nil }
+func (fakeTools) Tools() []provider.HostToolSpec       { return nil }
 func (fakeTools) Instructions() *provider.Instructions { return nil }
 func (fakeTools) Invoke(context.Context, provider.HostInvocation) (provider.HostToolResult, error) {
 	return provider.HostToolResult{}, nil
