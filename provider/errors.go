@@ -222,11 +222,11 @@ type OperationError struct {
 }
 
 func (e *OperationError) Error() string {
-	state := "before it started"
-	if e.Started {
-		state = "after it started; the session is unusable, close it"
+	msg := fmt.Sprintf("provider %s: %s failed: %v", e.Provider, e.Op, e.Err)
+	if e.Started && e.Op != "close" {
+		msg += "; it had started, so the session is unusable: close it and open a new one"
 	}
-	return fmt.Sprintf("provider %s: %s failed %s: %v", e.Provider, e.Op, state, e.Err)
+	return msg
 }
 
 func (e *OperationError) Unwrap() error { return e.Err }
