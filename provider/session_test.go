@@ -544,8 +544,12 @@ func TestFailedCloseQuarantinesAndRetries(t *testing.T) {
 			return nil
 		}
 	}
-	s := open(t, p.validated(t), "s")
+	rec := &recorder{}
+	s := open(t, p.validated(t, provider.WithEvents(func(e event.Event) { rec.add(string(e.Type)) })), "s")
 	err := s.Close(ctx, "")
+	if !slices.Contains(rec.types(), string(event.TypeProviderCleanupFailed)) {
+		t.Fatalf("no cleanup_failed event: %v", rec.types())
+	}
 	var ce *provider.CleanupError
 	if !errors.As(err, &ce) || !errors.Is(err, boom) {
 		t.Fatalf("err = %v; want a *CleanupError wrapping the failure", err)
