@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
@@ -212,7 +213,7 @@ type observer struct {
 	sealed    bool
 	late      func()
 	host      func(Binding)
-	hostPanic bool
+	hostPanic atomic.Bool // the host's own OnBinding is running
 }
 
 func (o *observer) report(b Binding) {
@@ -230,9 +231,9 @@ func (o *observer) report(b Binding) {
 		return
 	}
 	if n == 1 && o.host != nil && CheckID(string(b)) == nil {
-		o.hostPanic = true
+		o.hostPanic.Store(true)
 		o.host(b)
-		o.hostPanic = false
+		o.hostPanic.Store(false)
 	}
 }
 
@@ -251,7 +252,7 @@ func (v *Validated) delegate(op string, obs *observer, fn func() (Session, error
 	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				if obs != nil && obs.hostPanic {
+				if obs != nil && obs.hostPanic.Load() {
 					panic(r)
 				}
 				err = &PanicError{Where: "the provider's " + op, Value: r}

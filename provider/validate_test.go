@@ -448,3 +448,17 @@ func (fakeTools) Invoke(context.Context, provider.HostInvocation) (provider.Host
 	return provider.HostToolResult{}, nil
 }
 func (fakeTools) Release(context.Context) error { return nil }
+
+func TestHostOnBindingPanicIsTheHosts(t *testing.T) {
+	t.Parallel()
+	p := newTprov()
+	v := p.validated(t)
+	req := createReq("s")
+	req.OnBinding = func(provider.Binding) { panic("host bug") }
+	defer func() {
+		if r := recover(); r != "host bug" {
+			t.Fatalf("recovered %v; want the host's panic re-raised", r)
+		}
+	}()
+	v.Create(t.Context(), req)
+}
