@@ -219,8 +219,10 @@ func TestServiceExceptionsAreNamed(t *testing.T) {
 			mentions: "bedrock-agentcore:StartCodeInterpreterSession",
 		},
 		{
-			name:     "quota on start",
-			arrange:  func(f *fakeAgentCore) { f.startFail = &wireError{402, "ServiceQuotaExceededException", "too many sessions"} },
+			name: "quota on start",
+			arrange: func(f *fakeAgentCore) {
+				f.startFail = &wireError{402, "ServiceQuotaExceededException", "too many sessions"}
+			},
 			onStart:  true,
 			code:     "ServiceQuotaExceededException",
 			sdkErr:   new(*types.ServiceQuotaExceededException),
@@ -791,17 +793,17 @@ func TestOptionsAreChecked(t *testing.T) {
 func isolateAWSEnv(t *testing.T) {
 	dir := t.TempDir()
 	for k, v := range map[string]string{
-		"AWS_CONFIG_FILE":             dir + "/config",
-		"AWS_SHARED_CREDENTIALS_FILE": dir + "/credentials",
-		"AWS_EC2_METADATA_DISABLED":   "true",
-		"AWS_REGION":                  "",
-		"AWS_DEFAULT_REGION":          "",
-		"AWS_PROFILE":                 "",
-		"AWS_ACCESS_KEY_ID":           "",
-		"AWS_SECRET_ACCESS_KEY":       "",
-		"AWS_SESSION_TOKEN":           "",
-		"AWS_WEB_IDENTITY_TOKEN_FILE": "",
-		"AWS_ROLE_ARN":                "",
+		"AWS_CONFIG_FILE":                        dir + "/config",
+		"AWS_SHARED_CREDENTIALS_FILE":            dir + "/credentials",
+		"AWS_EC2_METADATA_DISABLED":              "true",
+		"AWS_REGION":                             "",
+		"AWS_DEFAULT_REGION":                     "",
+		"AWS_PROFILE":                            "",
+		"AWS_ACCESS_KEY_ID":                      "",
+		"AWS_SECRET_ACCESS_KEY":                  "",
+		"AWS_SESSION_TOKEN":                      "",
+		"AWS_WEB_IDENTITY_TOKEN_FILE":            "",
+		"AWS_ROLE_ARN":                           "",
 		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
 		"AWS_CONTAINER_CREDENTIALS_FULL_URI":     "",
 	} {

@@ -132,6 +132,9 @@ func (c *capped) write(s string) {
 	if s == "" {
 		return
 	}
+	// The service sends valid UTF-8; should a fragment not be, it is
+	// repaired here so counts never depend on how output was chunked.
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	room := c.limit - c.chars
 	head, n := prefixRunes(s, max(room, 0))
 	c.b.WriteString(head)
