@@ -158,6 +158,11 @@ func New(ctx context.Context, opt Options) (*Runner, error) {
 	if cfg.Region == "" {
 		return nil, ErrNoRegion
 	}
+	if _, cached := cfg.Credentials.(*aws.CredentialsCache); !cached && cfg.Credentials != nil {
+		// Start checks credentials before each session; a cache keeps
+		// that, and the client's signing, from fetching them every time.
+		cfg.Credentials = aws.NewCredentialsCache(cfg.Credentials)
+	}
 	r.client, r.creds = bedrockagentcore.NewFromConfig(cfg), cfg.Credentials
 	return r, nil
 }

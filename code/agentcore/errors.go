@@ -3,13 +3,14 @@ package agentcore
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/smithy-go"
 )
 
 var (
 	// ErrNoRegion: no AWS region was configured.
-	ErrNoRegion = errors.New("agentcore: no AWS region: set AWS_REGION (or Options.Region)")
+	ErrNoRegion = errors.New("agentcore: no AWS region: set AWS_REGION, or Options.Region")
 	// ErrNoCredentials: the AWS credential chain found nothing usable.
 	ErrNoCredentials = errors.New("agentcore: no AWS credentials")
 	// ErrSessionTimeout: Options.SessionTimeout is outside what the service
@@ -29,6 +30,18 @@ var (
 	ErrExecTimeout = errors.New("agentcore: execute timed out")
 )
 
+// failure is an error in its own words that matches the given sentinels
+// and unwraps to its cause.
+type failure struct {
+	msg string
+	is  []error
+	err error
+}
+
+func (f *failure) Error() string        { return f.msg }
+func (f *failure) Is(target error) bool { return slices.Contains(f.is, target) }
+func (f *failure) Unwrap() error        { return f.err }
+
 // APIError is an exception the service returned, as an HTTP error or as an
 // exception event inside the InvokeCodeInterpreter stream. Code is the
 // exception's name ("ThrottlingException", "AccessDeniedException", ...);
@@ -44,7 +57,10 @@ type APIError struct {
 
 func (e *APIError) Error() string {
 	where := "agentcore: " + e.Op
-	if e.Session != "" {
+	switch {
+	case e.Session != "" && e.Op == opExecute:
+		where += " in session " + e.Session
+	case e.Session != "":
 		where += " session " + e.Session
 	}
 	msg := e.Code

@@ -77,7 +77,7 @@ func (s *Session) Execute(ctx context.Context, req code.ExecRequest) (code.Resul
 	}
 	if err := ctx.Err(); err != nil {
 		// Nothing was sent: the session is as it was.
-		return code.Result{}, fmt.Errorf("agentcore: execute session %s: %w", s.id, context.Cause(ctx))
+		return code.Result{}, fmt.Errorf("agentcore: execute in session %s: %w", s.id, context.Cause(ctx))
 	}
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -97,8 +97,7 @@ func (s *Session) Execute(ctx context.Context, req code.ExecRequest) (code.Resul
 			return code.Result{}, err
 		}
 		if isCode(err, "ResourceNotFoundException") {
-			s.breakWith("the service no longer knows it (expired or stopped)")
-			return code.Result{}, fmt.Errorf("%w: %w", wrapErr(opExecute, s.id, err), ErrBroken)
+			return code.Result{}, s.vanished(err)
 		}
 		return code.Result{}, wrapErr(opExecute, s.id, err)
 	}
@@ -130,19 +129,22 @@ drain:
 		var ae smithy.APIError
 		switch {
 		case isCode(err, "ResourceNotFoundException"):
-			s.breakWith("the service no longer knows it (expired or stopped)")
-			return code.Result{}, fmt.Errorf("%w: %w", wrapErr(opExecute, s.id, err), ErrBroken)
+			return code.Result{}, s.vanished(err)
 		case errors.As(err, &ae):
 			// An exception event: the service said what went wrong.
 			return code.Result{}, wrapErr(opExecute, s.id, err)
 		default:
 			// The stream was cut or garbled: the code may have run in part.
 			s.breakWith("its result stream was cut off")
-			return code.Result{}, fmt.Errorf("agentcore: execute session %s: the result stream failed: %w: %w", s.id, err, ErrBroken)
+			return code.Result{}, &failure{
+				msg: fmt.Sprintf("agentcore: execute in session %s: the result stream failed (%v), so the code may have run in part and the session is broken: stop it and start a new one", s.id, err),
+				is:  []error{ErrBroken},
+				err: err,
+			}
 		}
 	}
 	if col.results == 0 {
-		return code.Result{}, fmt.Errorf("agentcore: execute session %s: the service ended the stream without a result", s.id)
+		return code.Result{}, fmt.Errorf("agentcore: execute in session %s: the service ended the stream without a result", s.id)
 	}
 	return col.result(), nil
 }
@@ -155,10 +157,13 @@ func (s *Session) abandoned(parent, ictx context.Context, timeout time.Duration)
 	switch {
 	case parent.Err() != nil:
 		s.breakWith("an execute was cancelled while running")
-		return fmt.Errorf("agentcore: execute session %s: %w", s.id, context.Cause(parent))
+		return fmt.Errorf("agentcore: execute in session %s abandoned: %w", s.id, context.Cause(parent))
 	case ictx.Err() != nil:
 		s.breakWith(fmt.Sprintf("an execute timed out after %v", timeout))
-		return fmt.Errorf("agentcore: execute session %s: no result within %v: %w (%w: stop it and start a new one)", s.id, timeout, ErrExecTimeout, ErrBroken)
+		return &failure{
+			msg: fmt.Sprintf("agentcore: execute in session %s timed out after %v; the code may still be running there, so the session is broken: stop it and start a new one", s.id, timeout),
+			is:  []error{ErrExecTimeout, ErrBroken},
+		}
 	}
 	return nil
 }
@@ -167,12 +172,20 @@ func (s *Session) usable() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return fmt.Errorf("%w: session %s (%s) was stopped: start a new session", ErrStopped, s.id, s.name)
+		return fmt.Errorf("%w: %s (%s): start a new session", ErrStopped, s.id, s.name)
 	}
 	if s.broken != nil {
-		return fmt.Errorf("%w: session %s (%s): %v: stop it and start a new one", ErrBroken, s.id, s.name, s.broken)
+		return fmt.Errorf("%w: %s (%s): %v: stop it and start a new one", ErrBroken, s.id, s.name, s.broken)
 	}
 	return nil
+}
+
+// vanished handles ResourceNotFoundException on an execute: the service no
+// longer knows the session (it expired or was stopped elsewhere).
+func (s *Session) vanished(err error) error {
+	s.breakWith("the service no longer knows it (expired or stopped)")
+	api := wrapErr(opExecute, s.id, err)
+	return &failure{msg: api.Error(), is: []error{ErrBroken}, err: api}
 }
 
 func (s *Session) breakWith(why string) {
