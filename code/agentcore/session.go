@@ -93,8 +93,9 @@ func (s *Session) Execute(ctx context.Context, req code.ExecRequest) (code.Resul
 		o.RetryMaxAttempts = 1
 	})
 	if err != nil {
-		if err := s.abandoned(ctx, ictx, timeout); err != nil {
-			return code.Result{}, err
+		var ae smithy.APIError
+		if !errors.As(err, &ae) && ictx.Err() != nil {
+			return code.Result{}, s.abandoned(ctx, timeout)
 		}
 		if isCode(err, "ResourceNotFoundException") {
 			return code.Result{}, s.vanished(err)
@@ -119,15 +120,15 @@ drain:
 			// Other members are events this client does not know yet;
 			// reading past them is what draining means.
 		case <-ictx.Done():
-			break drain
+			return code.Result{}, s.abandoned(ctx, timeout)
 		}
-	}
-	if err := s.abandoned(ctx, ictx, timeout); err != nil {
-		return code.Result{}, err
 	}
 	if err := stream.Err(); err != nil {
 		var ae smithy.APIError
 		switch {
+		case !errors.As(err, &ae) && ictx.Err() != nil:
+			// The stream broke because we stopped waiting.
+			return code.Result{}, s.abandoned(ctx, timeout)
 		case isCode(err, "ResourceNotFoundException"):
 			return code.Result{}, s.vanished(err)
 		case errors.As(err, &ae):
@@ -149,23 +150,20 @@ drain:
 	return col.result(), nil
 }
 
-// abandoned reports an execute that stopped waiting before the service
-// finished answering. The request may have reached the service and the
-// code may still be running there, so the session's state is unknown
-// from here on: mark it broken.
-func (s *Session) abandoned(parent, ictx context.Context, timeout time.Duration) error {
-	switch {
-	case parent.Err() != nil:
+// abandoned reports an execute that stopped waiting, cancelled by the
+// caller or timed out, before the service finished answering. The request
+// may have reached the service and the code may still be running there,
+// so the session's state is unknown from here on: mark it broken.
+func (s *Session) abandoned(parent context.Context, timeout time.Duration) error {
+	if parent.Err() != nil {
 		s.breakWith("an execute was cancelled while running")
 		return fmt.Errorf("agentcore: execute in session %s abandoned: %w", s.id, context.Cause(parent))
-	case ictx.Err() != nil:
-		s.breakWith(fmt.Sprintf("an execute timed out after %v", timeout))
-		return &failure{
-			msg: fmt.Sprintf("agentcore: execute in session %s timed out after %v; the code may still be running there, so the session is broken: stop it and start a new one", s.id, timeout),
-			is:  []error{ErrExecTimeout, ErrBroken},
-		}
 	}
-	return nil
+	s.breakWith(fmt.Sprintf("an execute timed out after %v", timeout))
+	return &failure{
+		msg: fmt.Sprintf("agentcore: execute in session %s timed out after %v; the code may still be running there, so the session is broken: stop it and start a new one", s.id, timeout),
+		is:  []error{ErrExecTimeout, ErrBroken},
+	}
 }
 
 func (s *Session) usable() error {

@@ -3,6 +3,7 @@ package agentcore_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -17,10 +18,7 @@ import (
 // pipeListener is an in-memory network for one HTTP server: each dial is
 // a net.Pipe whose far end the server accepts. Unlike a socket it lets
 // the whole exchange run inside a synctest bubble, so timeouts run on the
-// bubble's clock. The client's writes are buffered, as a socket's are:
-// with a fully synchronous pipe the response can overtake the tail of the
-// request write, which the SDK's request body does not survive (see
-// bufferedConn).
+// bubble's clock.
 type pipeListener struct {
 	conns  chan net.Conn
 	closed chan struct{}
@@ -51,7 +49,7 @@ func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) 
 	server, client := net.Pipe()
 	select {
 	case l.conns <- server:
-		return newBufferedConn(client), nil
+		return client, nil
 	case <-l.closed:
 		return nil, net.ErrClosed
 	case <-ctx.Done():
@@ -77,12 +75,13 @@ func inBubble(t *testing.T, opt agentcore.Options, fn func(fake *fakeAgentCore, 
 			_ = srv.Serve(l)
 		}()
 		transport := &http.Transport{DialContext: l.dial}
+		client := &http.Client{Transport: readOnlyBodies{transport}}
 		defer func() {
 			transport.CloseIdleConnections()
 			_ = srv.Close()
 			<-served
 		}()
-		opt.Config = testConfig("http://fake-agentcore", &http.Client{Transport: transport})
+		opt.Config = testConfig("http://fake-agentcore", client)
 		r, err := agentcore.New(context.Background(), opt)
 		if err != nil {
 			t.Fatal(err)
@@ -136,55 +135,23 @@ func TestExecuteTimeoutBreaksTheSession(t *testing.T) {
 	}
 }
 
-// bufferedConn queues writes and lets a pump goroutine deliver them, so a
-// Write returns before the peer reads, as with a kernel socket buffer.
+// readOnlyBodies hides the request body's WriteTo from net/http.
 //
-// Why: smithy-go's request body wrapper answers WriteTo with io.EOF once
-// the SDK has closed it, and net/http, after copying ContentLength bytes,
-// probes the body once more. On a synchronous pipe the server reads the
-// body, answers, and the SDK closes the body before that probe; the probe
-// then fails and net/http drops the connection mid-response. A socket's
-// buffer lets the write finish first, as it does in production.
-type bufferedConn struct {
-	net.Conn
-	queue  chan []byte
-	done   chan struct{}
-	pumped chan struct{}
-	once   sync.Once
-}
+// Why: smithy-go closes the request body as soon as the response headers
+// arrive, and its body wrapper then answers WriteTo with io.EOF. net/http,
+// after copying ContentLength bytes, probes the body once more; if the
+// response beat that probe, the probe's io.EOF counts as a failed write
+// and the connection, response stream included, is dropped. Over a real
+// network the probe always wins (it is nanoseconds after the write, the
+// response a round trip away), but an in-memory pipe makes the race
+// likely. Through Read alone a closed body is a plain end of body.
+type readOnlyBodies struct{ next http.RoundTripper }
 
-func newBufferedConn(c net.Conn) *bufferedConn {
-	b := &bufferedConn{Conn: c, queue: make(chan []byte, 256), done: make(chan struct{}), pumped: make(chan struct{})}
-	go b.pump()
-	return b
-}
-
-func (b *bufferedConn) pump() {
-	defer close(b.pumped)
-	for {
-		select {
-		case p := <-b.queue:
-			if _, err := b.Conn.Write(p); err != nil {
-				return
-			}
-		case <-b.done:
-			return
-		}
+func (t readOnlyBodies) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return t.next.RoundTrip(req)
 	}
-}
-
-func (b *bufferedConn) Write(p []byte) (int, error) {
-	select {
-	case b.queue <- append([]byte(nil), p...):
-		return len(p), nil
-	case <-b.done:
-		return 0, net.ErrClosed
-	}
-}
-
-func (b *bufferedConn) Close() error {
-	b.once.Do(func() { close(b.done) })
-	err := b.Conn.Close()
-	<-b.pumped
-	return err
+	r := req.Clone(req.Context())
+	r.Body = struct{ io.ReadCloser }{req.Body}
+	return t.next.RoundTrip(r)
 }
