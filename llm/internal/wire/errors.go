@@ -63,9 +63,9 @@ type Target struct {
 	BaseURL  string // shown without credentials
 	Key      string // never shown: removed from anything the server says
 	// Fixes for the failures whose remedy depends on the provider.
-	AuthFix     string // the key was refused
-	ModelsFix   string // the model is unknown: how to list or get models
-	StartFix    string // the connection was refused: how to start the server
+	AuthFix   string // the key was refused
+	ModelsFix string // the model is unknown: how to list or get models
+	StartFix  string // the connection was refused: how to start the server
 }
 
 func (t Target) apiError(kind error, status int, msg, fix string) *llm.APIError {
