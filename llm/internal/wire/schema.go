@@ -11,7 +11,7 @@ import (
 // object without properties; a missing "type" is taken to be "object".
 // Values are kept byte for byte.
 func Schema(raw json.RawMessage) (map[string]json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
+	raw = bytes.Trim(raw, jsonSpace)
 	if len(raw) == 0 || string(raw) == "null" {
 		return map[string]json.RawMessage{
 			"type":       json.RawMessage(`"object"`),

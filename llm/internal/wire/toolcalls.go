@@ -16,11 +16,13 @@ const (
 	MaxCalls     = 256     // tool calls in one response
 )
 
+const jsonSpace = " \t\r\n"
+
 // Args checks raw tool arguments and returns them compacted. Empty or
 // null arguments are the empty object, which is what a tool without
 // parameters receives.
 func Args(raw []byte) (json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
+	raw = bytes.Trim(raw, jsonSpace) // only JSON's own white space: "\f0" is not JSON
 	if len(raw) == 0 || string(raw) == "null" {
 		return json.RawMessage(`{}`), nil
 	}
