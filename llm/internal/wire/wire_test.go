@@ -142,7 +142,7 @@ func TestMessageShapes(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"type":"error","error":{"type":"not_found_error","message":"model: x"}}`: "model: x",
 		`{"error":"model 'x' not found"}`:                                          "model 'x' not found",
-		`{"object":"error","message":"The model x does not exist.","code":404}`:   "The model x does not exist.",
+		`{"object":"error","message":"The model x does not exist.","code":404}`:    "The model x does not exist.",
 		`{"detail":"Not Found"}`:                                                   "Not Found",
 		`"just a string"`:                                                          "just a string",
 		`{"error":{"code":500}}`:                                                   "",
