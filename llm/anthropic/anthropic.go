@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -84,9 +85,13 @@ var (
 // New checks opts and returns the model. A missing key is an error that
 // names ANTHROPIC_API_KEY; nothing is sent until the first request.
 func New(opts Options) (*Model, error) {
-	base := opts.BaseURL
+	base := strings.TrimRight(opts.BaseURL, "/")
 	if base == "" {
 		base = DefaultBaseURL
+	}
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, &llm.APIError{Provider: "anthropic", Model: opts.Model, Kind: llm.ErrBadRequest,
+			Message: "the base URL is not an http(s) URL", Fix: "use one like " + DefaultBaseURL}
 	}
 	t := wire.Target{
 		Provider:  "anthropic",
@@ -94,7 +99,7 @@ func New(opts Options) (*Model, error) {
 		BaseURL:   base,
 		Key:       opts.APIKey,
 		AuthFix:   "check ANTHROPIC_API_KEY: it must be a current key from the Anthropic Console",
-		ModelsFix: fmt.Sprintf(`list the models your key can use: curl %s/v1/models -H "x-api-key: $ANTHROPIC_API_KEY" -H "anthropic-version: 2023-06-01"`, strings.TrimSuffix(wire.RedactURL(base), "/")),
+		ModelsFix: fmt.Sprintf(`list the models your key can use: curl %s/v1/models -H "x-api-key: $ANTHROPIC_API_KEY" -H "anthropic-version: 2023-06-01"`, wire.RedactURL(base)),
 		StartFix:  "check ANTHROPIC_BASE_URL and your network connection",
 	}
 	if opts.Model == "" {

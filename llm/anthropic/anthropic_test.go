@@ -359,6 +359,11 @@ func TestMissingKeyNamesTheVariable(t *testing.T) {
 	if _, err := anthropic.New(anthropic.Options{APIKey: key}); err == nil || strings.Contains(err.Error(), key) {
 		t.Fatalf("no model: %v", err)
 	}
+	for _, base := range []string{"api.anthropic.com", "ftp://x", "http://"} {
+		if _, err := anthropic.New(anthropic.Options{Model: "m", APIKey: key, BaseURL: base}); !errors.Is(err, llm.ErrBadRequest) {
+			t.Errorf("base %q: %v", base, err)
+		}
+	}
 }
 
 // The SDK would read ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL by itself;
