@@ -467,3 +467,29 @@ func TestAPIErrorText(t *testing.T) {
 		t.Fatalf("got %s", got)
 	}
 }
+
+// The assembly cost of a 4 KiB program streamed in 16-byte pieces, the
+// shape of a run_code call; the baseline is compacting it in one piece.
+func BenchmarkCallsAssembly(b *testing.B) {
+	args, _ := json.Marshal(map[string]string{"code": strings.Repeat("print('x')\n", 372)})
+	b.Run("streamed", func(b *testing.B) {
+		b.SetBytes(int64(len(args)))
+		for b.Loop() {
+			var c Calls
+			for i := 0; i < len(args); i += 16 {
+				_ = c.Delta(0, "id", "run_code", string(args[i:min(i+16, len(args))]))
+			}
+			if _, _, err := c.Finish(0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline-whole", func(b *testing.B) {
+		b.SetBytes(int64(len(args)))
+		for b.Loop() {
+			if _, err := Args(args); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
