@@ -1,0 +1,249 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+)
+
+// Adapter is what a provider implements: it opens sessions. Resume,
+// branch and authentication are optional ports ([Resumer], [Brancher],
+// [Authenticator]) an adapter implements exactly when its capabilities
+// declare them.
+//
+// Adapters are written against a host that behaves; they receive only
+// requests the wrapper has checked. Hosts use the wrapper ([Validate]),
+// never an adapter directly.
+type Adapter interface {
+	// Create opens a new session. Before returning it must report the
+	// session's native identity exactly once through req.OnBinding.
+	Create(ctx context.Context, req CreateRequest) (Session, error)
+}
+
+// Resumer is the optional port that reopens a session from its binding.
+type Resumer interface {
+	// Resume reopens the conversation req.Binding names; the session it
+	// returns must have that binding.
+	Resume(ctx context.Context, req ResumeRequest) (Session, error)
+}
+
+// Brancher is the optional port that forks a session after one of its
+// turns.
+type Brancher interface {
+	// Branch opens a new session continuing req.Source as it stood after
+	// req.Source.TurnID. It reports the branch's own, new identity exactly
+	// once through req.OnBinding before returning.
+	Branch(ctx context.Context, req BranchRequest) (Session, error)
+}
+
+// Authenticator is the optional port that runs an authentication flow.
+type Authenticator interface {
+	Authenticate(ctx context.Context, req AuthRequest) (AuthResult, error)
+}
+
+// Session is one provider session. The wrapper serialises what the
+// contract needs serialised: at most one turn runs at a time, and Close is
+// called once per attempt. Interrupt and Steer (optional ports) and Close
+// may be called while a turn's outputs are being pulled.
+type Session interface {
+	// Binding is the provider's native identity of this conversation.
+	Binding() Binding
+	// RunTurn runs one turn. Outputs are produced as the host pulls them:
+	// turn.started first, then any text, activity, and either
+	// turn.completed or exactly one request, after which the sequence
+	// ends. A provider must stop when yield returns false.
+	RunTurn(ctx context.Context, req TurnRequest) iter.Seq2[Output, error]
+	// Resolve answers the turn's open request and continues the turn: the
+	// outputs follow on from the request (no second turn.started) and end
+	// the same way.
+	Resolve(ctx context.Context, res Resolution) iter.Seq2[Output, error]
+	// Close ends the session and frees what it holds.
+	Close(ctx context.Context, reason CloseReason) error
+}
+
+// Interrupter is the optional session port that ends a running or waiting
+// turn. Interrupting a running turn makes its outputs end at
+// turn.completed; interrupting a waiting turn ends it with no more
+// outputs. An interrupt for a turn that has already ended is a no-op.
+type Interrupter interface {
+	Interrupt(ctx context.Context, turnID string) error
+}
+
+// Steerer is the optional session port that adds input to a running turn.
+type Steerer interface {
+	Steer(ctx context.Context, req SteerRequest) error
+}
+
+// Binding is a provider's native identity of a conversation (its session
+// id, thread id, conversation id): an opaque id a host stores to resume.
+type Binding string
+
+// CreateRequest opens a session.
+type CreateRequest struct {
+	// SessionID is the host's id for the session (an opaque id).
+	SessionID string
+	// WorkingDirectory is absolute and clean. The host chooses it; it is
+	// not an authorisation.
+	WorkingDirectory string
+	// Configuration is opaque to the contract: empty or a JSON object.
+	Configuration json.RawMessage
+	// HostBinding is set by the host to lend tools to the session; the
+	// wrapper claims it and never passes it on.
+	HostBinding *HostBinding
+	// HostTools is what a provider sees of the host binding: set by the
+	// wrapper, nil when the host lent nothing. A host leaves it nil.
+	HostTools HostTools
+	// OnBinding receives the session's native identity. A host may set it
+	// to learn the binding as soon as the provider knows it; the provider
+	// must call the one it is given exactly once before Create returns.
+	OnBinding func(Binding)
+}
+
+// ResumeRequest reopens a session from its binding.
+type ResumeRequest struct {
+	SessionID        string
+	WorkingDirectory string
+	Configuration    json.RawMessage
+	Binding          Binding
+	HostBinding      *HostBinding
+	HostTools        HostTools
+}
+
+// BranchSource names the session and turn a branch continues from.
+type BranchSource struct {
+	Binding Binding
+	TurnID  string
+}
+
+// BranchRequest forks a session after one of its turns.
+type BranchRequest struct {
+	SessionID        string
+	WorkingDirectory string
+	Configuration    json.RawMessage
+	Source           BranchSource
+	HostBinding      *HostBinding
+	HostTools        HostTools
+	OnBinding        func(Binding)
+}
+
+// TurnRequest starts a turn.
+type TurnRequest struct {
+	// TurnID is the host's id for the turn, unique within the session.
+	TurnID string
+	// Input is what the agent is asked.
+	Input string
+}
+
+// SteerRequest adds input to the running turn.
+type SteerRequest struct {
+	TurnID string
+	Input  string
+}
+
+// Resolution answers a request.
+type Resolution struct {
+	TurnID    string
+	RequestID string
+	// Approve accepts an approval or elicitation; false declines.
+	Approve bool
+	// Note is an optional word to the agent.
+	Note string
+	// Response is an accepted elicitation's answer: a JSON object. It must
+	// be empty for approvals and declines.
+	Response json.RawMessage
+}
+
+// CloseReason says why a session is closing.
+type CloseReason string
+
+const (
+	// CloseRequested: the host asked (the default for an empty reason).
+	CloseRequested CloseReason = "requested"
+	// CloseContractRejected: the wrapper refused a candidate session.
+	CloseContractRejected CloseReason = "contract_rejected"
+	// CloseShutdown: the host is stopping.
+	CloseShutdown CloseReason = "shutdown"
+	// CloseEvicted: the host needed the room.
+	CloseEvicted CloseReason = "evicted"
+)
+
+// OutputKind names what an output says.
+type OutputKind string
+
+const (
+	OutputTurnStarted   OutputKind = "turn.started"
+	OutputText          OutputKind = "text"
+	OutputActivity      OutputKind = "activity"
+	OutputRequest       OutputKind = "request"
+	OutputTurnCompleted OutputKind = "turn.completed"
+)
+
+// Output is one thing a turn produced.
+type Output struct {
+	Kind      OutputKind
+	SessionID string
+	TurnID    string
+	// Text is the agent's text (OutputText) or a description of what it is
+	// doing (OutputActivity).
+	Text string
+	// Request is set for OutputRequest.
+	Request *Request
+	// Outcome is set for OutputTurnCompleted.
+	Outcome Outcome
+}
+
+// Outcome is how a turn ended.
+type Outcome string
+
+const (
+	OutcomeCompleted   Outcome = "completed"
+	OutcomeInterrupted Outcome = "interrupted"
+	OutcomeFailed      Outcome = "failed"
+)
+
+// RequestKind names what a request asks of the host.
+type RequestKind string
+
+const (
+	// RequestApproval asks whether the agent may go on (run a tool,
+	// touch a file).
+	RequestApproval RequestKind = "approval"
+	// RequestElicitation asks the host for structured input.
+	RequestElicitation RequestKind = "elicitation"
+)
+
+// Request is a question a turn raised for the host.
+type Request struct {
+	// ID is an opaque id, unique for the life of the session.
+	ID   string
+	Kind RequestKind
+	// Prompt is the question, for a person.
+	Prompt string
+	// Tool names the tool an approval is about, if any.
+	Tool string
+	// Schema is an elicitation's JSON Schema for the answer, if any.
+	Schema json.RawMessage
+}
+
+// AuthRequest starts an authentication flow.
+type AuthRequest struct {
+	Flow string
+}
+
+// AuthStatus is where an authentication flow stands.
+type AuthStatus string
+
+const (
+	AuthAuthenticated AuthStatus = "authenticated"
+	// AuthPending: the person must act (open URL); call Authenticate again
+	// to learn the outcome.
+	AuthPending AuthStatus = "pending"
+	AuthFailed  AuthStatus = "failed"
+)
+
+// AuthResult is the outcome of an authentication step.
+type AuthResult struct {
+	Status AuthStatus
+	// URL is where the person completes a pending flow.
+	URL string
+}
