@@ -45,7 +45,9 @@ process. See docs/host.md for the API.
 With no --tokens file, serve makes one token, prints it once, and listens on
 loopback only. SIGTERM or SIGINT drains: new requests get 503, turns in flight
 finish (within --drain), every tool session closes, the events file is
-flushed. A second signal exits at once.`,
+flushed. A second signal exits at once.
+
+` + modelHelp,
 		Example: `  agentry serve
   agentry token --tenant acme --principal alice --tokens tokens.txt
   agentry serve --addr 0.0.0.0:8080 --tokens tokens.txt --store postgres://agentry@db/agentry`,
@@ -62,7 +64,7 @@ flushed. A second signal exits at once.`,
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
-	f.StringVar(&o.model, "model", "scripted", "the model: scripted (offline: runs the code in each message)")
+	f.StringVar(&o.model, "model", defaultModel, "the model: scripted (offline: runs the code in each message), anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
 	f.StringVar(&o.runner, "runner", "", "where model-written code runs: process, interpreter or jail (default: the interpreter, jailed when bubblewrap can)")
 	f.DurationVar(&o.drain, "drain", 30*time.Second, "how long a shutdown lets turns in flight finish before cutting them")
 	f.DurationVar(&o.teardown, "teardown", agent.DefaultTeardownTimeout, "bound on each tool-session cleanup")
