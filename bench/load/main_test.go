@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A small run against the in-process host answers every turn and reports
+// what the README quotes.
+func TestLoadReports(t *testing.T) {
+	var out bytes.Buffer
+	c := config{message: "hello", sessions: 8, turns: 5, principals: 2, maxDuration: time.Minute, baseline: true}
+	if err := run(context.Background(), c, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, re := range []string{
+		`turns: 40 answered in \S+: \d+ turns/s`,
+		`latency: p50 \S+\s+p90 \S+\s+p99 \S+\s+max \S+`,
+		`memory \(RSS of the host's process tree\): .* MB per session`,
+		`baseline \(a bare net/http JSON handler.*\): \d+ requests/s`,
+		`host / baseline: \d+\.\d+× the throughput`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("the report lacks %s:\n%s", re, out.String())
+		}
+	}
+	if bytes.Contains(out.Bytes(), []byte("failures:")) {
+		t.Fatalf("turns failed:\n%s", out.String())
+	}
+}

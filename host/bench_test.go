@@ -1,0 +1,122 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/llm/scripted"
+)
+
+// benchHost is a host on a real listener with the scripted model (no
+// tools) and SQLite, and n sessions of one principal open on it.
+func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
+	b.Helper()
+	ss := make([]scripted.Step, steps)
+	for i := range ss {
+		ss[i] = scripted.Step{Text: "ok"}
+	}
+	router := host.NewRouter()
+	a, err := agent.New(agent.Options{Model: scripted.New(ss...), Routes: []agent.Route{router.Route()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := host.OpenStore(context.Background(), filepath.Join(b.TempDir(), "agentry.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, line, _ := host.GenerateToken(alice)
+	auth, _ := host.ParseTokens(strings.NewReader(line))
+	h, err := host.New(host.Options{Engine: a, Store: st, Auth: auth, Router: router, EvictEvery: -1,
+		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxOpenSessions: n + 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(func() {
+		_ = h.Shutdown(context.Background())
+		srv.Close()
+	})
+	for range n {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/sessions", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var v struct{ SessionID string }
+		_ = json.NewDecoder(res.Body).Decode(&v)
+		res.Body.Close()
+		ids = append(ids, v.SessionID)
+	}
+	return srv.URL, tok, ids
+}
+
+func post(b *testing.B, c *http.Client, url, token string, body []byte) {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		b.Fatalf("status %d", res.StatusCode)
+	}
+}
+
+var turnBody = []byte(`{"message":"hello"}`)
+
+// benchClient keeps a connection per goroutine alive, as a real client
+// pool would.
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
+
+// BenchmarkBaselineHTTP is a bare net/http JSON handler over the same
+// client: what HTTP costs here.
+func BenchmarkBaselineHTTP(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Message string }
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"output":"ok","runId":"run-x"}`))
+	}))
+	defer srv.Close()
+	b.SetParallelism(64 / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		c := benchClient
+		for pb.Next() {
+			post(b, c, srv.URL, "x", turnBody)
+		}
+	})
+}
+
+// BenchmarkTurn is one answered turn through the host: HTTP, auth, the
+// agent with the scripted model, and a saved result. Parallel over 64
+// sessions, one goroutine each; the baseline runs 64 goroutines too.
+func BenchmarkTurn(b *testing.B) {
+	const sessions = 64
+	url, tok, ids := benchHost(b, sessions, b.N+2)
+	var next atomic.Int64
+	b.SetParallelism(sessions / runtime.GOMAXPROCS(0)) // one goroutine per session
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := benchClient
+		id := ids[int(next.Add(1)-1)%sessions]
+		for pb.Next() {
+			post(b, c, fmt.Sprintf("%s/v1/sessions/%s/turns", url, id), tok, turnBody)
+		}
+	})
+}
