@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -244,4 +245,34 @@ func TestHostWithoutRouter(t *testing.T) {
 	a := f.open("alice")
 	evs := f.stream("alice", "/v1/sessions/"+a+"/turns", `{"message":"hello"}`)
 	checkStream(t, evs, a)
+}
+
+func TestNewRefusesWhatItCannotRun(t *testing.T) {
+	f := newFixture(t, config{})
+	st := openStore(t, filepath.Join(t.TempDir(), "x.db"))
+	defer st.Close()
+	auth, _ := tokensFor(t, nil)
+	for _, c := range []struct {
+		opt  host.Options
+		want string
+	}{
+		{host.Options{Store: st, Auth: auth}, "Engine"},
+		{host.Options{Engine: f.a, Auth: auth}, "Store"},
+		{host.Options{Engine: f.a, Store: st}, "Auth"},
+		{host.Options{Engine: f.a, Store: st, Auth: auth, MaxTurns: -1}, "negative"},
+	} {
+		if _, err := host.New(c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want a refusal naming %s: %v", c.want, err)
+		}
+	}
+	// One router serves one host.
+	r := host.NewRouter()
+	h1, err := host.New(host.Options{Engine: f.a, Store: st, Auth: auth, Router: r, EvictEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h1
+	if _, err := host.New(host.Options{Engine: f.a, Store: st, Auth: auth, Router: r, EvictEvery: -1}); err == nil {
+		t.Fatal("a router shared by two hosts")
+	}
 }
