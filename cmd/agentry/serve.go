@@ -163,7 +163,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		_ = h.Shutdown(context.Background())
 		return failure(fmt.Errorf("listening on %s: %w", o.addr, err))
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
