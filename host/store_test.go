@@ -305,6 +305,44 @@ var storeCases = []struct {
 			t.Fatalf("%d turn records for one winning save", len(ts))
 		}
 	}},
+	{"many conversations saved at once all land (group commit)", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		const n = 60
+		for i := range n {
+			if err := s.Create(ctx, conv(fmt.Sprintf("g%d", i), alice)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				c := conv(fmt.Sprintf("g%d", i), alice)
+				c.Turns = 1
+				c.Transcript = &agent.Conversation{Version: 1, Messages: []llm.Message{{Role: llm.RoleUser, Content: fmt.Sprint(i)}}}
+				if v, err := s.Save(ctx, host.Update{Conversation: c, Turn: &host.Turn{Kind: "message", Outcome: host.TurnAnswered}}); err != nil || v != 1 {
+					t.Errorf("save %d: %d %v", i, v, err)
+				}
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			got, err := s.Load(ctx, alice, fmt.Sprintf("g%d", i))
+			if err != nil || got.Version != 1 || got.Transcript.Messages[0].Content != fmt.Sprint(i) {
+				t.Fatalf("g%d: %+v %v", i, got, err)
+			}
+		}
+		// A save whose context has ended is refused, and writes nothing.
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		c := conv("g0", alice)
+		c.Version = 1
+		if _, err := s.Save(cctx, host.Update{Conversation: c}); err == nil {
+			t.Fatal("a save with an ended context")
+		}
+		if got, _ := s.Info(ctx, alice, "g0"); got.Version != 1 {
+			t.Fatalf("the refused save wrote: version %d", got.Version)
+		}
+	}},
 	{"ping and close", func(t *testing.T, s host.Store, _ string) {
 		if err := s.Ping(context.Background()); err != nil {
 			t.Fatal(err)
