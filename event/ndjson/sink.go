@@ -1,6 +1,7 @@
 package ndjson
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -166,6 +167,7 @@ type Sink struct {
 	f       *os.File
 	fi      os.FileInfo
 	regular bool
+	laid    []byte // layout's buffer
 }
 
 const maxQueuedReports = 64
@@ -467,6 +469,9 @@ func (s *Sink) write(data []byte) error {
 			size = 0
 		}
 	}
+	if s.regular && size >= 0 && s.opt.MaxBytes == 0 {
+		data = s.layout(data, size)
+	}
 	n, err := s.f.Write(data)
 	if err != nil && n > 0 && s.regular && size >= 0 {
 		// Take back the partial batch so that the next one starts on a line
@@ -476,6 +481,62 @@ func (s *Sink) write(data []byte) error {
 		}
 	}
 	return err
+}
+
+var pageSize = int64(os.Getpagesize())
+
+// layout pads the batch about to land at offset so that no line shorter
+// than a page crosses a page boundary.
+//
+// Why: logrotate's copytruncate copies the file while the sink may be
+// writing, and the kernel makes a write visible to readers page by page.
+// A copy taken mid-write therefore ends at a page boundary; when page
+// boundaries fall between lines, the copy ends on a whole line. The
+// padding is spaces before a line's newline (still valid JSON), or, for
+// the first line of a batch, before its opening brace. It costs a few
+// percent of file size and one copy of the batch; it is done only when
+// the sink does not rotate by itself (MaxBytes 0), which is when an outside
+// rotator may own the file.
+func (s *Sink) layout(data []byte, offset int64) []byte {
+	pos := offset % pageSize
+	out := s.laid[:0]
+	start := 0
+	for i := 0; i < len(data); {
+		j := bytes.IndexByte(data[i:], '\n') + i + 1
+		if j <= i {
+			j = len(data)
+		}
+		l := int64(j - i)
+		if l <= pageSize && pos > 0 && pos+l > pageSize {
+			pad := int(pageSize - pos)
+			if i == 0 {
+				out = append(out, spaces(pad)...)
+			} else {
+				out = append(out, data[start:i-1]...)
+				out = append(out, spaces(pad)...)
+				out = append(out, '\n')
+				start = i
+			}
+			pos = 0
+		}
+		pos = (pos + l) % pageSize
+		i = j
+	}
+	if start == 0 && len(out) == 0 {
+		return data // nothing straddled
+	}
+	out = append(out, data[start:]...)
+	s.laid = out
+	return out
+}
+
+var blank = bytes.Repeat([]byte{' '}, 64<<10)
+
+func spaces(n int) []byte {
+	if n <= len(blank) {
+		return blank[:n]
+	}
+	return bytes.Repeat([]byte{' '}, n)
 }
 
 func (s *Sink) reopen() error {
