@@ -138,6 +138,11 @@ func payloadFields(p any) [][2]string {
 	return out
 }
 
+// Printable returns s unchanged when it is a plain word, and quoted (Go
+// syntax) when it holds spaces, quotes, '=' or anything a terminal would
+// interpret. Use it for every string read from a file before printing it.
+func Printable(s string) string { return quote(s) }
+
 // quote leaves a plain word bare and quotes anything with spaces, quotes,
 // control characters or '='.
 func quote(s string) string {

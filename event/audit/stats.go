@@ -51,7 +51,8 @@ type Summary struct {
 	Events int         `json:"events"`
 	ByType []TypeCount `json:"byType"`
 	// Runs counts distinct run ids; Outcomes counts runs by the outcome of
-	// their last turn ("running" when the files show none).
+	// their last turn: "running" for a turn started and not ended, "no
+	// turns" for a run seen only through other events (a tool door's).
 	Runs     int             `json:"runs"`
 	Outcomes map[string]int  `json:"outcomes"`
 	LLM      Durations       `json:"llm"`
@@ -97,7 +98,7 @@ func (s *Summarizer) Add(e event.Event) {
 	}
 	if id := e.Meta.RunID; id != "" {
 		if _, ok := s.runs[id]; !ok {
-			s.runs[id] = "running"
+			s.runs[id] = "no turns"
 		}
 	}
 	switch p := e.Payload.(type) {
