@@ -20,34 +20,26 @@ import (
 
 func init() {
 	commands = append(commands, func() *cobra.Command {
-		var eventsPath string
-		var eventsMax int64
+		var flags sinkFlags
 		cmd := &cobra.Command{
 			Use:   "demo",
 			Short: "A self-explaining tour of tool sessions on offline defaults",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				sink, err := openEvents(eventsPath, eventsMax, cmd.ErrOrStderr())
+				sinks, closeSinks, err := flags.open(cmd.Context(), cmd.ErrOrStderr())
 				if err != nil {
 					return failure(err)
 				}
-				var sinks []event.Sink
-				if sink != nil {
-					sinks = append(sinks, sink)
-				}
 				err = runDemo(cmd.Context(), cmd.OutOrStdout(), sinks...)
-				if sink != nil {
-					ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
-					defer cancel()
-					err = errors.Join(err, sink.Close(ctx))
-				}
-				if err != nil {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
+				defer cancel()
+				if err = errors.Join(err, closeSinks(ctx)); err != nil {
 					return failure(err)
 				}
 				return nil
 			},
 		}
-		addEventsFlag(cmd, &eventsPath, &eventsMax)
+		flags.add(cmd)
 		return cmd
 	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/event/ndjson"
+	"github.com/agentry-dev/agentry/event/otel"
 )
 
 func init() {
@@ -35,22 +38,50 @@ matters.`,
 	return cmd
 }
 
-// addEventsFlag gives a command that runs agents the --events flag.
-func addEventsFlag(cmd *cobra.Command, path *string, maxBytes *int64) {
-	cmd.Flags().StringVar(path, "events", "", "append every event as one JSON line to this file (read it with 'agentry events')")
-	cmd.Flags().Int64Var(maxBytes, "events-max-bytes", 0, "rotate the events file to FILE.1 past this size (0: never; leave rotation to logrotate)")
+// sinkFlags are the flags a command that runs agents offers for its
+// events: --events FILE (NDJSON), --events-max-bytes, and --otel
+// (OpenTelemetry over OTLP/HTTP, configured by OTEL_EXPORTER_OTLP_*).
+// Add them with add, then open the sinks with open and close them with
+// the function it returns.
+type sinkFlags struct {
+	events    string
+	eventsMax int64
+	otel      bool
 }
 
-// openEvents opens the --events file, or returns nil when none was asked
-// for. Write failures are reported on stderr.
-func openEvents(path string, maxBytes int64, stderr io.Writer) (*ndjson.Sink, error) {
-	if path == "" {
-		return nil, nil
+func (f *sinkFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.events, "events", "", "append every event as one JSON line to this file (read it with 'agentry events')")
+	cmd.Flags().Int64Var(&f.eventsMax, "events-max-bytes", 0, "rotate the events file to FILE.1 past this size (0: never; leave rotation to logrotate)")
+	cmd.Flags().BoolVar(&f.otel, "otel", false, "export spans and metrics over OTLP/HTTP, configured by the OTEL_EXPORTER_OTLP_* variables")
+}
+
+// open opens the sinks the flags ask for. Failures to write are reported
+// on stderr. closeAll flushes and closes them, bounded by its ctx.
+func (f *sinkFlags) open(ctx context.Context, stderr io.Writer) (sinks []event.Sink, closeAll func(context.Context) error, err error) {
+	closeAll = func(ctx context.Context) error {
+		var errs []error
+		for _, s := range sinks {
+			errs = append(errs, s.Close(ctx))
+		}
+		return errors.Join(errs...)
 	}
-	return ndjson.Open(path, ndjson.Options{
-		MaxBytes: maxBytes,
-		OnError:  func(err error) { fmt.Fprintln(stderr, "agentry: events:", err) },
-	})
+	report := func(err error) { fmt.Fprintln(stderr, "agentry: events:", err) }
+	if f.events != "" {
+		s, err := ndjson.Open(f.events, ndjson.Options{MaxBytes: f.eventsMax, OnError: report})
+		if err != nil {
+			return nil, nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	if f.otel {
+		s, err := otel.NewFromEnv(ctx, otel.Options{OnError: report})
+		if err != nil {
+			_ = closeAll(ctx)
+			return nil, nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	return sinks, closeAll, nil
 }
 
 func newEventsTailCmd() *cobra.Command {
@@ -108,11 +139,7 @@ func useColor(mode string, w io.Writer) (bool, error) {
 			return false, nil
 		}
 		f, ok := w.(*os.File)
-		if !ok {
-			return false, nil
-		}
-		fi, err := f.Stat()
-		return err == nil && fi.Mode()&os.ModeCharDevice != 0, nil
+		return ok && term.IsTerminal(int(f.Fd())), nil
 	}
 	return false, usageError("--color %q: use auto, always or never", mode)
 }

@@ -219,13 +219,27 @@ func TestColorChoice(t *testing.T) {
 	if _, err := useColor("rainbow", &buf); exitCode(err) != 2 {
 		t.Error("a bad --color is a usage error")
 	}
-	f, err := os.Open(os.DevNull) // a character device that is not a terminal... and is one by mode
+	// /dev/null is a character device but not a terminal.
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	t.Setenv("NO_COLOR", "1")
 	if c, _ := useColor("auto", f); c {
-		t.Error("NO_COLOR is set")
+		t.Error("colour into /dev/null")
+	}
+}
+
+func TestDemoOTelFlag(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	out, err := execute(t, "demo", "--otel")
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "http/protobuf") {
+		t.Fatalf("demo --otel with grpc: %v\n%s", err, out)
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	t.Setenv("OTEL_METRICS_EXPORTER", "none")
+	if out, err := execute(t, "demo", "--otel"); err != nil {
+		t.Fatalf("demo --otel: %v\n%s", err, out)
 	}
 }
