@@ -2,16 +2,20 @@ package ndjson
 
 import (
 	"encoding"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/agentry-dev/agentry/event"
 )
@@ -117,9 +121,71 @@ func envelopeMatches() bool {
 	return err == nil && string(got) == string(want)+"\n"
 }
 
+// secondCache holds the formatted date, time of day and zone of one second
+// in one location: events come in time order, so most events of a burst
+// share it and only the fraction needs formatting.
+type secondCache struct {
+	unix   int64
+	loc    *time.Location
+	date   [len("2006-01-02T15:04:05")]byte
+	zone   string // "Z" or "+07:00"
+	usable bool
+}
+
+var lastSecond atomic.Pointer[secondCache]
+
 // appendTime writes t as time.Time.MarshalJSON does, refusing the same
 // instants (years outside 0–9999, zone offsets of 24 hours or more).
 func appendTime(dst []byte, t time.Time) ([]byte, error) {
+	sec, loc := t.Unix(), t.Location()
+	if c := lastSecond.Load(); c != nil && c.unix == sec && c.loc == loc && c.usable {
+		dst = append(dst, '"')
+		dst = append(dst, c.date[:]...)
+		if ns := t.Nanosecond(); ns != 0 {
+			dst = appendFraction(dst, ns)
+		}
+		dst = append(dst, c.zone...)
+		return append(dst, '"'), nil
+	}
+	out, err := appendTimeSlow(dst, t)
+	if err == nil {
+		c := &secondCache{unix: sec, loc: loc}
+		b := out[len(dst)+1 : len(out)-1] // without the quotes
+		if len(b) >= len(c.date) {
+			copy(c.date[:], b)
+			rest := b[len(c.date):]
+			if len(rest) > 0 && rest[0] == '.' {
+				i := 1
+				for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+					i++
+				}
+				rest = rest[i:]
+			}
+			c.zone = string(rest)
+			c.usable = true
+			lastSecond.Store(c)
+		}
+	}
+	return out, err
+}
+
+// appendFraction writes ".ddddddddd" without trailing zeros, as
+// RFC3339Nano does.
+func appendFraction(dst []byte, ns int) []byte {
+	var digits [10]byte
+	digits[0] = '.'
+	for i := 9; i >= 1; i-- {
+		digits[i] = byte('0' + ns%10)
+		ns /= 10
+	}
+	n := 10
+	for digits[n-1] == '0' {
+		n--
+	}
+	return append(dst, digits[:n]...)
+}
+
+func appendTimeSlow(dst []byte, t time.Time) ([]byte, error) {
 	n0 := len(dst)
 	dst = append(dst, '"')
 	dst = t.AppendFormat(dst, time.RFC3339Nano)
@@ -151,7 +217,7 @@ func appendPayload(dst []byte, v any) ([]byte, error) {
 		if rv.IsNil() {
 			return append(dst, "null"...), nil
 		}
-		rv = rv.Elem()
+		return enc.appendAt(dst, rv.UnsafePointer())
 	}
 	return enc.append(dst, rv)
 }
@@ -193,7 +259,9 @@ const (
 
 type field struct {
 	index     int
-	key       string // `"name":`, escaped as encoding/json escapes it
+	offset    uintptr      // of the field in the struct
+	rkind     reflect.Kind // of the field's (pointed-to) type, for its size
+	key       string       // `"name":`, escaped as encoding/json escapes it
 	kind      fieldKind
 	ptr       bool // the field is a pointer to kind
 	omitEmpty bool
@@ -264,6 +332,7 @@ func compile(t reflect.Type) *structEncoder {
 			return nil
 		}
 		f.kind = k
+		f.offset, f.rkind = sf.Offset, ft.Kind()
 		if seen[name] {
 			return nil // duplicate names: encoding/json's tie-break rules apply
 		}
@@ -366,6 +435,115 @@ func (enc *structEncoder) append(dst []byte, v reflect.Value) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// appendAt is append for a struct at base, the common case of a pointer
+// payload. It reads each field at the offset and with the kind compile
+// recorded from the struct's own reflect.Type, instead of going through
+// reflect.Value for every field.
+func (enc *structEncoder) appendAt(dst []byte, base unsafe.Pointer) ([]byte, error) {
+	dst = append(dst, '{')
+	first := true
+	for i := range enc.fields {
+		f := &enc.fields[i]
+		p := unsafe.Add(base, f.offset)
+		if f.ptr {
+			p = *(*unsafe.Pointer)(p)
+			if p == nil {
+				if f.omitEmpty {
+					continue
+				}
+				if !first {
+					dst = append(dst, ',')
+				}
+				first = false
+				dst = append(dst, f.key...)
+				dst = append(dst, "null"...)
+				continue
+			}
+		}
+		var (
+			str   string
+			b     bool
+			n     int64
+			u     uint64
+			fl    float64
+			empty bool
+		)
+		switch f.rkind {
+		case reflect.String:
+			str = *(*string)(p)
+			empty = str == ""
+		case reflect.Bool:
+			b = *(*bool)(p)
+			empty = !b
+		case reflect.Int:
+			n = int64(*(*int)(p))
+		case reflect.Int8:
+			n = int64(*(*int8)(p))
+		case reflect.Int16:
+			n = int64(*(*int16)(p))
+		case reflect.Int32:
+			n = int64(*(*int32)(p))
+		case reflect.Int64:
+			n = *(*int64)(p)
+		case reflect.Uint:
+			u = uint64(*(*uint)(p))
+		case reflect.Uint8:
+			u = uint64(*(*uint8)(p))
+		case reflect.Uint16:
+			u = uint64(*(*uint16)(p))
+		case reflect.Uint32:
+			u = uint64(*(*uint32)(p))
+		case reflect.Uint64:
+			u = *(*uint64)(p)
+		case reflect.Uintptr:
+			u = uint64(*(*uintptr)(p))
+		case reflect.Float32:
+			x := *(*float32)(p)
+			fl, empty = float64(x), math.Float32bits(x) == 0
+		case reflect.Float64:
+			fl = *(*float64)(p)
+			empty = math.Float64bits(fl) == 0
+		}
+		switch f.kind {
+		case kInt:
+			empty = n == 0
+		case kUint:
+			empty = u == 0
+		case kTime:
+			empty = false // encoding/json never omits a struct
+		}
+		if f.omitEmpty && !f.ptr && empty {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, f.key...)
+		var err error
+		switch f.kind {
+		case kString:
+			dst = appendString(dst, str)
+		case kBool:
+			dst = strconv.AppendBool(dst, b)
+		case kInt:
+			dst = strconv.AppendInt(dst, n, 10)
+		case kUint:
+			dst = strconv.AppendUint(dst, u, 10)
+		case kFloat32:
+			dst, err = appendFloat(dst, fl, 32)
+		case kFloat64:
+			dst, err = appendFloat(dst, fl, 64)
+		case kTime:
+			dst, err = appendTime(dst, *(*time.Time)(p))
+		}
+		if err != nil {
+			return dst, fmt.Errorf("field %s: %w", strings.TrimSuffix(f.key, ":"), err)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
 // appendFloat writes f the way encoding/json does: like an ES6 number,
 // exponent form only for very small or very large magnitudes.
 func appendFloat(dst []byte, f float64, bits int) ([]byte, error) {
@@ -419,8 +597,8 @@ const (
 func plainPrefix(s string) int {
 	i := 0
 	for ; i+8 <= len(s); i += 8 {
-		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		// One unaligned 8-byte load; i+8 <= len(s) keeps it inside s.
+		w := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
 		q, bs, lt, gt, amp := w^('"'*ones), w^('\\'*ones), w^('<'*ones), w^('>'*ones), w^('&'*ones)
 		if (w|(w-0x20*ones)|
 			((q-ones)&^q)|((bs-ones)&^bs)|((lt-ones)&^lt)|((gt-ones)&^gt)|((amp-ones)&^amp))&highs != 0 {

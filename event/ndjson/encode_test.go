@@ -190,3 +190,22 @@ func FuzzEncodingMatchesEncodingJSON(f *testing.F) {
 		}
 	})
 }
+
+// The per-second cache must not change a byte: same second, other
+// fractions, other zones, and back again.
+func TestTimeCacheMatchesMarshalJSON(t *testing.T) {
+	t.Parallel()
+	locs := []*time.Location{time.UTC, time.Local, time.FixedZone("x", -9*3600-1800), time.FixedZone("y", 0)}
+	if ny, err := time.LoadLocation("America/New_York"); err == nil {
+		locs = append(locs, ny)
+	}
+	base := time.Date(2026, 3, 8, 6, 59, 58, 0, time.UTC) // around a DST change in New York
+	for i := range 4000 {
+		tm := base.Add(time.Duration(i%7) * 300 * time.Millisecond).Add(time.Duration(i*7919) % time.Second).In(locs[i%len(locs)])
+		want, _ := tm.MarshalJSON()
+		got, err := appendTime(nil, tm)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("%v: got %s (%v), want %s", tm, got, err, want)
+		}
+	}
+}
