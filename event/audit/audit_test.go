@@ -193,11 +193,16 @@ func TestAuditReadsTheRotatedGeneration(t *testing.T) {
 	w := newWorld(t, ndjson.Options{MaxBytes: 800, MaxBufferEvents: 1})
 	ctx := context.Background()
 	// Opened early (it rotates into .1), reused late (in the live file).
+	// Flushing after each step makes each its own batch, so the small
+	// ceiling rotates between them.
 	w.open("run_code", "r1", "s1", toolsession.ScopeSession, nil)
+	w.done()
 	for i := range 4 {
 		w.turn("filler-"+string(rune('a'+i)), event.OutcomeAnswer)
+		w.done()
 	}
 	w.open("run_code", "r2", "s1", toolsession.ScopeSession, nil)
+	w.done()
 	w.tier.FireSession(ctx, "s1", "")
 	path := w.done()
 	if _, err := os.Stat(path + ".1"); err != nil {
