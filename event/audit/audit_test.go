@@ -190,23 +190,21 @@ func TestAuditFindsLeaksFailuresAndRunsThatEndedOpen(t *testing.T) {
 
 func TestAuditReadsTheRotatedGeneration(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, ndjson.Options{MaxBytes: 800, MaxBufferEvents: 1})
+	w := newWorld(t, ndjson.Options{MaxBytes: 700, MaxBufferEvents: 1})
 	ctx := context.Background()
-	// Opened early (it rotates into .1), reused late (in the live file).
-	// Flushing after each step makes each its own batch, so the small
-	// ceiling rotates between them.
+	// Flushing after each step makes each its own batch: the open and a
+	// turn fill the first generation, the reuse starts the second.
 	w.open("run_code", "r1", "s1", toolsession.ScopeSession, nil)
 	w.done()
-	for i := range 4 {
-		w.turn("filler-"+string(rune('a'+i)), event.OutcomeAnswer)
-		w.done()
-	}
+	w.turn("filler", event.OutcomeAnswer)
+	w.done()
 	w.open("run_code", "r2", "s1", toolsession.ScopeSession, nil)
 	w.done()
 	w.tier.FireSession(ctx, "s1", "")
 	path := w.done()
-	if _, err := os.Stat(path + ".1"); err != nil {
-		t.Fatal("the sink did not rotate; the test needs a .1")
+	old, err := os.ReadFile(path + ".1")
+	if err != nil || !strings.Contains(string(old), "session_started") || strings.Contains(string(old), "session_reused") {
+		t.Fatalf("the test needs the open alone in .1: %v\n%s", err, old)
 	}
 	if got := audit.Generations([]string{path}); len(got) != 2 || got[0] != path+".1" || got[1] != path {
 		t.Fatalf("generations %v", got)
@@ -215,16 +213,19 @@ func TestAuditReadsTheRotatedGeneration(t *testing.T) {
 		t.Fatalf("naming .1 too reads it once: %v", got)
 	}
 	r := audit.Audit([]string{path})
-	if r.Problems() || r.UnmatchedCloses != 0 || len(r.Files) != 2 {
+	if r.Problems() || r.UnmatchedCloses != 0 || len(r.Files) != 2 || len(r.Tools) != 1 {
 		t.Fatalf("with both generations: %+v", r)
 	}
-	// The live file alone sees the reuse and close without the start: no
-	// leak, one unmatched close.
+	if ts := r.Tools[0]; ts.Opened != 1 || ts.Reused != 1 || ts.Closed["session-end"] != 1 {
+		t.Fatalf("with both generations: %+v", ts)
+	}
+	// The live file alone sees a reuse and a close: the session is known
+	// from its reuse, and nothing is reported missing.
 	a := audit.NewAuditor()
 	if _, err := ndjson.ScanFile(path, a.Add); err != nil {
 		t.Fatal(err)
 	}
-	if r := a.Report(); r.Problems() || len(r.Open) != 0 {
+	if r := a.Report(); r.Problems() || len(r.Tools) != 1 || r.Tools[0].Opened != 0 || r.Tools[0].Reused != 1 {
 		t.Fatalf("live file alone: %+v", r)
 	}
 }
