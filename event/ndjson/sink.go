@@ -55,13 +55,14 @@ type Options struct {
 	// slog.Default. A panic in it is recovered.
 	OnError func(error)
 	// MaxQueuedBytes bounds the serialised events waiting in memory while
-	// the writer is busy (default 4 MiB; never below MaxBufferBytes). While
-	// the writer writes one batch, the next one fills; the writer then takes
-	// all of it in one write, so a busy disk gets fewer, larger writes. When
-	// the waiting batch reaches this bound, further events are dropped and
-	// reported ("the writer is behind") until the writer catches up: memory
-	// stays within about twice this bound plus the largest single event, and
-	// Export never waits for the disk.
+	// the writer is busy (default 4 MiB; never below twice MaxBufferBytes).
+	// While the writer writes one batch, the next one fills; the writer then
+	// takes all of it in one write, so a busy disk gets fewer, larger writes.
+	// When the waiting batch reaches this bound, further events are dropped
+	// and reported ("the writer is behind") until the writer catches up:
+	// memory stays within about three times this bound (the batch filling,
+	// the batch being written and its padded copy) plus the largest single
+	// event, and Export never waits for the disk.
 	MaxQueuedBytes int
 }
 
@@ -139,7 +140,6 @@ type Sink struct {
 	curEvents int
 	spare     []byte // the writer's last buffer, for the next batch
 	nudged    bool   // the writer was woken for cur
-	flushWant bool
 	closed    bool
 	stats     Stats
 	done      uint64 // events accepted and finished (written or dropped)
@@ -198,7 +198,8 @@ func Open(path string, opt Options) (*Sink, error) {
 	if opt.MaxQueuedBytes == 0 {
 		opt.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
-	opt.MaxQueuedBytes = max(opt.MaxQueuedBytes, opt.MaxBufferBytes)
+	// The size triggers must fire before the bound drops anything.
+	opt.MaxQueuedBytes = max(opt.MaxQueuedBytes, 2*opt.MaxBufferBytes)
 	s := &Sink{
 		path:         path,
 		opt:          opt,
@@ -402,16 +403,14 @@ func (s *Sink) writer() {
 // woke the writer, the timer fired or someone flushes.
 func (s *Sink) round() {
 	s.mu.Lock()
+	s.nudged = false
 	data, n := s.cur, s.curEvents
-	s.cur, s.curEvents, s.spare = s.spare, 0, nil
-	s.nudged, s.flushWant = false, false
-	s.mu.Unlock()
 	if n == 0 {
-		s.mu.Lock()
-		s.spare = data
 		s.mu.Unlock()
 		return
 	}
+	s.cur, s.curEvents, s.spare = s.spare, 0, nil
+	s.mu.Unlock()
 
 	err := s.write(data)
 
@@ -648,7 +647,6 @@ func (s *Sink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	target := s.stats.Accepted
 	dropped := s.stats.Dropped
-	s.flushWant = true
 	s.mu.Unlock()
 	nudge(s.wake)
 	if err := s.waitFor(ctx, func() bool { return s.done >= target }); err != nil {
@@ -688,7 +686,9 @@ func (s *Sink) waitFor(ctx context.Context, cond func() bool) error {
 // Close stops accepting events, writes what was accepted, syncs and closes
 // the file, bounded by ctx. Later exports are counted in Stats and
 // dropped. Close is safe to call more than once; every call waits (within
-// its ctx) for the same shutdown.
+// its ctx) for the same shutdown. If ctx ends first — a write stuck on a
+// hung mount — Close returns, and the writer finishes and closes the file
+// whenever that write returns.
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
