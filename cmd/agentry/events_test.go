@@ -28,36 +28,52 @@ func exitCode(err error) int {
 	return 0
 }
 
-// The demo writes its events with --events; the audit finds the failed
-// close the demo stages (a Stop that hangs) and nothing left open.
+// The demo writes its events with --events, and the three commands read
+// them consistently: the text audit names every problem the JSON audit
+// lists and exits 1 exactly when there is one; stats counts the same
+// events. (Today's demo stages a Stop that hangs, so there is a failed
+// close to find.)
 func TestDemoEventsAreAudited(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "logs", "demo.ndjson")
 	if out, err := execute(t, "demo", "--events", path); err != nil {
 		t.Fatalf("demo --events: %v\n%s", err, out)
 	}
-	out, err := execute(t, "events", "audit", path)
-	if exitCode(err) != 1 {
-		t.Fatalf("audit exit %d (%v), want 1 for the failed close\n%s", exitCode(err), err, out)
-	}
-	for _, want := range []string{"FAILED CLOSES", "tool=notes scope=run reason=run-end run=run-h", "timeout", "0 still open"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("audit output lacks %q\n%s", want, out)
-		}
-	}
-	out, err = execute(t, "events", "audit", "--json", path)
-	if exitCode(err) != 1 {
-		t.Fatalf("audit --json exit %d", exitCode(err))
-	}
+	out, err := execute(t, "events", "audit", "--json", path)
 	var r audit.Report
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("--json is not JSON: %v\n%s", err, out)
+	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
+		t.Fatalf("--json is not JSON: %v\n%s", jerr, out)
 	}
-	if len(r.FailedCloses) == 0 || len(r.Open) != 0 || r.Events == 0 {
+	if r.Events == 0 || r.BadLines != 0 {
 		t.Fatalf("report %+v", r)
 	}
-	out, err = execute(t, "events", "stats", path)
-	if err != nil || !strings.Contains(out, "agentry.tools.session_started") {
-		t.Fatalf("stats: %v\n%s", err, out)
+	want := 0
+	if r.Problems() {
+		want = 1
+	}
+	if exitCode(err) != want {
+		t.Fatalf("audit --json exit %d, want %d", exitCode(err), want)
+	}
+	text, err := execute(t, "events", "audit", path)
+	if exitCode(err) != want {
+		t.Fatalf("audit exit %d, want %d\n%s", exitCode(err), want, text)
+	}
+	for _, f := range r.FailedCloses {
+		if !strings.Contains(text, "keyHash="+f.KeyHash+" tool="+f.Tool+" scope="+f.Scope+" reason="+f.Reason) {
+			t.Errorf("the text audit does not name failed close %+v\n%s", f, text)
+		}
+	}
+	for _, o := range r.Open {
+		if !strings.Contains(text, "keyHash="+o.KeyHash) {
+			t.Errorf("the text audit does not name open session %+v\n%s", o, text)
+		}
+	}
+	if len(r.FailedCloses) == 0 {
+		t.Log("the demo no longer stages a failed close; the audit found none")
+	}
+	out, err = execute(t, "events", "stats", "--json", path)
+	var sum audit.Summary
+	if err != nil || json.Unmarshal([]byte(out), &sum) != nil || sum.Events != r.Events {
+		t.Fatalf("stats: %v, %d events vs the audit's %d\n%s", err, sum.Events, r.Events, out)
 	}
 }
 
