@@ -146,23 +146,29 @@ func benchEncodingJSON(b *testing.B) {
 
 // TestThroughputTargets checks the targets, measured in one run:
 // the sink at least twice as fast as slog's JSON handler on the same
-// events, and at least 1.3M events/s. Timing on a shared machine is noisy,
-// so it runs only when asked:
+// events, and at least 1.3M events/s, each the best of five alternating
+// runs. Timing on a shared machine is noisy, so it runs only when asked:
 //
 //	AGENTRY_BENCH_TARGETS=1 go test -run ThroughputTargets -v ./event/ndjson
 func TestThroughputTargets(t *testing.T) {
 	if os.Getenv("AGENTRY_BENCH_TARGETS") == "" {
 		t.Skip("set AGENTRY_BENCH_TARGETS=1 to measure the throughput targets")
 	}
+	// Alternate the two and keep each one's best of five: on a shared
+	// machine, interference only ever slows a run down.
 	rate := func(r testing.BenchmarkResult) float64 { return float64(r.N) / r.T.Seconds() }
-	sink, slogr := testing.Benchmark(benchSink), testing.Benchmark(benchSlog)
-	ratio := rate(sink) / rate(slogr)
-	t.Logf("ndjson %.0f events/s, slog JSON %.0f events/s: %.2f× (target ≥ 2×, ≥ 1.3M events/s)", rate(sink), rate(slogr), ratio)
+	var sink, slogr float64
+	for range 5 {
+		sink = max(sink, rate(testing.Benchmark(benchSink)))
+		slogr = max(slogr, rate(testing.Benchmark(benchSlog)))
+	}
+	ratio := sink / slogr
+	t.Logf("ndjson %.0f events/s, slog JSON %.0f events/s: %.2f× (target ≥ 2×, ≥ 1.3M events/s)", sink, slogr, ratio)
 	if ratio < 2 {
 		t.Errorf("the sink is %.2f× slog, want ≥ 2×", ratio)
 	}
-	if rate(sink) < 1.3e6 {
-		t.Errorf("the sink writes %.0f events/s, want ≥ 1.3M", rate(sink))
+	if sink < 1.3e6 {
+		t.Errorf("the sink writes %.0f events/s, want ≥ 1.3M", sink)
 	}
 }
 
