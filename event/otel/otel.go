@@ -201,14 +201,13 @@ func at(e event.Event) time.Time {
 // Export turns one event into span and metric updates. It never blocks on
 // I/O: the SDK's batch processor and periodic reader do the exporting.
 func (s *Sink) Export(e event.Event) {
-	ctx := context.Background()
-	s.metrics(ctx, e)
-	if e.Meta.RunID == "" {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
+		return
+	}
+	s.metrics(context.Background(), e)
+	if e.Meta.RunID == "" {
 		return
 	}
 	switch p := e.Payload.(type) {
