@@ -247,7 +247,15 @@ func TestCloseEndsOpenSpansAndEvictionBoundsMemory(t *testing.T) {
 	if err := h.sink.Close(context.Background()); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	h.emit("r4", event.TypeTurnStart, &event.TurnStart{}) // ignored
+	h.emit("r4", event.TypeTurnStart, &event.TurnStart{})                               // ignored
+	h.emit("r4", event.TypeSessionStarted, &event.ToolSession{Tool: "t", Scope: "run"}) // ignored
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if n := sum(t, rm, "agentry.tool_sessions.opened"); n != 0 {
+		t.Fatalf("a session opened after Close was counted (%d)", n)
+	}
 	if n, m := len(h.spans.Started()), len(h.spans.Ended()); n != 5 || m != 5 {
 		t.Fatalf("%d started, %d ended; want every span ended at Close and nothing after", n, m)
 	}
