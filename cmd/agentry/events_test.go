@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,17 +15,6 @@ import (
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/event/ndjson"
 )
-
-func exitCode(err error) int {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	if err != nil {
-		return 2
-	}
-	return 0
-}
 
 // The demo writes its events with --events, and the three commands read
 // them consistently: the text audit names every problem the JSON audit
