@@ -494,4 +494,3 @@ func (h *hostEcho) releases() int {
 func identityConfig(tenant, principal string) json.RawMessage {
 	return native.SessionConfig{Identity: &tool.Identity{Tenant: tenant, Principal: principal}}.JSON()
 }
-
