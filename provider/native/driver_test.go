@@ -215,3 +215,42 @@ func TestStoreIsPluggable(t *testing.T) {
 		t.Fatalf("resuming a forgotten conversation: %v", err)
 	}
 }
+
+// A session refuses a turn while closing or while a request waits, before
+// anything starts.
+func TestRawSessionRefusals(t *testing.T) {
+	t.Parallel()
+	s, _ := raw(t)
+	outs, err := pull(s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t1", Input: "ask"}))
+	if err != nil || last(outs).Kind != provider.OutputRequest {
+		t.Fatalf("ask: %q %v", shape(outs), err)
+	}
+	if _, err := pull(s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t2", Input: "hello"})); !errors.Is(err, provider.ErrNotStarted) {
+		t.Fatalf("a turn while a request waits: %v", err)
+	}
+	if err := s.Close(t.Context(), provider.CloseShutdown); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pull(s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t3", Input: "hello"})); !errors.Is(err, provider.ErrNotStarted) {
+		t.Fatalf("a turn after close: %v", err)
+	}
+	if _, err := pull(s.Resolve(t.Context(), provider.Resolution{TurnID: "t1", RequestID: last(outs).Request.ID, Approve: true})); !errors.Is(err, provider.ErrNotStarted) {
+		t.Fatalf("a resolution after close: %v", err)
+	}
+}
+
+// A model that panics does not take the host down: the turn is an error
+// and the session is no longer trusted.
+func TestPanickingModel(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	s := w.create(t, provider.CreateRequest{})
+	outs, err := pull(s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t1", Input: "panic"}))
+	var pe *provider.PanicError
+	if !errors.As(err, &pe) || !slices.Equal(shape(outs), []string{"turn.started"}) {
+		t.Fatalf("a panicking model: %q %v", shape(outs), err)
+	}
+	if !provider.HasCode(s.Err(), provider.CodeSessionUnusable) {
+		t.Fatalf("after the panic: %v", s.Err())
+	}
+}

@@ -33,6 +33,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	call <tool> <json>  call the tool, then answer "the tool said: <result>"
 //	calls <tool> <json> call the tool twice in one response, then answer
 //	fail                the model fails
+//	panic               the model panics
 //	loop                call noop for ever (the iteration limit ends it)
 //	say <text>          answer text, and nothing else
 //	anything else       answer "echo: <message>"
@@ -111,6 +112,8 @@ func (m *promptModel) Generate(ctx context.Context, req llm.Request) (llm.Respon
 		return answer("the tool said: " + result)
 	case "fail":
 		return llm.Response{}, errors.New("the model is down")
+	case "panic":
+		panic("the model lost its mind")
 	case "loop":
 		return call(1, "noop", `{}`)
 	case "say":

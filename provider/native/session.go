@@ -307,9 +307,11 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 		outs = []provider.Output{completed(provider.OutcomeCompleted)}
 	case interrupted:
 		outs = []provider.Output{completed(provider.OutcomeInterrupted)}
-	case errors.Is(err, agent.ErrShutdown), t.ctx.Err() != nil:
+	case errors.Is(err, agent.ErrShutdown), t.ctx.Err() != nil, errors.As(err, new(*provider.PanicError)):
 		// Cancelled by the host's context, by Close, or by the agent's
-		// shutdown: the turn did not reach a boundary.
+		// shutdown; or the agent panicked (a model that panics, say), so
+		// what the run held cannot be vouched for: the turn did not reach
+		// a boundary.
 		s.mu.Unlock()
 		return nil, err
 	default:
@@ -338,10 +340,6 @@ func (s *session) markLocked(id string) {
 func failureClass(err error) string {
 	if errors.Is(err, agent.ErrMaxIterations) {
 		return "the agent reached its iteration limit without an answer"
-	}
-	var pe *provider.PanicError
-	if errors.As(err, &pe) {
-		return "the agent panicked"
 	}
 	return "the model failed"
 }
