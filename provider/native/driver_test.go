@@ -254,3 +254,37 @@ func TestPanickingModel(t *testing.T) {
 		t.Fatalf("after the panic: %v", s.Err())
 	}
 }
+
+// A turn running when the instance is disposed is cancelled by the
+// agent's shutdown: an error, and the session is no longer trusted.
+func TestShutdownDuringATurnIsAnError(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	s := w.create(t, provider.CreateRequest{})
+	started := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		var turnErr error
+		for o, err := range s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t1", Input: "hold"}) {
+			if o.Kind == provider.OutputTurnStarted {
+				close(started)
+			}
+			if err != nil {
+				turnErr = err
+			}
+		}
+		errc <- turnErr
+	}()
+	<-started
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // no grace: running turns are cancelled at once
+	if err := w.inst.Dispose(ctx); err == nil {
+		t.Fatal("a shutdown that cancelled a run reported nothing")
+	}
+	if err := <-errc; !errors.Is(err, agent.ErrShutdown) || errors.Is(err, provider.ErrNotStarted) {
+		t.Fatalf("the turn cut by shutdown: %v", err)
+	}
+	if !provider.HasCode(s.Err(), provider.CodeSessionUnusable) {
+		t.Fatalf("after shutdown: %v", s.Err())
+	}
+}
