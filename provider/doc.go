@@ -42,7 +42,9 @@
 // Every refusal and violation is a [*ContractError] with a stable [Code];
 // match with errors.Is(err, &ContractError{Code: c}), [HasCode] or
 // [CodeOf]. The package provider/conformance is the test kit every adapter
-// passes, with an in-memory fake provider.
+// passes, with an in-memory fake provider. The package provider/native puts
+// an agentry agent behind this contract; this package's Example is a host
+// driving it through the registry.
 //
 // An adapter for an external agent speaking the Agent Client Protocol maps
 // onto the same seams: session/new and session/load are Create and Resume

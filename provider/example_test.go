@@ -5,25 +5,53 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"strings"
 
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/llm"
+	script "github.com/agentry-dev/agentry/llm/scripted"
 	"github.com/agentry-dev/agentry/provider"
-	"github.com/agentry-dev/agentry/provider/conformance"
+	"github.com/agentry-dev/agentry/provider/native"
+	"github.com/agentry-dev/agentry/tool"
 )
 
-// A host drives a provider through the registry: materialise an instance,
-// open a session that borrows one host tool, run turns (pulling their
-// outputs), answer the approval a turn asks for, and close. The fake
-// provider stands in for a real agent here.
+// A host drives an agentry agent through the registry: materialise a
+// native instance, open a session that borrows one host tool and acts for
+// one person, run turns (pulling their outputs), answer the approval a
+// turn asks for, and close. The agent's model is scripted, so the example
+// runs offline.
 func Example() {
 	ctx := context.Background()
-	reg, err := provider.OpenRegistry(ctx,
-		[]provider.Driver{conformance.NewFakeDriver()},
-		[]provider.Definition{{ID: "helper", Provider: conformance.FakeKey}})
+
+	// The agent: a scripted model, and a tool a person must approve.
+	var deployedFor *tool.Identity
+	deploy := tool.WithCheckIn(tool.Func("deploy", "Deploys a version.",
+		func(ctx context.Context, c *tool.Call, in struct {
+			Version string `json:"version"`
+		}) (string, error) {
+			deployedFor = c.Identity
+			return "deployed " + in.Version, nil
+		}))
+	driver, err := native.NewDriver(native.Config{Agent: func(ctx context.Context, def provider.Definition) (agent.Options, error) {
+		return agent.Options{ID: def.ID, Tools: []tool.Tool{deploy}, Model: script.New(
+			// Turn 1: look the ticket up with the host's tool, then answer.
+			script.Step{Text: "Looking it up.", ToolCalls: []llm.ToolCall{{Name: "ticket_status", Args: json.RawMessage(`{"id":"T-7"}`)}}},
+			script.Step{Text: "T-7 is open."},
+			// Turn 2: deploy, which waits for a person's approval.
+			script.Step{ToolCalls: []llm.ToolCall{{Name: "deploy", Args: json.RawMessage(`{"version":"1.2"}`)}}},
+			script.Step{Text: "Deployed 1.2."},
+		)}, nil
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	reg, err := provider.OpenRegistry(ctx, []provider.Driver{driver},
+		[]provider.Definition{{ID: "helper", Provider: native.DefaultKey}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer reg.Dispose(ctx)
-
 	inst, err := reg.Instance("helper")
 	if err != nil {
 		log.Fatal(err)
@@ -31,7 +59,8 @@ func Example() {
 	ready, _ := inst.Readiness(ctx)
 	fmt.Println("readiness:", ready)
 
-	// The host lends the session one tool for its lifetime.
+	// The host lends the session one tool for its lifetime, and says who
+	// the session acts for: the provider never invents an identity.
 	lend := &provider.HostBinding{
 		Tools: []provider.HostTool{{
 			Name:        "ticket_status",
@@ -46,8 +75,11 @@ func Example() {
 	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{
 		SessionID:        "conversation-1",
 		WorkingDirectory: "/srv/work",
+		Configuration:    native.SessionConfig{Identity: &tool.Identity{Tenant: "acme", Principal: "alice"}}.JSON(),
 		HostBinding:      lend,
-		OnBinding:        func(b provider.Binding) { fmt.Println("store binding:", b) },
+		OnBinding: func(b provider.Binding) {
+			fmt.Println("store the binding to resume later:", strings.HasPrefix(string(b), "native-"))
+		},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -58,10 +90,10 @@ func Example() {
 		switch {
 		case err != nil:
 			fmt.Println("error:", err)
-		case out.Kind == provider.OutputText:
+		case out.Kind == provider.OutputText, out.Kind == provider.OutputActivity:
 			fmt.Printf("  %s: %s\n", out.Kind, out.Text)
 		case out.Kind == provider.OutputRequest:
-			fmt.Printf("  %s: %s (%s)\n", out.Kind, out.Request.Prompt, out.Request.Kind)
+			fmt.Printf("  %s: %s to run %s\n", out.Kind, out.Request.Kind, out.Request.Tool)
 		case out.Kind == provider.OutputTurnCompleted:
 			fmt.Printf("  %s: %s\n", out.Kind, out.Outcome)
 		default:
@@ -70,21 +102,23 @@ func Example() {
 	}
 
 	fmt.Println("turn 1")
-	for out, err := range session.RunTurn(ctx, provider.TurnRequest{TurnID: "t1", Input: `call ticket_status {"id":"T-7"}`}) {
+	for out, err := range session.RunTurn(ctx, provider.TurnRequest{TurnID: "t1", Input: "What is the state of T-7?"}) {
 		show(out, err)
 	}
 
 	fmt.Println("turn 2")
 	var pending *provider.Request
-	for out, err := range session.RunTurn(ctx, provider.TurnRequest{TurnID: "t2", Input: conformance.FakeAsk}) {
+	for out, err := range session.RunTurn(ctx, provider.TurnRequest{TurnID: "t2", Input: "Deploy 1.2."}) {
 		show(out, err)
 		if out.Kind == provider.OutputRequest {
 			pending = out.Request
 		}
 	}
+	fmt.Println("a person approves")
 	for out, err := range session.Resolve(ctx, provider.Resolution{TurnID: "t2", RequestID: pending.ID, Approve: true}) {
 		show(out, err)
 	}
+	fmt.Printf("deploy ran for %s/%s\n", deployedFor.Tenant, deployedFor.Principal)
 
 	if err := session.Close(ctx, provider.CloseRequested); err != nil {
 		log.Fatal(err)
@@ -94,16 +128,23 @@ func Example() {
 	}
 	// Output:
 	// readiness: ready
-	// store binding: fake-helper-1
+	// store the binding to resume later: true
 	// turn 1
 	//   turn.started
-	//   text: the tool said: {"status":"open"}
+	//   text: Looking it up.
+	//   activity: calling ticket_status
+	//   activity: ticket_status returned
+	//   text: T-7 is open.
 	//   turn.completed: completed
 	// turn 2
 	//   turn.started
-	//   request: may the fake go on? (approval)
-	//   text: approved
+	//   request: approval to run deploy
+	// a person approves
+	//   activity: calling deploy
+	//   activity: deploy returned
+	//   text: Deployed 1.2.
 	//   turn.completed: completed
+	// deploy ran for acme/alice
 	// host binding released
 	// after close: session_closed
 }

@@ -20,17 +20,27 @@ import (
 
 func init() {
 	commands = append(commands, func() *cobra.Command {
-		return &cobra.Command{
+		var flags sinkFlags
+		cmd := &cobra.Command{
 			Use:   "demo",
 			Short: "A self-explaining tour of tool sessions on offline defaults",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				if err := runDemo(cmd.Context(), cmd.OutOrStdout()); err != nil {
+				sinks, closeSinks, err := flags.open(cmd.Context(), cmd.ErrOrStderr())
+				if err != nil {
+					return failure(err)
+				}
+				err = runDemo(cmd.Context(), cmd.OutOrStdout(), sinks...)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
+				defer cancel()
+				if err = errors.Join(err, closeSinks(ctx)); err != nil {
 					return failure(err)
 				}
 				return nil
 			},
 		}
+		flags.add(cmd)
+		return cmd
 	})
 }
 
@@ -180,7 +190,7 @@ func (d *door) call(ctx context.Context, t tool.Tool, runID, sessionID string, i
 	return res.Content
 }
 
-func runDemo(ctx context.Context, w io.Writer) error {
+func runDemo(ctx context.Context, w io.Writer, sinks ...event.Sink) error {
 	root, err := os.MkdirTemp("", "agentry-demo-")
 	if err != nil {
 		return err
@@ -192,6 +202,11 @@ func runDemo(ctx context.Context, w io.Writer) error {
 	bus := event.NewBus(event.BusOptions{})
 	if err := bus.Add(story, event.Filter{}); err != nil {
 		return err
+	}
+	for _, s := range sinks {
+		if err := bus.Add(s, event.Filter{}); err != nil {
+			return err
+		}
 	}
 	tier := toolsession.NewTier(toolsession.Config{
 		Timeout: 300 * time.Millisecond, // short, so the hung Stop below is visible

@@ -68,11 +68,20 @@ func run(args []string) int {
 		return 0
 	}
 	fmt.Fprintln(os.Stderr, "agentry:", err)
+	return exitCode(err)
+}
+
+// exitCode maps a command's error to the process's exit status: 0 on
+// success, the code an exitError carries, and 2 for cobra's own errors
+// (unknown command, bad arguments), which are usage errors.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	// cobra's own errors (unknown command, bad arguments) are usage errors.
 	return 2
 }
 

@@ -19,14 +19,6 @@ func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-func exitCode(err error) int {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return -1
-}
-
 func TestParseModel(t *testing.T) {
 	t.Parallel()
 	full := map[string]string{"ANTHROPIC_API_KEY": "sk-ant-k3y-secret", "OPENAI_API_KEY": "sk-openai-k3y-secret"}

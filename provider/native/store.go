@@ -1,0 +1,139 @@
+package native
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/provider"
+)
+
+// Record is a stored conversation: plain JSON, nothing live.
+type Record struct {
+	// Conversation holds the messages and the identity the conversation
+	// was created under (nil when none).
+	Conversation agent.Conversation `json:"conversation"`
+	// Turns marks where each completed turn ended, in order, so a branch
+	// can copy the conversation through one of them.
+	Turns []TurnMark `json:"turns"`
+}
+
+// TurnMark says that the turn ID ended with the conversation's first
+// Messages messages.
+type TurnMark struct {
+	ID       string `json:"id"`
+	Messages int    `json:"messages"`
+}
+
+// clone copies the slices a Record holds, so a caller's changes never
+// reach a stored record. Messages themselves are treated as immutable.
+func (r Record) clone() Record {
+	r.Conversation.Messages = slices.Clone(r.Conversation.Messages)
+	if id := r.Conversation.Identity; id != nil {
+		c := *id
+		r.Conversation.Identity = &c
+	}
+	r.Turns = slices.Clone(r.Turns)
+	return r
+}
+
+// through returns the record as it stood after turn id.
+func (r Record) through(id string) (Record, bool) {
+	for i, m := range r.Turns {
+		if m.ID == id {
+			if m.Messages < 0 || m.Messages > len(r.Conversation.Messages) {
+				return Record{}, false
+			}
+			out := r.clone()
+			out.Conversation.Messages = out.Conversation.Messages[:m.Messages:m.Messages]
+			out.Turns = out.Turns[: i+1 : i+1]
+			return out, true
+		}
+	}
+	return Record{}, false
+}
+
+// Store keeps conversations by binding. A native instance saves a
+// conversation when a session is created or branched and after every turn
+// that reaches turn.completed, and loads it to resume or branch. Safe for
+// concurrent use.
+type Store interface {
+	// Load returns the record saved under b, or an error wrapping
+	// ErrNotStored.
+	Load(ctx context.Context, b provider.Binding) (Record, error)
+	// Save stores r under b, replacing what was there.
+	Save(ctx context.Context, b provider.Binding, r Record) error
+}
+
+// ErrNotStored is wrapped by a Store's Load when it holds nothing under the
+// binding.
+var ErrNotStored = errors.New("native: no record is stored under that binding")
+
+// DefaultMaxConversations bounds a MemoryStore built with a zero bound.
+const DefaultMaxConversations = 10000
+
+// MemoryStore is the default Store: conversations in memory, at most a
+// fixed number of them. Past the bound the conversation saved least
+// recently is forgotten, and resuming it is refused like any unknown
+// binding.
+type MemoryStore struct {
+	max int
+
+	mu    sync.Mutex
+	byKey map[provider.Binding]*list.Element
+	order *list.List // of *memoryEntry, most recently saved first
+}
+
+type memoryEntry struct {
+	b provider.Binding
+	r Record
+}
+
+// NewMemoryStore returns an empty store of at most max conversations
+// (DefaultMaxConversations when max ≤ 0).
+func NewMemoryStore(max int) *MemoryStore {
+	if max <= 0 {
+		max = DefaultMaxConversations
+	}
+	return &MemoryStore{max: max, byKey: map[provider.Binding]*list.Element{}, order: list.New()}
+}
+
+// Load returns a copy of the record saved under b.
+func (m *MemoryStore) Load(_ context.Context, b provider.Binding) (Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	el, ok := m.byKey[b]
+	if !ok {
+		return Record{}, ErrNotStored
+	}
+	return el.Value.(*memoryEntry).r.clone(), nil
+}
+
+// Save stores a copy of r under b.
+func (m *MemoryStore) Save(_ context.Context, b provider.Binding, r Record) error {
+	r = r.clone()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byKey[b]; ok {
+		el.Value.(*memoryEntry).r = r
+		m.order.MoveToFront(el)
+		return nil
+	}
+	m.byKey[b] = m.order.PushFront(&memoryEntry{b: b, r: r})
+	for m.order.Len() > m.max {
+		last := m.order.Back()
+		delete(m.byKey, last.Value.(*memoryEntry).b)
+		m.order.Remove(last)
+	}
+	return nil
+}
+
+// Len returns how many conversations the store holds.
+func (m *MemoryStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.order.Len()
+}
