@@ -140,6 +140,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		TeardownTimeout: o.teardown,
 	})
 	if err != nil {
+		closeSinks(deps.sinks)
 		deps.close()
 		return failure(err)
 	}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/event/ndjson"
 	"github.com/agentry-dev/agentry/llm/scripted"
 )
 
@@ -18,10 +21,23 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 	if m == nil {
 		m = scripted.Calculator()
 	}
+	d := serveDeps{model: m, close: func() {}}
 	if o.events != "" {
-		return serveDeps{}, usageError("--events: this build has no events file sink yet; pass --events ''")
+		s, err := ndjson.Open(o.events, ndjson.Options{OnError: func(err error) {
+			fmt.Fprintf(warn, "agentry serve: events file: %v\n", err)
+		}})
+		if err != nil {
+			return serveDeps{}, usageError("--events: %v", err)
+		}
+		d.sinks = append(d.sinks, s)
 	}
 	_ = ctx
-	_ = warn
-	return serveDeps{model: m, close: func() {}}, nil
+	return d, nil
+}
+
+// closeSinks closes sinks an agent never took over.
+func closeSinks(sinks []event.Sink) {
+	for _, s := range sinks {
+		_ = s.Close(context.Background())
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentry-dev/agentry/event/audit"
 )
 
 // served is an `agentry serve` running in this process.
@@ -102,7 +104,9 @@ func serveDefaults(t *testing.T) serveOptions {
 }
 
 func TestServeWithoutTokensFile(t *testing.T) {
-	s := startServe(t, serveDefaults(t))
+	o := serveDefaults(t)
+	o.events = filepath.Join(t.TempDir(), "events.ndjson")
+	s := startServe(t, o)
 	if !strings.HasPrefix(s.token, "agt_") {
 		t.Fatalf("no generated token printed")
 	}
@@ -118,6 +122,14 @@ func TestServeWithoutTokensFile(t *testing.T) {
 	s.stop(t)
 	if !strings.Contains(s.stderr.String(), "draining") {
 		t.Fatalf("stderr: %s", s.stderr)
+	}
+	// The events file was flushed on the way out, and holds the host's events.
+	b, err := os.ReadFile(o.events)
+	if err != nil || !strings.Contains(string(b), `"agentry.host.session_opened"`) {
+		t.Fatalf("events file: %v\n%s", err, b)
+	}
+	if r := audit.Audit([]string{o.events}); r.Problems() || r.BadLines != 0 {
+		t.Fatalf("audit: %+v", r)
 	}
 }
 
