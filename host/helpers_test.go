@@ -359,6 +359,7 @@ type config struct {
 	ws       *workspaces
 	noRouter bool
 	tokens   map[string]string // reuse these tokens (a restart)
+	tools    []tool.Tool       // more tools for the agent
 }
 
 var owners = map[string]host.Owner{
@@ -410,7 +411,7 @@ func newFixture(t *testing.T, cfg config) *fixture {
 	a, err := agent.New(agent.Options{
 		ID:     "host-test",
 		Model:  cmdModel{},
-		Tools:  []tool.Tool{ws.filesTool(), ws.deployTool(), ws.askTool(), g.tool(ws)},
+		Tools:  append([]tool.Tool{ws.filesTool(), ws.deployTool(), ws.askTool(), g.tool(ws)}, cfg.tools...),
 		Sinks:  []event.Sink{rec},
 		Routes: routes,
 	})
