@@ -30,6 +30,7 @@ type serveOptions struct {
 	addr, tokens, store, events, model, runner string
 	drain, teardown, idleEvict                 time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
+	maxLive                                    int
 }
 
 func newServeCmd() *cobra.Command {
@@ -72,6 +73,7 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
 	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
 	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
+	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest is closed (reason evicted)")
 	return cmd
 }
 
@@ -97,6 +99,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	if o.drain <= 0 || o.teardown <= 0 {
 		return usageError("--drain and --teardown must be positive durations (for example 30s)")
+	}
+	if o.maxLive < 0 {
+		return usageError("--max-live-sessions must not be negative")
 	}
 
 	var auth host.Authenticator
@@ -138,11 +143,15 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		Sinks:           deps.sinks,
 		Routes:          []agent.Route{router.Route()},
 		TeardownTimeout: o.teardown,
+		MaxLiveSessions: o.maxLive,
 	})
 	if err != nil {
 		closeSinks(deps.sinks)
 		deps.close()
 		return failure(err)
+	}
+	if deps.bind != nil {
+		deps.bind(a.Bus())
 	}
 	st, err := host.OpenStore(ctx, o.store)
 	if err != nil {
@@ -228,6 +237,8 @@ type serveDeps struct {
 	model llm.Model
 	tools []tool.Tool
 	sinks []event.Sink // the agent flushes and closes them at Shutdown
+	// bind, when set, is given the agent's bus once the agent exists.
+	bind func(*event.Bus)
 	// close releases what building them opened, once the agent is done.
 	close func()
 }
