@@ -90,7 +90,6 @@ type Agent struct {
 	now       func() time.Time
 	cpKey     []byte
 	bus       *event.Bus
-	emitting  bool // some sink is attached
 
 	tierOnce sync.Once
 	tier     atomic.Pointer[toolsession.Tier]
@@ -199,7 +198,6 @@ func New(opt Options) (*Agent, error) {
 			return nil, fmt.Errorf("agent: Options.Routes: %w", err)
 		}
 	}
-	a.emitting = a.bus.Len() > 0
 	return a, nil
 }
 
@@ -298,7 +296,7 @@ func (a *Agent) fireRun(ctx context.Context, runID string) int {
 }
 
 func (a *Agent) emit(typ event.Type, payload any, meta event.Meta) {
-	if a.emitting {
+	if a.emitting() {
 		a.bus.Export(event.Event{Type: typ, Payload: payload, Meta: meta})
 	}
 }
@@ -370,3 +368,8 @@ func newID(prefix string) string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return prefix + hex.EncodeToString(b[:])
 }
+
+// emitting reports whether any sink is attached, so the loop can skip
+// building payloads nobody reads. It is read per event, so sinks added
+// later through Bus see everything from then on.
+func (a *Agent) emitting() bool { return a.bus.Len() > 0 }

@@ -573,3 +573,26 @@ func TestExtraToolsJoinOneRunOnly(t *testing.T) {
 		t.Fatalf("duplicate extra tools: %v", err)
 	}
 }
+
+// A sink attached through Bus after New, on an agent built with none, sees
+// every event from then on.
+func TestSinkAddedLaterSeesEverything(t *testing.T) {
+	t.Parallel()
+	a, err := agent.New(agent.Options{Model: scripted.New(answer("hi"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	rec := &recorder{}
+	if err := a.Bus().Add(rec, event.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Run(context.Background(), agent.Input{Message: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []event.Type{event.TypeTurnStart, event.TypeLLMStart, event.TypeLLMEnd, event.TypeTurnEnd} {
+		if len(rec.of(typ)) != 1 {
+			t.Errorf("%s: got %d events, want 1", typ, len(rec.of(typ)))
+		}
+	}
+}

@@ -202,7 +202,7 @@ func (r *run) registerTeardown(o toolsession.Origin, cleanup func(context.Contex
 func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
 	a := r.a
 	start := time.Now()
-	if a.emitting {
+	if a.emitting() {
 		a.bus.Export(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
 			Payload: &event.TurnStart{Resumed: b != nil, MessageChars: messageChars, Tools: len(r.defs)}})
 		if b != nil && d != nil {
@@ -216,7 +216,7 @@ func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
 	switch {
 	case p != nil:
 		end.Outcome = event.OutcomePaused
-		if a.emitting {
+		if a.emitting() {
 			w := p.Checkpoint.Waiting[0]
 			a.bus.Export(event.Event{Type: event.TypePauseRequest, Meta: r.meta,
 				Payload: &event.PauseRequest{Tool: p.ToolName, ToolCallID: r.doorID(r.msgs[len(r.msgs)-1].ToolCalls[w.Index].ID)}})
@@ -298,7 +298,7 @@ func (r *run) loop(b *batch, d *Decision) (string, *Pause, error) {
 func (r *run) generate() (llm.Response, error) {
 	a := r.a
 	req := llm.Request{System: a.system, Messages: r.msgs[:len(r.msgs):len(r.msgs)], Tools: r.defs[:len(r.defs):len(r.defs)]}
-	if a.emitting {
+	if a.emitting() {
 		a.bus.Export(event.Event{Type: event.TypeLLMStart, Meta: r.meta,
 			Payload: &event.LLMStart{Model: a.modelName, Iteration: r.iter, Messages: len(req.Messages), Tools: len(req.Tools)}})
 	}
@@ -310,7 +310,7 @@ func (r *run) generate() (llm.Response, error) {
 	} else {
 		resp, err = a.model.Generate(r.ctx, req)
 	}
-	if a.emitting {
+	if a.emitting() {
 		p := &event.LLMEnd{Model: a.modelName, Iteration: r.iter, DurationMs: event.Ms(time.Since(start)),
 			InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 			StopReason: string(resp.StopReason), ToolCalls: len(resp.ToolCalls)}
@@ -539,7 +539,7 @@ func (r *run) doorID(modelID string) string { return r.id + ":" + modelID }
 // refuse settles a call that does not run, with a result for the model.
 func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
 	a := r.a
-	if a.emitting {
+	if a.emitting() {
 		id := r.doorID(c.ID)
 		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
 		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id, IsError: true, ErrorClass: class}})
@@ -553,7 +553,7 @@ func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
 func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	a := r.a
 	id := r.doorID(c.ID)
-	if a.emitting {
+	if a.emitting() {
 		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
 	}
 	start := time.Now()
@@ -589,7 +589,7 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	}
 	took := time.Since(start)
 	a.fireCall(r.parent, id)
-	if a.emitting {
+	if a.emitting() {
 		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
 			DurationMs: event.Ms(took), IsError: res.IsError, ErrorClass: res.ErrorClass}})
 	}
