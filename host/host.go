@@ -50,11 +50,9 @@ type Options struct {
 	Engine Engine
 	Store  Store
 	Auth   Authenticator
-	// Router streams turn events (SSE) and feeds the metrics. Build it
-	// first and give Router.Route() to the agent's Options.Routes; when
-	// nil, New makes one and attaches it to Engine.Bus() (an
-	// *agent.Agent built with no sink at all emits nothing, so prefer
-	// the route).
+	// Router streams turn events (SSE) and feeds the metrics. Give
+	// Router.Route() to the agent's Options.Routes, or leave it nil: New
+	// then makes one and attaches it to Engine.Bus().
 	Router *Router
 
 	// MaxTurns bounds the turns running at once across the host (default

@@ -12,7 +12,8 @@ import (
 // Router is the host's event sink: it hands each event of a conversation
 // to the request streaming that conversation's turn (SSE), and counts what
 // the metrics report. Give Router.Route() to the agent
-// (agent.Options.Routes) and the same Router to Options.Router.
+// (agent.Options.Routes) and the same Router to Options.Router, or let
+// New attach one to the engine's bus.
 type Router struct {
 	mu   sync.RWMutex
 	subs map[string]*subscription
