@@ -38,10 +38,10 @@ import (
 )
 
 type config struct {
-	url, tokensFile, message    string
-	sessions, turns, principals int
-	maxDuration                 time.Duration
-	keepOpen, baseline          bool
+	url, tokensFile, message, store string
+	sessions, turns, principals     int
+	maxDuration                     time.Duration
+	keepOpen, baseline              bool
 }
 
 func main() {
@@ -52,6 +52,7 @@ func main() {
 	flag.IntVar(&c.sessions, "sessions", 100, "concurrent sessions")
 	flag.IntVar(&c.turns, "turns", 50, "turns per session (after one warm-up turn)")
 	flag.IntVar(&c.principals, "principals", 10, "in-process: principals the sessions are spread over")
+	flag.StringVar(&c.store, "store", "", "in-process: the store DSN (default: SQLite in a temporary directory; a postgres:// URL works)")
 	flag.DurationVar(&c.maxDuration, "max-duration", 2*time.Minute, "stop after this long whatever is left")
 	flag.BoolVar(&c.keepOpen, "keep-open", false, "leave the sessions open at the end (default: close them)")
 	flag.BoolVar(&c.baseline, "baseline", true, "first drive a bare net/http JSON handler the same way, and report the host against it")
@@ -93,7 +94,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		}
 		defer srv.stop()
 		target, tokens = srv.url, toks
-		fmt.Fprintf(out, "host: in process on %s (SQLite, scripted model, no tools), GOMAXPROCS=%d\n", target, runtime.GOMAXPROCS(0))
+		storeName := "SQLite"
+		if strings.HasPrefix(c.store, "postgres") {
+			storeName = "PostgreSQL"
+		}
+		fmt.Fprintf(out, "host: in process on %s (%s, scripted model, no tools), GOMAXPROCS=%d\n", target, storeName, runtime.GOMAXPROCS(0))
 	} else {
 		if memRoot == os.Getpid() {
 			memRoot = 0 // the host is elsewhere; -pid names it
@@ -181,7 +186,11 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := host.OpenStore(ctx, filepath.Join(dir, "agentry.db"))
+	dsn := c.store
+	if dsn == "" {
+		dsn = filepath.Join(dir, "agentry.db")
+	}
+	st, err := host.OpenStore(ctx, dsn)
 	if err != nil {
 		return nil, nil, err
 	}
