@@ -237,6 +237,30 @@ type result struct {
 	opened    int
 	mem       memReport
 	sorted    bool
+	live      int // live tool sessions while the sessions were held; -1 unknown
+}
+
+// liveToolSessions reads agentry_tool_sessions_live from /metrics, or -1.
+func liveToolSessions(ctx context.Context, hc *http.Client, base string) int {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "agentry_tool_sessions_live "); ok {
+			var n int
+			if _, err := fmt.Sscan(v, &n); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 type client struct {
@@ -313,6 +337,7 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 		return nil, openErr
 	}
 	memHeld := sample()
+	liveHeld := liveToolSessions(ctx, hc, base)
 
 	res := &result{failures: map[string]int{}, opened: c.sessions}
 	lat := make([][]time.Duration, c.sessions)
@@ -355,6 +380,7 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 	}
 	failures.Range(func(k, v any) bool { res.failures[k.(string)] = int(v.(*atomic.Int64).Load()); return true })
 	res.mem = memReport{before: memBefore, held: memHeld}
+	res.live = liveHeld
 
 	if !c.keepOpen {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
@@ -393,6 +419,9 @@ func (r *result) print(out io.Writer, c config) {
 		pct(.99).Round(10*time.Microsecond), pct(1).Round(10*time.Microsecond))
 	if len(r.failures) > 0 {
 		fmt.Fprintf(out, "failures: %v\n", r.failures)
+	}
+	if r.live >= 0 {
+		fmt.Fprintf(out, "live tool sessions while held: %d\n", r.live)
 	}
 	r.mem.print(out, c.sessions)
 }
