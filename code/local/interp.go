@@ -1,0 +1,454 @@
+package local
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentry-dev/agentry/code"
+)
+
+//go:embed driver.py
+var driverSource string
+
+// stopGrace is how long Stop lets an idle interpreter leave on its own
+// before it is killed.
+const stopGrace = time.Second
+
+// MaxFrame bounds one control frame. Frames carry code and facts, never
+// the code's output, so they are small; a larger one is a broken peer.
+const MaxFrame = 64 << 20
+
+// Interpreter is the persistent-interpreter runner: one long-lived Python
+// process per session, so variables, imports and files persist between
+// executes. It is not a sandbox unless Options.Jail is set. Safe for
+// concurrent use.
+type Interpreter struct {
+	s   *settings
+	err error
+}
+
+// NewInterpreter returns a persistent-interpreter runner (Python). Invalid
+// options are reported by Start.
+func NewInterpreter(opt Options) *Interpreter {
+	s, err := newSettings(opt)
+	return &Interpreter{s: s, err: err}
+}
+
+// ID is "local-interpreter", or "local-interpreter+bwrap" when jailed.
+func (r *Interpreter) ID() string {
+	if r.s != nil && r.s.jail != nil {
+		return "local-interpreter+bwrap"
+	}
+	return "local-interpreter"
+}
+
+// KeepsState is true: variables and imports persist between executes.
+func (r *Interpreter) KeepsState() bool { return true }
+
+// Start launches the interpreter in the session's private directory and
+// waits until it is ready (bounded by ctx and Options.StartTimeout). The
+// interpreter's life is the session's, not ctx's.
+func (r *Interpreter) Start(ctx context.Context, req code.StartRequest) (code.Session, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if err := pythonOnly(req.Language); err != nil {
+		return nil, err
+	}
+	prog, err := r.s.program("python")
+	if err != nil {
+		return nil, err
+	}
+	if r.s.jail != nil {
+		if err := r.s.jail.ready(ctx); err != nil {
+			return nil, err
+		}
+	}
+	d, err := newSessionDirs(r.s.dir, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	s, err := r.launch(ctx, d, prog)
+	if err != nil {
+		d.remove()
+		return nil, err
+	}
+	return s, nil
+}
+
+func pythonOnly(lang string) error {
+	if lang == "" || canonicalLanguage(lang) == "python" {
+		return nil
+	}
+	return fmt.Errorf("%w %q: the persistent interpreter runs python only; use local.New for other languages", ErrUnknownLanguage, lang)
+}
+
+func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*interpSession, error) {
+	if r.s.jail != nil {
+		if err := r.s.jail.own(d); err != nil {
+			return nil, err
+		}
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("local: making the control socket: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "agentry-control")
+	theirs := os.NewFile(uintptr(fds[1]), "agentry-driver")
+	defer theirs.Close()
+	nc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("local: making the control socket: %w", err)
+	}
+	conn := nc.(*net.UnixConn)
+	log, err := os.OpenFile(filepath.Join(d.root, "driver.log"), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("local: making the interpreter's log: %w", err)
+	}
+	defer log.Close()
+
+	cmd := r.s.command(d, []string{prog, "-u", "-c", driverSource}, r.s.environ("{}"))
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("local: starting %s: %w", prog, err)
+	}
+	s := &interpSession{
+		r: r, id: filepath.Base(d.root), dirs: d, st: newStager(d, r.s.jail),
+		cmd: cmd, conn: conn, exited: make(chan struct{}), turn: make(chan struct{}, 1),
+	}
+	go func() {
+		_ = reap(cmd)
+		close(s.exited)
+	}()
+
+	deadline := time.Now().Add(r.s.startTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = conn.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
+	var hello struct {
+		Ready  bool   `json:"ready"`
+		Python string `json:"python"`
+	}
+	err = readFrame(conn, &hello)
+	stop()
+	_ = conn.SetReadDeadline(time.Time{})
+	if err == nil && !hello.Ready {
+		err = errors.New("it did not say it was ready")
+	}
+	if err != nil {
+		s.kill()
+		conn.Close()
+		<-s.exited
+		why := err.Error()
+		if ctx.Err() != nil {
+			why = context.Cause(ctx).Error()
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			why = fmt.Sprintf("not ready within %s (Options.StartTimeout)", r.s.startTimeout)
+		}
+		return nil, fmt.Errorf("local: the python interpreter %s did not start: %s; its output: %q", prog, why, logTail(log))
+	}
+	s.python = hello.Python
+	return s, nil
+}
+
+func logTail(f *os.File) string {
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	const n = 600
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	k, _ := f.ReadAt(b, off)
+	return strings.TrimSpace(string(b[:k]))
+}
+
+type interpSession struct {
+	r      *Interpreter
+	id     string
+	dirs   sessionDirs
+	st     *stager
+	cmd    *exec.Cmd
+	conn   *net.UnixConn
+	exited chan struct{} // closed once the interpreter's process is reaped
+	turn   chan struct{} // one execute at a time
+	python string
+
+	mu       sync.Mutex
+	seq      uint64
+	stopped  bool
+	broken   string // why the session can no longer run code
+	stopOnce sync.Once
+	stopErr  error
+}
+
+func (s *interpSession) ID() string { return s.id }
+
+// Dir is the session's working directory on the host.
+func (s *interpSession) Dir() string { return s.dirs.work }
+
+// Pid is the host's process id of the interpreter's outermost process
+// (bwrap when jailed).
+func (s *interpSession) Pid() int { return s.cmd.Process.Pid }
+
+func (s *interpSession) Stage(_ context.Context, in []code.Input) ([]code.Staged, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	return s.st.stage(in)
+}
+
+func (s *interpSession) usable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return stoppedError(s.id)
+	case s.broken != "":
+		return fmt.Errorf("local: session %s is broken (%s) and its state is gone; start a new session: %w", s.id, s.broken, code.ErrBroken)
+	}
+	return nil
+}
+
+func (s *interpSession) breakWith(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken == "" {
+		s.broken = why
+	}
+}
+
+func (s *interpSession) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+// kill ends the interpreter (bwrap, when jailed, taking the jail with
+// it); its reaper then sweeps the process group.
+func (s *interpSession) kill() { _ = s.cmd.Process.Kill() }
+
+type execFrame struct {
+	ID     uint64 `json:"id"`
+	Code   string `json:"code"`
+	Inputs string `json:"inputs"`
+}
+
+type replyFrame struct {
+	ID    uint64 `json:"id"`
+	OK    bool   `json:"ok"`
+	Exit  int    `json:"exit"`
+	Error string `json:"error"`
+}
+
+// Execute runs req.Code in the session's interpreter. Executes on one
+// session take turns.
+func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code.Result, error) {
+	if err := pythonOnly(req.Language); err != nil {
+		return code.Result{}, err
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return code.Result{}, context.Cause(ctx)
+	}
+	defer func() { <-s.turn }()
+	if err := s.usable(); err != nil {
+		return code.Result{}, err
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = s.r.s.timeout
+	}
+	s.mu.Lock()
+	s.seq++
+	id := s.seq
+	s.mu.Unlock()
+	body, err := json.Marshal(execFrame{ID: id, Code: req.Code, Inputs: s.st.environ()})
+	if err != nil {
+		return code.Result{}, fmt.Errorf("local: encoding the request: %w", err)
+	}
+	if len(body) > MaxFrame {
+		return code.Result{}, fmt.Errorf("local: the code is %d bytes, more than the %d a request may carry; stage large data as an input instead", len(req.Code), MaxFrame)
+	}
+	files, err := newPipes(2)
+	if err != nil {
+		return code.Result{}, fmt.Errorf("local: making pipes: %w", err)
+	}
+	outR, outW, errR, errW := files[0], files[1], files[2], files[3]
+	defer closeAll(files...)
+	before := snapshot(s.dirs.work)
+
+	// The output pipes ride with the header; the code and its inputs
+	// follow. The interpreter is idle between executes, so the write does
+	// not wait on it.
+	var header [4]byte
+	binary.BigEndian.PutUint32(header[:], uint32(len(body)))
+	_ = s.conn.SetWriteDeadline(time.Now().Add(timeout))
+	_, _, err = s.conn.WriteMsgUnix(header[:], syscall.UnixRights(int(outW.Fd()), int(errW.Fd())), nil)
+	if err == nil {
+		_, err = s.conn.Write(body)
+	}
+	closeAll(outW, errW)
+	if err != nil {
+		if s.isStopped() {
+			return code.Result{}, stoppedError(s.id)
+		}
+		s.breakWith("its interpreter stopped listening")
+		s.kill()
+		return code.Result{}, s.usable()
+	}
+
+	stdout, stderr := newCapture(s.r.s.maxChars), newCapture(s.r.s.maxChars)
+	var readers sync.WaitGroup
+	readers.Go(func() { readAll(stdout, outR) })
+	readers.Go(func() { readAll(stderr, errR) })
+	done := make(chan struct{})
+	go func() { readers.Wait(); close(done) }()
+
+	_ = s.conn.SetReadDeadline(time.Now().Add(timeout))
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Now()) })
+	var reply replyFrame
+	rerr := readFrame(s.conn, &reply)
+	stop()
+	if rerr == nil && reply.ID != id {
+		rerr = fmt.Errorf("reply %d to request %d", reply.ID, id)
+	}
+
+	var err2 error
+	crashed := -1
+	switch {
+	case rerr == nil:
+	case s.isStopped():
+		err2 = stoppedError(s.id)
+	case ctx.Err() != nil:
+		s.breakWith("an execution was cancelled and the interpreter killed")
+		s.kill()
+		err2 = fmt.Errorf("local: the execution was cancelled and the interpreter killed; session %s is broken: %w", s.id, context.Cause(ctx))
+	case errors.Is(rerr, os.ErrDeadlineExceeded):
+		s.breakWith(fmt.Sprintf("an execution ran past its %s timeout and the interpreter was killed", timeout))
+		s.kill()
+		err2 = fmt.Errorf("local: the code ran past its %s timeout and the interpreter was killed, so session %s is broken: %w", timeout, s.id, code.ErrTimeout)
+	default:
+		// The interpreter went away (or spoke nonsense) while running
+		// this code: the code's result is a failure, and the session is
+		// broken from here on.
+		t := time.NewTimer(stopGrace)
+		select {
+		case <-s.exited:
+		case <-t.C:
+			s.kill()
+			<-s.exited
+		}
+		t.Stop()
+		crashed = exitStatus(s.cmd)
+		s.breakWith(fmt.Sprintf("its interpreter exited with status %d", crashed))
+		s.kill()
+	}
+	drain(done, grace, outR, errR)
+
+	res := code.Result{
+		Stdout:    stdout.String(),
+		Stderr:    stderr.String(),
+		Truncated: truncation(stdout, stderr),
+		Artifacts: artifacts(before, snapshot(s.dirs.work), s.dirs.work, s.view),
+	}
+	if err2 != nil {
+		return res, err2
+	}
+	if crashed >= 0 || rerr != nil {
+		if crashed < 0 {
+			crashed = 1
+		}
+		note := fmt.Sprintf("[the interpreter exited with status %d while running this code; the session's state is lost]", crashed)
+		if res.Stderr != "" && !strings.HasSuffix(res.Stderr, "\n") {
+			note = "\n" + note
+		}
+		res.Stderr += note
+		res.ExitCode = &crashed
+		return res, nil
+	}
+	exit := reply.Exit
+	res.ExitCode = &exit
+	res.OK = reply.OK && exit == 0
+	return res, nil
+}
+
+func (s *interpSession) view(host string) string {
+	if s.r.s.jail != nil {
+		return s.r.s.jail.view(s.dirs, host)
+	}
+	return host
+}
+
+// Stop closes the control socket (the interpreter leaves on EOF), kills
+// it after a short grace or when ctx ends, and removes the session's
+// directory. It is idempotent, and a crashed interpreter is already gone:
+// success.
+func (s *interpSession) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		_ = s.conn.Close()
+		t := time.NewTimer(stopGrace)
+		select {
+		case <-s.exited:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		// Whatever the code left in the process group goes too.
+		s.kill()
+		<-s.exited
+		s.stopErr = s.dirs.remove()
+	})
+	return s.stopErr
+}
+
+// maxReply bounds a frame from the interpreter: replies are a few facts.
+const maxReply = 1 << 20
+
+// readFrame reads one length-prefixed JSON frame into v.
+func readFrame(r io.Reader, v any) error {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(h[:])
+	if n > maxReply {
+		return fmt.Errorf("local: a control frame of %d bytes is over the %d limit", n, maxReply)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("local: a control frame is not JSON: %w", err)
+	}
+	return nil
+}
+
+var _ code.Stager = (*interpSession)(nil)

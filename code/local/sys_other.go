@@ -1,0 +1,36 @@
+//go:build !linux
+
+package local
+
+import (
+	"errors"
+	"os/exec"
+	"syscall"
+)
+
+// sysProcAttr: outside Linux there is no parent-death signal and no jail
+// (bubblewrap is Linux-only); the process group still bounds a timeout.
+func (j *jailSettings) sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// waitExit is Linux-only; elsewhere the group is not swept after exit.
+func waitExit(int) error { return errors.ErrUnsupported }
+
+func killGroup(cmd *exec.Cmd) {
+	if cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}
+
+func exitStatus(cmd *exec.Cmd) int {
+	st := cmd.ProcessState
+	if st == nil {
+		return -1
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return st.ExitCode()
+}
