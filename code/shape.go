@@ -115,8 +115,15 @@ func (l *lexer) next() (string, bool) {
 			l.command = false
 			return tokLiteral, true
 		case c >= '0' && c <= '9' || c == '.' && l.pos+1 < len(l.src) && isDigit(l.src[l.pos+1]):
+			start := l.pos
 			l.pos++
-			for l.pos < len(l.src) && (isWordByte(l.src[l.pos]) || l.src[l.pos] == '.') {
+			hex := strings.HasPrefix(strings.ToLower(l.src[start:min(start+2, len(l.src))]), "0x")
+			for l.pos < len(l.src) {
+				b := l.src[l.pos]
+				exp := (b == '+' || b == '-') && !hex && (l.src[l.pos-1] == 'e' || l.src[l.pos-1] == 'E')
+				if !isWordByte(b) && b != '.' && !exp {
+					break
+				}
 				l.pos++
 			}
 			l.command = false

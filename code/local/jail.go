@@ -113,6 +113,17 @@ func newJailSettings(j Jail) (*jailSettings, error) {
 	return s, nil
 }
 
+// CheckJail proves that bubblewrap can build jail j on this machine, the
+// way a jailed runner's first Start does. The error wraps ErrNoJail and
+// names the fix.
+func CheckJail(ctx context.Context, j Jail) error {
+	s, err := newJailSettings(j)
+	if err != nil {
+		return err
+	}
+	return s.ready(ctx)
+}
+
 // visible refuses a program the jail would not see.
 func (j *jailSettings) visible(path string) error {
 	real, err := filepath.EvalSymlinks(path)
