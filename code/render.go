@@ -59,7 +59,9 @@ func render(notes []string, res Result, max int, timedOut bool) rendering {
 	stream := func(name, text string, runnerCut bool) string {
 		kept, chars := Cut(text, max)
 		if !runnerCut && chars <= max {
-			return text
+			// Lines are joined with "\n": the stream's own final newline
+			// would only add a blank line.
+			return strings.TrimRight(text, "\r\n")
 		}
 		cut = true
 		of := fmt.Sprintf("%d", chars)
