@@ -248,6 +248,23 @@ except OSError as e:
 	}
 }
 
+// The process budget is each jail's own: sleepers in one jail do not use
+// up another's (RLIMIT_NPROC is counted per user namespace).
+func TestJailProcessBudgetIsPerJail(t *testing.T) {
+	t.Parallel()
+	opt := jailed(t, options(t))
+	opt.Jail.Processes = 32
+	r := local.NewInterpreter(opt)
+	a, b := start(t, r, "python"), start(t, r, "python")
+	spawn := "import subprocess\nkids = [subprocess.Popen(['sleep', '60']) for _ in range(25)]\nprint(len(kids))"
+	if got := mustOK(t, a, spawn); got != "25\n" {
+		t.Fatalf("jail a: %q", got)
+	}
+	if got := mustOK(t, b, spawn); got != "25\n" {
+		t.Fatalf("jail b could not use its own budget while jail a holds 25 processes: %q", got)
+	}
+}
+
 func TestJailContainsAMemoryHog(t *testing.T) {
 	t.Parallel()
 	s := start(t, local.NewInterpreter(jailed(t, options(t))), "python")
