@@ -1,6 +1,7 @@
 package local
 
 import (
+	"sync"
 	"io"
 	"io/fs"
 	"os"
@@ -79,9 +80,13 @@ func (c *capture) finish() {
 func (c *capture) String() string { return string(c.kept) }
 func (c *capture) cut() bool      { return c.total > c.nkept }
 
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // readAll copies r into c until EOF, a read error, or r's deadline.
 func readAll(c *capture, r *os.File) {
-	buf := make([]byte, 32<<10)
+	bp := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(bp)
+	buf := *bp
 	for {
 		n, err := r.Read(buf)
 		c.Write(buf[:n])
@@ -107,19 +112,77 @@ func truncation(out, errs *capture) *code.Truncation {
 	return t
 }
 
-// drain waits for the readers of a finished execution, and gives the
+// outputs reads an execution's stdout and stderr pipes into captures,
+// each on its own goroutine, until EOF.
+type outputs struct {
+	stdout, stderr *capture
+	out, err       outputPipe
+	done           chan struct{} // one token per finished reader
+}
+
+func newOutputs(max int) (*outputs, error) {
+	out, err := newOutputPipe()
+	if err != nil {
+		return nil, err
+	}
+	errs, err := newOutputPipe()
+	if err != nil {
+		out.close()
+		return nil, err
+	}
+	return &outputs{stdout: newCapture(max), stderr: newCapture(max), out: out, err: errs, done: make(chan struct{}, 2)}, nil
+}
+
+// read starts the readers; call it once the write ends are handed over.
+func (o *outputs) read() {
+	go func() { readAll(o.stdout, o.out.r); o.done <- struct{}{} }()
+	go func() { readAll(o.stderr, o.err.r); o.done <- struct{}{} }()
+}
+
+// finish waits for the readers of a finished execution, giving the
 // stragglers (a background process still holding the pipes) grace before
-// cutting them off.
-func drain(done <-chan struct{}, grace time.Duration, pipes ...*os.File) {
+// cutting them off, and releases the pipes.
+func (o *outputs) finish(grace time.Duration) {
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		for _, p := range pipes {
-			_ = p.SetReadDeadline(time.Now())
+	for n := 0; n < 2; n++ {
+		select {
+		case <-o.done:
+		case <-t.C:
+			_ = o.out.r.SetReadDeadline(time.Now())
+			_ = o.err.r.SetReadDeadline(time.Now())
+			<-o.done
 		}
-		<-done
+	}
+	o.close()
+}
+
+// close releases whatever is still open (idempotent).
+func (o *outputs) close() {
+	o.out.close()
+	o.err.close()
+}
+
+// outputPipe is a pipe whose read end the host polls and whose write end
+// (a plain blocking descriptor, never registered with the poller) goes to
+// the code.
+type outputPipe struct {
+	r   *os.File
+	w   *os.File
+	wfd int
+}
+
+func (p *outputPipe) closeWrite() {
+	if p.w != nil {
+		_ = p.w.Close()
+		p.w = nil
+	}
+}
+
+func (p *outputPipe) close() {
+	p.closeWrite()
+	if p.r != nil {
+		_ = p.r.Close()
 	}
 }
 

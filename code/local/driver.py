@@ -22,43 +22,35 @@ import sys
 import traceback
 
 _MAX_FRAME = 64 << 20
-
-
-def _recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
+_INT = struct.calcsize("i")
+_ANCILLARY = socket.CMSG_SPACE(2 * _INT)
 
 
 def _recv_request(sock):
-    """Read one request: returns (payload, [fds]) or (None, []) at EOF."""
-    header = bytearray()
+    """Read one request: returns (payload, [fds]) or (None, []) at EOF.
+
+    The host sends a frame in one message with the fds attached, so the
+    first read usually holds all of it."""
+    data, anc, _flags, _addr = sock.recvmsg(1 << 16, _ANCILLARY)
     fds = []
-    space = socket.CMSG_SPACE(2 * struct.calcsize("i"))
-    while len(header) < 4:
-        data, anc, _flags, _addr = sock.recvmsg(4 - len(header), space)
-        for level, kind, blob in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(blob) - len(blob) % struct.calcsize("i")
-                fds.extend(struct.unpack("%di" % (usable // 4), blob[:usable]))
-        if not data:
+    for level, kind, blob in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(blob) - len(blob) % _INT
+            fds.extend(struct.unpack("%di" % (usable // _INT), blob[:usable]))
+    buf = bytearray(data)
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", bytes(buf[:4]))[0]:
+        if len(buf) >= 4 and struct.unpack(">I", bytes(buf[:4]))[0] > _MAX_FRAME:
+            raise ValueError("request frame too large")
+        chunk = sock.recv(1 << 16) if buf else b""
+        if not chunk:
             for fd in fds:
                 os.close(fd)
             return None, []
-        header += data
-    (n,) = struct.unpack(">I", bytes(header))
-    if n > _MAX_FRAME:
-        raise ValueError("request frame too large")
-    body = _recv_exact(sock, n)
-    if body is None:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    return json.loads(body.decode("utf-8")), fds
+        buf += chunk
+    (n,) = struct.unpack(">I", bytes(buf[:4]))
+    if len(buf) != 4 + n:
+        raise ValueError("bytes after the request frame")
+    return json.loads(bytes(buf[4:]).decode("utf-8")), fds
 
 
 def _send(sock, obj):

@@ -195,6 +195,7 @@ type interpSession struct {
 
 	mu       sync.Mutex
 	seq      uint64
+	snap     map[string]fileStamp // the work directory after the last execute; nil: walk again
 	stopped  bool
 	broken   string // why the session can no longer run code
 	stopOnce sync.Once
@@ -214,7 +215,25 @@ func (s *interpSession) Stage(_ context.Context, in []code.Input) ([]code.Staged
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	return s.st.stage(in)
+	staged, err := s.st.stage(in)
+	s.mu.Lock()
+	s.snap = nil // staged files are not the code's artifacts
+	s.mu.Unlock()
+	return staged, err
+}
+
+// before is the work directory as the last execute left it: executes take
+// turns, so that is what the next one starts from — unless staging has
+// changed it since. What a background process of the code writes between
+// executes is reported by the next one.
+func (s *interpSession) before() map[string]fileStamp {
+	s.mu.Lock()
+	snap := s.snap
+	s.mu.Unlock()
+	if snap == nil {
+		snap = snapshot(s.dirs.work)
+	}
+	return snap
 }
 
 func (s *interpSession) usable() error {
@@ -290,25 +309,26 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	if len(body) > MaxFrame {
 		return code.Result{}, fmt.Errorf("local: the code is %d bytes, more than the %d a request may carry; stage large data as an input instead", len(req.Code), MaxFrame)
 	}
-	files, err := newPipes(2)
+	outs, err := newOutputs(s.r.s.maxChars)
 	if err != nil {
 		return code.Result{}, fmt.Errorf("local: making pipes: %w", err)
 	}
-	outR, outW, errR, errW := files[0], files[1], files[2], files[3]
-	defer closeAll(files...)
-	before := snapshot(s.dirs.work)
+	defer outs.close()
+	before := s.before()
 
-	// The output pipes ride with the header; the code and its inputs
-	// follow. The interpreter is idle between executes, so the write does
-	// not wait on it.
-	var header [4]byte
-	binary.BigEndian.PutUint32(header[:], uint32(len(body)))
+	// One message: the frame, with the output pipes attached. The
+	// interpreter is idle between executes, so the write does not wait on
+	// it; a large frame's rest follows in plain writes.
+	frame := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(frame, uint32(len(body)))
+	copy(frame[4:], body)
 	_ = s.conn.SetWriteDeadline(time.Now().Add(timeout))
-	_, _, err = s.conn.WriteMsgUnix(header[:], syscall.UnixRights(int(outW.Fd()), int(errW.Fd())), nil)
-	if err == nil {
-		_, err = s.conn.Write(body)
+	n, _, err := s.conn.WriteMsgUnix(frame, syscall.UnixRights(outs.out.wfd, outs.err.wfd), nil)
+	if err == nil && n < len(frame) {
+		_, err = s.conn.Write(frame[n:])
 	}
-	closeAll(outW, errW)
+	outs.out.closeWrite()
+	outs.err.closeWrite()
 	if err != nil {
 		if s.isStopped() {
 			return code.Result{}, stoppedError(s.id)
@@ -317,13 +337,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		s.kill()
 		return code.Result{}, s.usable()
 	}
-
-	stdout, stderr := newCapture(s.r.s.maxChars), newCapture(s.r.s.maxChars)
-	var readers sync.WaitGroup
-	readers.Go(func() { readAll(stdout, outR) })
-	readers.Go(func() { readAll(stderr, errR) })
-	done := make(chan struct{})
-	go func() { readers.Wait(); close(done) }()
+	outs.read()
 
 	_ = s.conn.SetReadDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Now()) })
@@ -364,13 +378,17 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		s.breakWith(fmt.Sprintf("its interpreter exited with status %d", crashed))
 		s.kill()
 	}
-	drain(done, grace, outR, errR)
+	outs.finish(grace)
 
+	after := snapshot(s.dirs.work)
+	s.mu.Lock()
+	s.snap = after
+	s.mu.Unlock()
 	res := code.Result{
-		Stdout:    stdout.String(),
-		Stderr:    stderr.String(),
-		Truncated: truncation(stdout, stderr),
-		Artifacts: artifacts(before, snapshot(s.dirs.work), s.dirs.work, s.view),
+		Stdout:    outs.stdout.String(),
+		Stderr:    outs.stderr.String(),
+		Truncated: truncation(outs.stdout, outs.stderr),
+		Artifacts: artifacts(before, after, s.dirs.work, s.view),
 	}
 	if err2 != nil {
 		return res, err2

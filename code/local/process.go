@@ -174,37 +174,38 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	}
 	before := snapshot(s.dirs.work)
 
-	files, err := newPipes(3)
+	codeR, codeW, err := os.Pipe()
 	if err != nil {
 		return code.Result{}, fmt.Errorf("local: making pipes: %w", err)
 	}
-	codeR, codeW := files[0], files[1]
-	outR, outW := files[2], files[3]
-	errR, errW := files[4], files[5]
-	defer closeAll(files...)
+	defer closeAll(codeR, codeW)
+	outs, err := newOutputs(set.maxChars)
+	if err != nil {
+		return code.Result{}, fmt.Errorf("local: making pipes: %w", err)
+	}
+	defer outs.close()
 
 	cmd := set.command(s.dirs, bootstrap(canonicalLanguage(lang), prog), set.environ(s.st.environ()))
-	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.Stdout, cmd.Stderr = outs.out.w, outs.err.w
 	cmd.ExtraFiles = []*os.File{codeR}
 	if err := cmd.Start(); err != nil {
 		return code.Result{}, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
-	closeAll(codeR, outW, errW)
+	closeAll(codeR)
+	outs.out.closeWrite()
+	outs.err.closeWrite()
 	if !s.track(cmd) {
 		_ = cmd.Process.Kill()
 	}
 	defer s.untrack(cmd)
 
-	stdout, stderr := newCapture(set.maxChars), newCapture(set.maxChars)
-	var readers sync.WaitGroup
-	readers.Go(func() { readAll(stdout, outR) })
-	readers.Go(func() { readAll(stderr, errR) })
-	readers.Go(func() {
+	outs.read()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
 		_, _ = codeW.Write([]byte(req.Code))
 		_ = codeW.Close()
-	})
-	done := make(chan struct{})
-	go func() { readers.Wait(); close(done) }()
+	}()
 
 	exited := make(chan error, 1)
 	go func() { exited <- reap(cmd) }()
@@ -223,7 +224,9 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 		<-exited
 	}
 	_ = codeW.SetWriteDeadline(time.Now())
-	drain(done, grace, outR, errR)
+	<-wrote
+	outs.finish(grace)
+	stdout, stderr := outs.stdout, outs.stderr
 
 	res := code.Result{
 		Stdout:    stdout.String(),
@@ -321,20 +324,6 @@ func (s *settings) command(d sessionDirs, argv, env []string) *exec.Cmd {
 	cmd.Env = env
 	cmd.SysProcAttr = s.jail.sysProcAttr()
 	return cmd
-}
-
-// newPipes makes n pipes, as read, write, read, write, ...
-func newPipes(n int) ([]*os.File, error) {
-	files := make([]*os.File, 0, 2*n)
-	for range n {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll(files...)
-			return nil, err
-		}
-		files = append(files, r, w)
-	}
-	return files, nil
 }
 
 func closeAll(files ...*os.File) {

@@ -3,6 +3,7 @@
 package local
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"unsafe"
@@ -58,4 +59,19 @@ func exitStatus(cmd *exec.Cmd) int {
 		return 128 + int(ws.Signal())
 	}
 	return st.ExitCode()
+}
+
+// newOutputPipe makes a pipe without registering its write end with the
+// runtime's poller: it only ever goes to another process.
+func newOutputPipe() (outputPipe, error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return outputPipe{}, err
+	}
+	if err := syscall.SetNonblock(p[0], true); err != nil {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return outputPipe{}, err
+	}
+	return outputPipe{r: os.NewFile(uintptr(p[0]), "output"), w: os.NewFile(uintptr(p[1]), "output-w"), wfd: p[1]}, nil
 }

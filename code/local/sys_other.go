@@ -4,6 +4,7 @@ package local
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -33,4 +34,12 @@ func exitStatus(cmd *exec.Cmd) int {
 		return 128 + int(ws.Signal())
 	}
 	return st.ExitCode()
+}
+
+func newOutputPipe() (outputPipe, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return outputPipe{}, err
+	}
+	return outputPipe{r: r, w: w, wfd: int(w.Fd())}, nil
 }
