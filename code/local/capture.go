@@ -1,11 +1,12 @@
 package local
 
 import (
-	"sync"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -112,12 +113,21 @@ func truncation(out, errs *capture) *code.Truncation {
 	return t
 }
 
-// outputs reads an execution's stdout and stderr pipes into captures,
-// each on its own goroutine, until EOF.
+// outputs reads an execution's stdout and stderr pipes into captures.
+//
+// Readers are goroutines on the runtime's poller. A short execute does not
+// need them: its output sits in the pipes when its reply arrives, and one
+// pass of non-blocking reads to EOF collects it (readLater). Readers start
+// when the execute runs long enough that its output might fill a pipe, or
+// when that pass finds a pipe still held open (a background process).
 type outputs struct {
 	stdout, stderr *capture
 	out, err       outputPipe
 	done           chan struct{} // one token per finished reader
+
+	mu      sync.Mutex
+	started bool // readers are running
+	settled bool // the execute is over; readLater's timer must not start readers
 }
 
 func newOutputs(max int) (*outputs, error) {
@@ -133,16 +143,58 @@ func newOutputs(max int) (*outputs, error) {
 	return &outputs{stdout: newCapture(max), stderr: newCapture(max), out: out, err: errs, done: make(chan struct{}, 2)}, nil
 }
 
-// read starts the readers; call it once the write ends are handed over.
+// read starts the readers now: for a process, whose output arrives while
+// it runs.
 func (o *outputs) read() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.startLocked()
+}
+
+// readLater starts the readers only if the execute is still running
+// after d.
+func (o *outputs) readLater(d time.Duration) *time.Timer {
+	return time.AfterFunc(d, func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if !o.settled {
+			o.startLocked()
+		}
+	})
+}
+
+func (o *outputs) startLocked() {
+	if o.started {
+		return
+	}
+	o.started = true
+	o.out.r = os.NewFile(uintptr(o.out.rfd), "stdout") // non-blocking: on the poller
+	o.err.r = os.NewFile(uintptr(o.err.rfd), "stderr")
 	go func() { readAll(o.stdout, o.out.r); o.done <- struct{}{} }()
 	go func() { readAll(o.stderr, o.err.r); o.done <- struct{}{} }()
 }
 
-// finish waits for the readers of a finished execution, giving the
-// stragglers (a background process still holding the pipes) grace before
+// finish collects the rest of a finished execution's output, giving the
+// stragglers (a background process still holding a pipe) grace before
 // cutting them off, and releases the pipes.
 func (o *outputs) finish(grace time.Duration) {
+	o.mu.Lock()
+	o.settled = true
+	started := o.started
+	o.mu.Unlock()
+	if !started {
+		bp := readBuffers.Get().(*[]byte)
+		eof := drainFD(o.out.rfd, o.stdout, *bp)
+		eof = drainFD(o.err.rfd, o.stderr, *bp) && eof
+		readBuffers.Put(bp)
+		if eof {
+			o.close()
+			return
+		}
+		o.mu.Lock()
+		o.startLocked()
+		o.mu.Unlock()
+	}
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	for n := 0; n < 2; n++ {
@@ -157,17 +209,37 @@ func (o *outputs) finish(grace time.Duration) {
 	o.close()
 }
 
-// close releases whatever is still open (idempotent).
+// drainFD reads a non-blocking descriptor until it would block (false) or
+// reaches EOF (true).
+func drainFD(fd int, c *capture, buf []byte) bool {
+	for {
+		n, err := syscall.Read(fd, buf)
+		switch {
+		case n > 0:
+			c.Write(buf[:n])
+		case err == syscall.EINTR:
+		case err == syscall.EAGAIN:
+			return false
+		default: // EOF, or an error that ends the stream all the same
+			c.finish()
+			return true
+		}
+	}
+}
+
+// close releases whatever is still open. Only the goroutine that owns the
+// outputs calls it, after the readers are done.
 func (o *outputs) close() {
 	o.out.close()
 	o.err.close()
 }
 
-// outputPipe is a pipe whose read end the host polls and whose write end
-// (a plain blocking descriptor, never registered with the poller) goes to
-// the code.
+// outputPipe is a pipe whose read end (non-blocking) the host reads and
+// whose write end (a plain blocking descriptor, never on the poller) goes
+// to the code.
 type outputPipe struct {
-	r   *os.File
+	rfd int
+	r   *os.File // wraps rfd once readers run
 	w   *os.File
 	wfd int
 }
@@ -181,9 +253,14 @@ func (p *outputPipe) closeWrite() {
 
 func (p *outputPipe) close() {
 	p.closeWrite()
-	if p.r != nil {
+	switch {
+	case p.r != nil:
 		_ = p.r.Close()
+		p.r = nil
+	case p.rfd >= 0:
+		_ = syscall.Close(p.rfd)
 	}
+	p.rfd = -1
 }
 
 // Artifacts: what an execution left in the work directory.

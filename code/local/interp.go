@@ -23,6 +23,10 @@ import (
 //go:embed driver.py
 var driverSource string
 
+// readersAfter is how long an execute runs before its output is read as
+// it comes rather than when it ends; a pipe holds 64 KiB meanwhile.
+const readersAfter = 2 * time.Millisecond
+
 // stopGrace is how long Stop lets an idle interpreter leave on its own
 // before it is killed.
 const stopGrace = time.Second
@@ -337,7 +341,8 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		s.kill()
 		return code.Result{}, s.usable()
 	}
-	outs.read()
+	lazy := outs.readLater(readersAfter)
+	defer lazy.Stop()
 
 	_ = s.conn.SetReadDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Now()) })

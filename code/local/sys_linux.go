@@ -61,8 +61,8 @@ func exitStatus(cmd *exec.Cmd) int {
 	return st.ExitCode()
 }
 
-// newOutputPipe makes a pipe without registering its write end with the
-// runtime's poller: it only ever goes to another process.
+// newOutputPipe makes a pipe whose read end is non-blocking and whose
+// write end is a plain descriptor for another process.
 func newOutputPipe() (outputPipe, error) {
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
@@ -73,5 +73,5 @@ func newOutputPipe() (outputPipe, error) {
 		syscall.Close(p[1])
 		return outputPipe{}, err
 	}
-	return outputPipe{r: os.NewFile(uintptr(p[0]), "output"), w: os.NewFile(uintptr(p[1]), "output-w"), wfd: p[1]}, nil
+	return outputPipe{rfd: p[0], w: os.NewFile(uintptr(p[1]), "output"), wfd: p[1]}, nil
 }

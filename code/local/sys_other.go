@@ -37,9 +37,21 @@ func exitStatus(cmd *exec.Cmd) int {
 }
 
 func newOutputPipe() (outputPipe, error) {
-	r, w, err := os.Pipe()
+	var p [2]int
+	syscall.ForkLock.RLock()
+	err := syscall.Pipe(p[:])
+	if err == nil {
+		syscall.CloseOnExec(p[0])
+		syscall.CloseOnExec(p[1])
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return outputPipe{}, err
 	}
-	return outputPipe{r: r, w: w, wfd: int(w.Fd())}, nil
+	if err := syscall.SetNonblock(p[0], true); err != nil {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return outputPipe{}, err
+	}
+	return outputPipe{rfd: p[0], w: os.NewFile(uintptr(p[1]), "output"), wfd: p[1]}, nil
 }
