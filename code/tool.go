@@ -49,7 +49,10 @@ type ToolOptions struct {
 	// Events, when set, receives one agentry.tools.code_run event per call
 	// that reached the runner (typically an event.Bus's Export). It must
 	// not block. Meta carries the call's run, session and identity; the
-	// bus numbers and stamps it.
+	// bus numbers and stamps it. The payload holds facts only: OutputChars
+	// counts the characters handed to the model, Truncated is true when the
+	// runner or the tool cut a stream, ShapeHash is [ShapeHash] of the code;
+	// the code and its output never travel in events.
 	Events func(event.Event)
 	// StopTimeout bounds stopping a broken session before a fresh one is
 	// opened in its place (default 5s).
@@ -198,9 +201,10 @@ func (t *codeTool) refuse(c *tool.Call) (string, error) {
 			Fix: "configure the tool with scope call, run or session"}
 	}
 	if !c.Honours(s) {
+		// A door without a registrar honours nothing, whatever it lists.
 		var honoured []string
-		if len(c.Scopes) > 0 && c.Honours(c.Scopes[0]) {
-			for _, h := range c.Scopes {
+		for _, h := range c.Scopes {
+			if c.Honours(h) {
 				honoured = append(honoured, string(h))
 			}
 		}
@@ -208,8 +212,12 @@ func (t *codeTool) refuse(c *tool.Call) (string, error) {
 		if len(honoured) > 0 {
 			fix = fmt.Sprintf("configure the tool with a scope this door honours (%s)", strings.Join(honoured, ", "))
 		}
+		var hs []toolsession.Scope
+		for _, h := range honoured {
+			hs = append(hs, toolsession.Scope(h))
+		}
 		return "", &RefusalError{Tool: name, Scope: s, Problem: "the door does not honour this teardown scope", Fix: fix,
-			Err: &tool.ScopeError{Tool: name, Scope: s, Honoured: c.Scopes}}
+			Err: &tool.ScopeError{Tool: name, Scope: s, Honoured: hs}}
 	}
 	key, err := c.Key(s)
 	if err != nil {
