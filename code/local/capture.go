@@ -277,9 +277,10 @@ type fileStamp struct {
 }
 
 // snapshot records the regular files under dir (symlinks are not
-// followed), up to maxScan entries.
-func snapshot(dir string) map[string]fileStamp {
+// followed), up to maxScan entries, and the directories it walked.
+func snapshot(dir string) (map[string]fileStamp, []string) {
 	m := make(map[string]fileStamp)
+	var dirs []string
 	seen := 0
 	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -288,6 +289,10 @@ func snapshot(dir string) map[string]fileStamp {
 		seen++
 		if seen > maxScan {
 			return fs.SkipAll
+		}
+		if e.IsDir() {
+			dirs = append(dirs, p)
+			return nil
 		}
 		if !e.Type().IsRegular() {
 			return nil
@@ -299,7 +304,7 @@ func snapshot(dir string) map[string]fileStamp {
 		m[p] = fileStamp{size: fi.Size(), mod: fi.ModTime()}
 		return nil
 	})
-	return m
+	return m, dirs
 }
 
 // artifacts lists the files created or changed between two snapshots, as

@@ -136,6 +136,7 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 	s := &interpSession{
 		r: r, id: filepath.Base(d.root), dirs: d, st: newStager(d, r.s.jail),
 		cmd: cmd, conn: conn, exited: make(chan struct{}), turn: make(chan struct{}, 1),
+		watch: newDirWatch(d.work),
 	}
 	go func() {
 		_ = reap(cmd)
@@ -161,6 +162,7 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 	if err != nil {
 		s.kill()
 		conn.Close()
+		s.watch.close()
 		<-s.exited
 		why := err.Error()
 		if ctx.Err() != nil {
@@ -196,6 +198,8 @@ type interpSession struct {
 	exited chan struct{} // closed once the interpreter's process is reaped
 	turn   chan struct{} // one execute at a time
 	python string
+
+	watch    *dirWatch // nil: walk after every execute
 
 	mu       sync.Mutex
 	seq      uint64
@@ -235,8 +239,22 @@ func (s *interpSession) before() map[string]fileStamp {
 	snap := s.snap
 	s.mu.Unlock()
 	if snap == nil {
-		snap = snapshot(s.dirs.work)
+		var dirs []string
+		snap, dirs = snapshot(s.dirs.work)
+		s.watch.track(dirs)
 	}
+	return snap
+}
+
+// after is the work directory once an execute is over: the snapshot it
+// started from when the watch says nothing changed (the common case, one
+// system call), a fresh walk otherwise.
+func (s *interpSession) after(before map[string]fileStamp) map[string]fileStamp {
+	if !s.watch.changed() {
+		return before
+	}
+	snap, dirs := snapshot(s.dirs.work)
+	s.watch.track(dirs)
 	return snap
 }
 
@@ -385,7 +403,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	}
 	outs.finish(grace)
 
-	after := snapshot(s.dirs.work)
+	after := s.after(before)
 	s.mu.Lock()
 	s.snap = after
 	s.mu.Unlock()
@@ -443,6 +461,8 @@ func (s *interpSession) Stop(ctx context.Context) error {
 		// Whatever the code left in the process group goes too.
 		s.kill()
 		<-s.exited
+		// An execute still finishing sees a closed watch as "changed".
+		s.watch.close()
 		s.stopErr = s.dirs.remove()
 	})
 	return s.stopErr

@@ -310,3 +310,43 @@ func TestInterpreterLifeIsNotTheStartContext(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+func TestInterpreterReportsArtifacts(t *testing.T) {
+	t.Parallel()
+	t.Run("plain", func(t *testing.T) { testArtifacts(t, options(t)) })
+	t.Run("jailed", func(t *testing.T) { testArtifacts(t, jailed(t, options(t))) })
+}
+
+func testArtifacts(t *testing.T, opt local.Options) {
+	s := start(t, local.NewInterpreter(opt), "python")
+	names := func(res code.Result) string {
+		var n []string
+		for _, a := range res.Artifacts {
+			n = append(n, fmt.Sprintf("%s:%d", a.Name, a.Bytes))
+		}
+		return strings.Join(n, ",")
+	}
+	steps := []struct{ src, want string }{
+		{"x = 1", ""},
+		{"open('a.txt', 'w').write('12345')", "a.txt:5"},
+		{"y = 2", ""},
+		{"import os\nos.makedirs('deep/er')\nopen('deep/er/b.csv', 'w').write('1,2')", "deep/er/b.csv:3"},
+		{"open('deep/er/b.csv', 'a').write(',3')", "deep/er/b.csv:5"},
+		{"open('a.txt', 'w').write('54321')", "a.txt:5"},
+		{"print(open('a.txt').read())", ""},
+		{"import os\nos.remove('a.txt')", ""},
+	}
+	for _, st := range steps {
+		res := run(t, s, st.src)
+		if !res.OK || res.Artifacts == nil || names(res) != st.want {
+			t.Fatalf("%q: artifacts %q, want %q (%+v)", st.src, names(res), st.want, res)
+		}
+	}
+	// Staged inputs are not the code's artifacts.
+	if _, err := s.(code.Stager).Stage(context.Background(), []code.Input{{Name: "in.csv", Data: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if res := run(t, s, "z = 3"); len(res.Artifacts) != 0 {
+		t.Fatalf("staging showed up as artifacts: %+v", res.Artifacts)
+	}
+}

@@ -172,7 +172,7 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	if timeout <= 0 {
 		timeout = set.timeout
 	}
-	before := snapshot(s.dirs.work)
+	before, _ := snapshot(s.dirs.work)
 
 	codeR, codeW, err := os.Pipe()
 	if err != nil {
@@ -227,12 +227,13 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	<-wrote
 	outs.finish(grace)
 	stdout, stderr := outs.stdout, outs.stderr
+	after, _ := snapshot(s.dirs.work)
 
 	res := code.Result{
 		Stdout:    stdout.String(),
 		Stderr:    stderr.String(),
 		Truncated: truncation(stdout, stderr),
-		Artifacts: artifacts(before, snapshot(s.dirs.work), s.dirs.work, s.view),
+		Artifacts: artifacts(before, after, s.dirs.work, s.view),
 	}
 	switch {
 	case s.isStopped():
