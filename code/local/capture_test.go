@@ -3,7 +3,6 @@ package local
 import (
 	"bytes"
 	"encoding/binary"
-	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -68,28 +67,46 @@ func TestTruncationNamesTheCutStreams(t *testing.T) {
 }
 
 // FuzzReadFrame: a hostile or broken interpreter cannot make the host
-// panic or allocate past the reply limit.
+// panic or allocate past the reply limit, and only a well-formed reply
+// decodes.
 func FuzzReadFrame(f *testing.F) {
-	frame := func(body string) []byte {
+	frame := func(body []byte) []byte {
 		b := make([]byte, 4+len(body))
 		binary.BigEndian.PutUint32(b, uint32(len(body)))
 		copy(b[4:], body)
 		return b
 	}
-	f.Add(frame(`{"id":1,"ok":true,"exit":0}`))
-	f.Add(frame(`{"ready":true}`))
+	good := make([]byte, replySize)
+	binary.BigEndian.PutUint64(good, 7)
+	good[12] = 1
+	f.Add(frame(good))
+	f.Add(frame([]byte("R3.11.7")))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
-	f.Add(frame(`{"id":"x"}`))
-	f.Add(frame(""))
+	f.Add(frame([]byte(`{"id":"x"}`)))
+	f.Add(frame(nil))
 	f.Add([]byte{0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var reply replyFrame
-		err := readFrame(bytes.NewReader(data), &reply)
+		body, err := readFrame(bytes.NewReader(data))
 		if len(data) >= 4 && binary.BigEndian.Uint32(data) > maxReply && err == nil {
 			t.Fatal("an oversized frame was accepted")
 		}
-		if err != nil && strings.Contains(err.Error(), "\x00") {
-			t.Fatal("an error carries raw frame bytes")
+		if err != nil {
+			return
+		}
+		rep, err := decodeReply(body)
+		if (err == nil) != (len(body) == replySize) {
+			t.Fatalf("a %d-byte body decoded: %v", len(body), err)
+		}
+		if err == nil && rep.ok != (body[12] == 1) {
+			t.Fatal("ok misread")
 		}
 	})
+}
+
+func TestRequestEncoding(t *testing.T) {
+	b := encodeRequest(9, `{"a":"/work/inputs/a"}`, "print('é')")
+	if int(binary.BigEndian.Uint32(b)) != len(b)-4 || binary.BigEndian.Uint64(b[4:]) != 9 ||
+		binary.BigEndian.Uint32(b[12:]) != 22 || string(b[16:38]) != `{"a":"/work/inputs/a"}` || string(b[38:]) != "print('é')" {
+		t.Fatalf("%q", b)
+	}
 }

@@ -1,61 +1,74 @@
 # agentry's persistent-interpreter driver. Run as `python3 -u -c <this>`
-# with fd 3 a Unix stream socket to the Go side.
+# with fd 3 a Unix stream socket to the host.
 #
-# Protocol (every frame: 4-byte big-endian length, then that many bytes of
-# UTF-8 JSON):
-#   driver → host, once:  {"ready": true, "python": "3.11.7"}
-#   host → driver:        {"id": n, "code": "...", "inputs": "{...}"} with two file
-#                         descriptors attached (SCM_RIGHTS): the write ends
-#                         of this execution's stdout and stderr pipes
-#   driver → host:        {"id": n, "ok": bool, "exit": int}
+# Protocol. Every frame is a 4-byte big-endian length, then that many bytes:
+#   driver -> host, once:  b"R" + the Python version ("3.11.7")
+#   host -> driver:        request id (8 bytes) + inputs length (4 bytes) +
+#                          AGENTRY_INPUTS (UTF-8 JSON) + the code (UTF-8),
+#                          with two descriptors attached (SCM_RIGHTS): the
+#                          write ends of this execution's stdout and stderr
+#                          pipes
+#   driver -> host:        request id (8 bytes) + exit status (4 bytes,
+#                          signed) + ok (1 byte)
 # The code's output never travels on the socket: it goes to the pipes, which
 # the host reads to EOF, so nothing the code prints can be mistaken for a
 # frame. EOF on the socket means "stop".
+#
+# Imports are kept to what the interpreter has already loaded or what costs
+# nothing (_socket, struct): `socket`, `json` and `traceback` would add tens
+# of milliseconds to every session's start. traceback is loaded on the first
+# error.
 
 import builtins
 import io
-import json
 import os
-import socket
 import struct
 import sys
-import traceback
+import _socket
 
 _MAX_FRAME = 64 << 20
 _INT = struct.calcsize("i")
-_ANCILLARY = socket.CMSG_SPACE(2 * _INT)
+_ANCILLARY = _socket.CMSG_SPACE(2 * _INT)
+_REQUEST = struct.Struct(">QI")
+_REPLY = struct.Struct(">IQiB")
 
 
 def _recv_request(sock):
-    """Read one request: returns (payload, [fds]) or (None, []) at EOF.
+    """Read one request: (id, inputs, code, [fds]), or None at EOF.
 
     The host sends a frame in one message with the fds attached, so the
     first read usually holds all of it."""
     data, anc, _flags, _addr = sock.recvmsg(1 << 16, _ANCILLARY)
     fds = []
     for level, kind, blob in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
             usable = len(blob) - len(blob) % _INT
             fds.extend(struct.unpack("%di" % (usable // _INT), blob[:usable]))
     buf = bytearray(data)
-    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", bytes(buf[:4]))[0]:
-        if len(buf) >= 4 and struct.unpack(">I", bytes(buf[:4]))[0] > _MAX_FRAME:
-            raise ValueError("request frame too large")
+    while True:
+        if len(buf) >= 4:
+            (n,) = struct.unpack_from(">I", buf)
+            if n > _MAX_FRAME or n < _REQUEST.size:
+                raise ValueError("bad request frame")
+            if len(buf) >= 4 + n:
+                break
         chunk = sock.recv(1 << 16) if buf else b""
         if not chunk:
             for fd in fds:
                 os.close(fd)
-            return None, []
+            return None
         buf += chunk
-    (n,) = struct.unpack(">I", bytes(buf[:4]))
     if len(buf) != 4 + n:
         raise ValueError("bytes after the request frame")
-    return json.loads(bytes(buf[4:]).decode("utf-8")), fds
+    rid, ninputs = _REQUEST.unpack_from(buf, 4)
+    start = 4 + _REQUEST.size
+    inputs = bytes(buf[start : start + ninputs]).decode("utf-8")
+    code = bytes(buf[start + ninputs :]).decode("utf-8", "surrogateescape")
+    return rid, inputs, code, fds
 
 
-def _send(sock, obj):
-    body = json.dumps(obj).encode("utf-8")
-    sock.sendall(struct.pack(">I", len(body)) + body)
+def _reply(sock, rid, status):
+    sock.sendall(_REPLY.pack(_REPLY.size - 4, rid, status, status == 0))
 
 
 def _fresh_stream(fd):
@@ -71,11 +84,14 @@ def _flush():
             pass
 
 
-def _print_exception(exc):
-    # Drop the driver's own frames so the model sees only its code.
+def _print_exception(exc, skip_driver=True):
+    import traceback
+
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
-        tb = tb.tb_next
+    if skip_driver:
+        # Drop the driver's own frames so the model sees only its code.
+        while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
+            tb = tb.tb_next
     try:
         traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
     except Exception:
@@ -89,7 +105,7 @@ def _run(ns, src):
     try:
         compiled = compile(src, "<cell>", "exec")
     except (SyntaxError, ValueError) as exc:
-        traceback.print_exception(type(exc), exc, None, file=sys.stderr)
+        _print_exception(exc, skip_driver=False)
         return 1
     try:
         exec(compiled, ns)
@@ -108,26 +124,27 @@ def _run(ns, src):
 
 
 def main():
-    sock = socket.socket(fileno=3)
+    sock = _socket.socket(fileno=3)
     os.set_inheritable(3, False)
     ns = {"__name__": "__main__", "__builtins__": builtins}
     # Between executes fds 1 and 2 point where they pointed at start
     # (/dev/null and the driver's log); keep copies to point them back.
     idle_out, idle_err = os.dup(1), os.dup(2)
     inputs = None
-    _send(sock, {"ready": True, "python": "%d.%d.%d" % sys.version_info[:3]})
+    hello = ("R%d.%d.%d" % sys.version_info[:3]).encode()
+    sock.sendall(struct.pack(">I", len(hello)) + hello)
     while True:
-        req, fds = _recv_request(sock)
-        import time as _t; _t0=_t.perf_counter_ns()
+        req = _recv_request(sock)
         if req is None:
             return
+        rid, want_inputs, src, fds = req
         if len(fds) != 2:
             for fd in fds:
                 os.close(fd)
-            _send(sock, {"id": req.get("id"), "ok": False, "exit": 1, "error": "request without its two output descriptors"})
+            _reply(sock, rid, 125)
             continue
-        if req.get("inputs") != inputs:
-            inputs = req.get("inputs") or "{}"
+        if want_inputs != inputs:
+            inputs = want_inputs
             os.environ["AGENTRY_INPUTS"] = inputs
         _flush()
         os.dup2(fds[0], 1)
@@ -140,15 +157,14 @@ def main():
         if sys.stderr is not sys.__stderr__ or getattr(sys.stderr, "closed", True):
             sys.stderr = sys.__stderr__ = _fresh_stream(2)
         try:
-            status = _run(ns, req.get("code", ""))
+            status = _run(ns, src)
         finally:
             _flush()
             # Dropping the last references to the pipes is what tells the
             # host the output is complete (EOF).
             os.dup2(idle_out, 1)
             os.dup2(idle_err, 2)
-        _send(sock, {"id": req.get("id"), "ok": status == 0, "exit": status})
-        os.write(idle_err, b"%d\n" % ((_t.perf_counter_ns()-_t0)//1000))
+        _reply(sock, rid, status)
 
 
 main()

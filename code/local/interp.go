@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -149,14 +148,10 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 	}
 	_ = conn.SetReadDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
-	var hello struct {
-		Ready  bool   `json:"ready"`
-		Python string `json:"python"`
-	}
-	err = readFrame(conn, &hello)
+	hello, err := readFrame(conn)
 	stop()
 	_ = conn.SetReadDeadline(time.Time{})
-	if err == nil && !hello.Ready {
+	if err == nil && (len(hello) == 0 || hello[0] != 'R') {
 		err = errors.New("it did not say it was ready")
 	}
 	if err != nil {
@@ -172,7 +167,7 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 		}
 		return nil, fmt.Errorf("local: the python interpreter %s did not start: %s; its output: %q", prog, why, logTail(log))
 	}
-	s.python = hello.Python
+	s.python = string(hello[1:])
 	return s, nil
 }
 
@@ -199,7 +194,7 @@ type interpSession struct {
 	turn   chan struct{} // one execute at a time
 	python string
 
-	watch    *dirWatch // nil: walk after every execute
+	watch *dirWatch // nil: walk after every execute
 
 	mu       sync.Mutex
 	seq      uint64
@@ -288,17 +283,40 @@ func (s *interpSession) isStopped() bool {
 // it); its reaper then sweeps the process group.
 func (s *interpSession) kill() { _ = s.cmd.Process.Kill() }
 
-type execFrame struct {
-	ID     uint64 `json:"id"`
-	Code   string `json:"code"`
-	Inputs string `json:"inputs"`
+// A request is the frame's length, the request id, the length of the
+// inputs, the inputs (AGENTRY_INPUTS) and the code; a reply is the id, the
+// exit status and ok. See driver.py.
+const (
+	requestHeader = 4 + 8 + 4
+	replySize     = 8 + 4 + 1
+)
+
+func encodeRequest(id uint64, inputs, src string) []byte {
+	n := requestHeader - 4 + len(inputs) + len(src)
+	b := make([]byte, 4+n)
+	binary.BigEndian.PutUint32(b, uint32(n))
+	binary.BigEndian.PutUint64(b[4:], id)
+	binary.BigEndian.PutUint32(b[12:], uint32(len(inputs)))
+	copy(b[requestHeader:], inputs)
+	copy(b[requestHeader+len(inputs):], src)
+	return b
 }
 
-type replyFrame struct {
-	ID    uint64 `json:"id"`
-	OK    bool   `json:"ok"`
-	Exit  int    `json:"exit"`
-	Error string `json:"error"`
+type reply struct {
+	id   uint64
+	exit int
+	ok   bool
+}
+
+func decodeReply(b []byte) (reply, error) {
+	if len(b) != replySize {
+		return reply{}, fmt.Errorf("local: a reply of %d bytes, want %d", len(b), replySize)
+	}
+	return reply{
+		id:   binary.BigEndian.Uint64(b),
+		exit: int(int32(binary.BigEndian.Uint32(b[8:]))),
+		ok:   b[12] == 1,
+	}, nil
 }
 
 // Execute runs req.Code in the session's interpreter. Executes on one
@@ -324,11 +342,8 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	s.seq++
 	id := s.seq
 	s.mu.Unlock()
-	body, err := json.Marshal(execFrame{ID: id, Code: req.Code, Inputs: s.st.environ()})
-	if err != nil {
-		return code.Result{}, fmt.Errorf("local: encoding the request: %w", err)
-	}
-	if len(body) > MaxFrame {
+	frame := encodeRequest(id, s.st.environ(), req.Code)
+	if len(frame)-4 > MaxFrame {
 		return code.Result{}, fmt.Errorf("local: the code is %d bytes, more than the %d a request may carry; stage large data as an input instead", len(req.Code), MaxFrame)
 	}
 	outs, err := newOutputs(s.r.s.maxChars)
@@ -341,9 +356,6 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	// One message: the frame, with the output pipes attached. The
 	// interpreter is idle between executes, so the write does not wait on
 	// it; a large frame's rest follows in plain writes.
-	frame := make([]byte, 4+len(body))
-	binary.BigEndian.PutUint32(frame, uint32(len(body)))
-	copy(frame[4:], body)
 	_ = s.conn.SetWriteDeadline(time.Now().Add(timeout))
 	n, _, err := s.conn.WriteMsgUnix(frame, syscall.UnixRights(outs.out.wfd, outs.err.wfd), nil)
 	if err == nil && n < len(frame) {
@@ -364,11 +376,14 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 
 	_ = s.conn.SetReadDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Now()) })
-	var reply replyFrame
-	rerr := readFrame(s.conn, &reply)
+	var rep reply
+	body, rerr := readFrame(s.conn)
 	stop()
-	if rerr == nil && reply.ID != id {
-		rerr = fmt.Errorf("reply %d to request %d", reply.ID, id)
+	if rerr == nil {
+		rep, rerr = decodeReply(body)
+	}
+	if rerr == nil && rep.id != id {
+		rerr = fmt.Errorf("reply %d to request %d", rep.id, id)
 	}
 
 	var err2 error
@@ -428,9 +443,9 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		res.ExitCode = &crashed
 		return res, nil
 	}
-	exit := reply.Exit
+	exit := rep.exit
 	res.ExitCode = &exit
-	res.OK = reply.OK && exit == 0
+	res.OK = rep.ok && exit == 0
 	return res, nil
 }
 
@@ -468,30 +483,27 @@ func (s *interpSession) Stop(ctx context.Context) error {
 	return s.stopErr
 }
 
-// maxReply bounds a frame from the interpreter: replies are a few facts.
-const maxReply = 1 << 20
+// maxReply bounds a frame from the interpreter: replies are a few bytes.
+const maxReply = 1 << 10
 
-// readFrame reads one length-prefixed JSON frame into v.
-func readFrame(r io.Reader, v any) error {
+// readFrame reads one length-prefixed frame from the interpreter.
+func readFrame(r io.Reader) ([]byte, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return err
+		return nil, err
 	}
 	n := binary.BigEndian.Uint32(h[:])
 	if n > maxReply {
-		return fmt.Errorf("local: a control frame of %d bytes is over the %d limit", n, maxReply)
+		return nil, fmt.Errorf("local: a control frame of %d bytes is over the %d limit", n, maxReply)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return err
+		return nil, err
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("local: a control frame is not JSON: %w", err)
-	}
-	return nil
+	return body, nil
 }
 
 var _ code.Stager = (*interpSession)(nil)
