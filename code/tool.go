@@ -72,6 +72,9 @@ type ToolOptions struct {
 // which is the touch that keeps it alive. A session that turns out broken
 // is replaced by a fresh one, and the model is told its state was lost.
 func NewTool(r Runner, opt ToolOptions) tool.Tool {
+	if r == nil {
+		panic("code.NewTool: nil Runner") // a programming error, found at start-up
+	}
 	if opt.Name == "" {
 		opt.Name = DefaultToolName
 	}
