@@ -236,19 +236,31 @@ func (o *outputs) close() {
 
 // outputPipe is a pipe whose read end (non-blocking) the host reads and
 // whose write end (a plain blocking descriptor, never on the poller) goes
-// to the code.
+// to the code. Files wrap the descriptors only when something needs one.
 type outputPipe struct {
 	rfd int
 	r   *os.File // wraps rfd once readers run
-	w   *os.File
 	wfd int
+	w   *os.File // wraps wfd for exec.Cmd
+}
+
+// writer is the write end as a file, for exec.Cmd.
+func (p *outputPipe) writer() *os.File {
+	if p.w == nil && p.wfd >= 0 {
+		p.w = os.NewFile(uintptr(p.wfd), "output")
+	}
+	return p.w
 }
 
 func (p *outputPipe) closeWrite() {
-	if p.w != nil {
+	switch {
+	case p.w != nil:
 		_ = p.w.Close()
 		p.w = nil
+	case p.wfd >= 0:
+		_ = syscall.Close(p.wfd)
 	}
+	p.wfd = -1
 }
 
 func (p *outputPipe) close() {

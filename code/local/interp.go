@@ -105,7 +105,7 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 			return nil, err
 		}
 	}
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketPair()
 	if err != nil {
 		return nil, fmt.Errorf("local: making the control socket: %w", err)
 	}

@@ -186,7 +186,7 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	defer outs.close()
 
 	cmd := set.command(s.dirs, bootstrap(canonicalLanguage(lang), prog), set.environ(s.st.environ()))
-	cmd.Stdout, cmd.Stderr = outs.out.w, outs.err.w
+	cmd.Stdout, cmd.Stderr = outs.out.writer(), outs.err.writer()
 	cmd.ExtraFiles = []*os.File{codeR}
 	if err := cmd.Start(); err != nil {
 		return code.Result{}, fmt.Errorf("local: starting %s: %w", prog, err)

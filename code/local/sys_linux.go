@@ -3,7 +3,6 @@
 package local
 
 import (
-	"os"
 	"os/exec"
 	"syscall"
 	"unsafe"
@@ -65,13 +64,21 @@ func exitStatus(cmd *exec.Cmd) int {
 // write end is a plain descriptor for another process.
 func newOutputPipe() (outputPipe, error) {
 	var p [2]int
-	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		return outputPipe{}, err
 	}
-	if err := syscall.SetNonblock(p[0], true); err != nil {
+	// The code's end blocks like any stdout; one F_SETFL, since the only
+	// status flag pipe2 set is O_NONBLOCK (close-on-exec is a descriptor
+	// flag and stays).
+	if _, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(p[1]), syscall.F_SETFL, 0); e != 0 {
 		syscall.Close(p[0])
 		syscall.Close(p[1])
-		return outputPipe{}, err
+		return outputPipe{}, e
 	}
-	return outputPipe{rfd: p[0], w: os.NewFile(uintptr(p[1]), "output"), wfd: p[1]}, nil
+	return outputPipe{rfd: p[0], wfd: p[1]}, nil
+}
+
+// socketPair makes the control socket pair, close-on-exec.
+func socketPair() ([2]int, error) {
+	return syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 }

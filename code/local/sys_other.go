@@ -4,7 +4,6 @@ package local
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 	"syscall"
 )
@@ -53,5 +52,16 @@ func newOutputPipe() (outputPipe, error) {
 		syscall.Close(p[1])
 		return outputPipe{}, err
 	}
-	return outputPipe{rfd: p[0], w: os.NewFile(uintptr(p[1]), "output"), wfd: p[1]}, nil
+	return outputPipe{rfd: p[0], wfd: p[1]}, nil
+}
+
+func socketPair() ([2]int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	return fds, err
 }
