@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,18 +108,12 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 	if err != nil {
 		return nil, fmt.Errorf("local: making the control socket: %w", err)
 	}
-	ours := os.NewFile(uintptr(fds[0]), "agentry-control")
+	ctl := newControl(fds[0])
 	theirs := os.NewFile(uintptr(fds[1]), "agentry-driver")
 	defer theirs.Close()
-	nc, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		return nil, fmt.Errorf("local: making the control socket: %w", err)
-	}
-	conn := nc.(*net.UnixConn)
 	log, err := os.OpenFile(filepath.Join(d.root, "driver.log"), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		conn.Close()
+		ctl.close()
 		return nil, fmt.Errorf("local: making the interpreter's log: %w", err)
 	}
 	defer log.Close()
@@ -129,12 +122,12 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
-		conn.Close()
+		ctl.close()
 		return nil, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
 	s := &interpSession{
 		r: r, id: filepath.Base(d.root), dirs: d, st: newStager(d, r.s.jail),
-		cmd: cmd, conn: conn, exited: make(chan struct{}), turn: make(chan struct{}, 1),
+		cmd: cmd, ctl: ctl, exited: make(chan struct{}), turn: make(chan struct{}, 1),
 		watch: newDirWatch(d.work),
 	}
 	go func() {
@@ -146,17 +139,21 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	_ = conn.SetReadDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
-	hello, err := readFrame(conn)
-	stop()
-	_ = conn.SetReadDeadline(time.Time{})
+	err = ctl.setTimeout(max(time.Until(deadline), time.Microsecond))
+	stop := context.AfterFunc(ctx, ctl.interrupt)
+	var hello []byte
+	if err == nil {
+		hello, err = readFrame(ctl)
+	}
+	if !stop() && err == nil {
+		err = context.Cause(ctx) // the socket was shut down: no session
+	}
 	if err == nil && (len(hello) == 0 || hello[0] != 'R') {
 		err = errors.New("it did not say it was ready")
 	}
 	if err != nil {
 		s.kill()
-		conn.Close()
+		ctl.close()
 		s.watch.close()
 		<-s.exited
 		why := err.Error()
@@ -189,7 +186,7 @@ type interpSession struct {
 	dirs   sessionDirs
 	st     *stager
 	cmd    *exec.Cmd
-	conn   *net.UnixConn
+	ctl    *control
 	exited chan struct{} // closed once the interpreter's process is reaped
 	turn   chan struct{} // one execute at a time
 	python string
@@ -356,10 +353,9 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	// One message: the frame, with the output pipes attached. The
 	// interpreter is idle between executes, so the write does not wait on
 	// it; a large frame's rest follows in plain writes.
-	_ = s.conn.SetWriteDeadline(time.Now().Add(timeout))
-	n, _, err := s.conn.WriteMsgUnix(frame, syscall.UnixRights(outs.out.wfd, outs.err.wfd), nil)
-	if err == nil && n < len(frame) {
-		_, err = s.conn.Write(frame[n:])
+	err = s.ctl.setTimeout(timeout)
+	if err == nil {
+		err = s.ctl.send(frame, syscall.UnixRights(outs.out.wfd, outs.err.wfd))
 	}
 	outs.out.closeWrite()
 	outs.err.closeWrite()
@@ -374,11 +370,15 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	lazy := outs.readLater(readersAfter)
 	defer lazy.Stop()
 
-	_ = s.conn.SetReadDeadline(time.Now().Add(timeout))
-	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Now()) })
+	stop := context.AfterFunc(ctx, s.ctl.interrupt)
 	var rep reply
-	body, rerr := readFrame(s.conn)
-	stop()
+	body, rerr := readFrame(s.ctl)
+	if !stop() && rerr == nil {
+		// Cancelled just as the reply came: the result stands, but the
+		// socket is shut down, so the session cannot go on.
+		s.breakWith("an execution was cancelled")
+		s.kill()
+	}
 	if rerr == nil {
 		rep, rerr = decodeReply(body)
 	}
@@ -465,7 +465,7 @@ func (s *interpSession) Stop(ctx context.Context) error {
 		s.mu.Lock()
 		s.stopped = true
 		s.mu.Unlock()
-		_ = s.conn.Close()
+		s.ctl.interrupt()
 		t := time.NewTimer(stopGrace)
 		select {
 		case <-s.exited:
@@ -476,8 +476,11 @@ func (s *interpSession) Stop(ctx context.Context) error {
 		// Whatever the code left in the process group goes too.
 		s.kill()
 		<-s.exited
-		// An execute still finishing sees a closed watch as "changed".
+		// The socket and the watch go once no execute is using them.
+		s.turn <- struct{}{}
+		s.ctl.close()
 		s.watch.close()
+		<-s.turn
 		s.stopErr = s.dirs.remove()
 	})
 	return s.stopErr
