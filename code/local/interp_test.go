@@ -350,3 +350,25 @@ func testArtifacts(t *testing.T, opt local.Options) {
 		t.Fatalf("staging showed up as artifacts: %+v", res.Artifacts)
 	}
 }
+
+func TestInterpreterCancellationBreaksTheSession(t *testing.T) {
+	t.Parallel()
+	s := start(t, local.NewInterpreter(options(t)), "python")
+	mustOK(t, s, "import time")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Execute(ctx, code.ExecRequest{Code: "print('started', flush=True)\ntime.sleep(60)"})
+		done <- err
+	}()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled execute returned %v", err)
+	}
+	// Whether the cancel beat the request or not, the session is not
+	// left half-way: it either still works or says it is broken.
+	_, err := s.Execute(context.Background(), code.ExecRequest{Code: "print(1)"})
+	if err != nil && !errors.Is(err, code.ErrBroken) {
+		t.Fatalf("after a cancel: %v", err)
+	}
+}
