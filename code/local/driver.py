@@ -127,12 +127,18 @@ def main():
     sock = _socket.socket(fileno=3)
     os.set_inheritable(3, False)
     ns = {"__name__": "__main__", "__builtins__": builtins}
-    # Between executes fds 1 and 2 point where they pointed at start
-    # (/dev/null and the driver's log); keep copies to point them back.
-    idle_out, idle_err = os.dup(1), os.dup(2)
     inputs = None
     hello = ("R%d.%d.%d" % sys.version_info[:3]).encode()
     sock.sendall(struct.pack(">I", len(hello)) + hello)
+    # Started: from here on stderr outside an execute (a background thread
+    # of the code, say) goes nowhere rather than into the start-up log,
+    # which nobody reads any more and which must not grow. Between
+    # executes fds 1 and 2 point at /dev/null; keep copies to point them
+    # back.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    idle_out, idle_err = os.dup(1), os.dup(2)
     while True:
         req = _recv_request(sock)
         if req is None:

@@ -372,3 +372,14 @@ func TestInterpreterCancellationBreaksTheSession(t *testing.T) {
 		t.Fatalf("after a cancel: %v", err)
 	}
 }
+
+func TestInterpreterBackgroundOutputGoesNowhere(t *testing.T) {
+	t.Parallel()
+	s := start(t, local.NewInterpreter(options(t)), "python")
+	mustOK(t, s, "import sys, threading, time\ndone = threading.Event()\ndef chatter():\n    for _ in range(2000):\n        sys.__stderr__.write('x' * 1000)\n    done.set()\nthreading.Thread(target=chatter, daemon=True).start()")
+	mustOK(t, s, "done.wait(10)")
+	log := filepath.Join(filepath.Dir(dirOf(t, s)), "driver.log")
+	if fi, err := os.Stat(log); err != nil || fi.Size() > 0 {
+		t.Fatalf("stderr between executes reached the start-up log: %v %v", fi, err)
+	}
+}
