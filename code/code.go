@@ -12,8 +12,29 @@ package code
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// Errors a runner wraps so callers can tell what happened with errors.Is.
+var (
+	// ErrStopped: the session was stopped; Execute never starts a fresh
+	// one in its place.
+	ErrStopped = errors.New("code: session stopped")
+	// ErrBroken: the session can no longer run code (its interpreter timed
+	// out or crashed) and its state is gone. Open a fresh session.
+	ErrBroken = errors.New("code: session broken")
+	// ErrTimeout: the execution ran past its timeout and was killed.
+	ErrTimeout = errors.New("code: execution timed out")
+)
+
+// StateKeeper is optional on a Runner: KeepsState reports whether
+// variables and imports survive from one Execute to the next within a
+// session (a persistent interpreter) or only files do (a process per
+// call). A runner that does not implement it is taken to keep state.
+type StateKeeper interface {
+	KeepsState() bool
+}
 
 // Runner starts sessions. Implementations are safe for concurrent use.
 type Runner interface {

@@ -1,0 +1,216 @@
+package code_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// door is a test door over a real toolsession.Tier: it builds calls the
+// way the agent loop does and records what was registered and emitted.
+type door struct {
+	tier   *toolsession.Tier
+	scopes []toolsession.Scope
+
+	mu       sync.Mutex
+	regs     []reg
+	events   []event.Event
+	closures []toolsession.Report
+}
+
+type reg struct {
+	origin toolsession.Origin
+	opt    toolsession.Options
+	out    toolsession.Outcome
+}
+
+func newDoor(scopes ...toolsession.Scope) *door {
+	d := &door{scopes: scopes}
+	d.tier = toolsession.NewTier(toolsession.Config{Report: func(r toolsession.Report) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.closures = append(d.closures, r)
+	}})
+	return d
+}
+
+func allScopes() []toolsession.Scope {
+	return []toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession, toolsession.ScopeShutdown}
+}
+
+func (d *door) register(o toolsession.Origin, cleanup func(context.Context) error, opt toolsession.Options) toolsession.Outcome {
+	out := d.tier.Register(o, cleanup, opt)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.regs = append(d.regs, reg{o, opt, out})
+	return out
+}
+
+func (d *door) emit(e event.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.events = append(d.events, e)
+}
+
+func (d *door) codeRuns() []*event.CodeRun {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*event.CodeRun
+	for _, e := range d.events {
+		if e.Type == event.TypeCodeRun {
+			out = append(out, e.Payload.(*event.CodeRun))
+		}
+	}
+	return out
+}
+
+func (d *door) registrations() []reg {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]reg(nil), d.regs...)
+}
+
+// call runs the tool as the agent loop would: one call id, a run, maybe a
+// hosted session and an identity.
+func (d *door) call(ctx context.Context, tl tool.Tool, callID, runID, sessionID string, id *tool.Identity, src string) (tool.Result, error) {
+	args, _ := json.Marshal(map[string]string{"code": src})
+	c := tool.NewCall(tl.Spec().Name, callID, runID, sessionID, id, d.scopes, d.register)
+	return tl.Call(ctx, c, args)
+}
+
+// memRunner is an in-memory implementation of the runner port, used only
+// where a test needs to hold a Start open or fail it on cue (under
+// testing/synctest); everything else runs against code/local.
+type memRunner struct {
+	gate    chan struct{} // when set, Start waits for it
+	failing error         // when set, Start fails with it (after the gate)
+	noStage bool
+	result  func(src string) (code.Result, error)
+
+	mu       sync.Mutex
+	starts   int
+	sessions []*memSession
+}
+
+func (r *memRunner) ID() string { return "mem" }
+
+func (r *memRunner) Start(ctx context.Context, req code.StartRequest) (code.Session, error) {
+	r.mu.Lock()
+	r.starts++
+	n := r.starts
+	r.mu.Unlock()
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if r.failing != nil {
+		return nil, r.failing
+	}
+	s := &memSession{id: fmt.Sprintf("mem-%d", n), key: req.Key, r: r, vars: map[string]string{}}
+	r.mu.Lock()
+	r.sessions = append(r.sessions, s)
+	r.mu.Unlock()
+	if r.noStage {
+		return plainSession{s}, nil
+	}
+	return s, nil
+}
+
+func (r *memRunner) startCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts
+}
+
+type memSession struct {
+	id, key string
+	r       *memRunner
+
+	mu       sync.Mutex
+	stopped  bool
+	broken   bool
+	stopGate chan struct{}
+	vars     map[string]string
+	staged   []code.Staged
+}
+
+func (s *memSession) ID() string { return s.id }
+
+func (s *memSession) Execute(_ context.Context, req code.ExecRequest) (code.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return code.Result{}, fmt.Errorf("mem: session %s stopped: %w", s.id, code.ErrStopped)
+	}
+	if s.broken {
+		return code.Result{}, fmt.Errorf("mem: session %s broken: %w", s.id, code.ErrBroken)
+	}
+	if req.Code == "hang" {
+		s.broken = true
+		return code.Result{Stdout: "partial"}, fmt.Errorf("mem: timed out: %w", code.ErrTimeout)
+	}
+	if s.r.result != nil {
+		return s.r.result(req.Code)
+	}
+	zero := 0
+	return code.Result{OK: true, Stdout: s.id + ":" + req.Code, ExitCode: &zero}, nil
+}
+
+func (s *memSession) Stop(context.Context) error {
+	s.mu.Lock()
+	gate := s.stopGate
+	s.stopped = true
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return nil
+}
+
+func (s *memSession) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+func (s *memSession) Stage(_ context.Context, in []code.Input) ([]code.Staged, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range in {
+		s.staged = append(s.staged, code.Staged{Name: x.Name, Path: "/work/inputs/" + x.Name, Bytes: len(x.Data)})
+	}
+	return s.staged, nil
+}
+
+// plainSession hides Stage: a session that cannot stage.
+type plainSession struct{ s *memSession }
+
+func (p plainSession) ID() string { return p.s.ID() }
+func (p plainSession) Execute(ctx context.Context, r code.ExecRequest) (code.Result, error) {
+	return p.s.Execute(ctx, r)
+}
+func (p plainSession) Stop(ctx context.Context) error { return p.s.Stop(ctx) }
+
+func mustErrorAs[T error](t *testing.T, err error) T {
+	t.Helper()
+	var target T
+	if !errors.As(err, &target) {
+		t.Fatalf("error %v (%T) is not a %T", err, err, target)
+	}
+	return target
+}

@@ -1,0 +1,268 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentry-dev/agentry/code"
+)
+
+// Defaults of [Options] and [Jail].
+const (
+	DefaultTimeout        = 30 * time.Second
+	DefaultMaxOutputChars = 8000
+	DefaultStartTimeout   = 10 * time.Second
+
+	DefaultJailMemory    = 2 << 30 // bytes of address space per process
+	DefaultJailProcesses = 64
+	DefaultJailCPU       = 10 * time.Minute
+	DefaultJailFileSize  = 1 << 30
+	DefaultJailOpenFiles = 1024
+	DefaultJailID        = 65534 // nobody
+	// JailPath is the PATH inside a jail unless Options.Path says otherwise.
+	JailPath = "/usr/local/bin:/usr/bin:/bin"
+)
+
+// Options configure a runner. Zero values take the defaults.
+type Options struct {
+	// Env is handed to the code on top of PATH. Nothing else from the
+	// host's environment reaches it.
+	Env map[string]string
+	// Path is the PATH the code sees and interpreters are found on
+	// (default: the host's PATH; JailPath in a jail).
+	Path string
+	// Dir is where session directories are made (default os.TempDir()).
+	// In a jail started as root it must be traversable by Jail.UID.
+	Dir string
+	// Timeout bounds one execution unless the request sets its own
+	// (default 30s).
+	Timeout time.Duration
+	// MaxOutputChars cuts each output stream (default 8,000 characters);
+	// the cut is reported in Result.Truncated.
+	MaxOutputChars int
+	// Commands overrides the program run for a language ("python" →
+	// "/opt/py/bin/python3"). Defaults: python → python3, bash → bash,
+	// sh → sh.
+	Commands map[string]string
+	// StartTimeout bounds how long an interpreter may take to become ready
+	// (default 10s).
+	StartTimeout time.Duration
+	// Jail, when set, runs every process inside bubblewrap.
+	Jail *Jail
+}
+
+// Jail configures the bubblewrap jail. Limits are rlimits set inside the
+// jail (with prlimit, from util-linux) on each process: they work without
+// root, without cgroup delegation and in containers. They do not add up
+// across processes; see docs/code.md for what that leaves open.
+type Jail struct {
+	// Bwrap is the bubblewrap program (default "bwrap" on the host's PATH).
+	Bwrap string
+	// Memory is the address-space limit of each process, in bytes
+	// (RLIMIT_AS, default 2 GiB).
+	Memory int64
+	// Processes limits the processes the jail's user may have in the
+	// jail's own user namespace (RLIMIT_NPROC, default 64).
+	Processes int
+	// CPU limits the CPU time of each process (RLIMIT_CPU, default 10m).
+	// For an interpreter it is the whole session's CPU time.
+	CPU time.Duration
+	// FileSize limits the size of any file written (RLIMIT_FSIZE,
+	// default 1 GiB).
+	FileSize int64
+	// OpenFiles limits open descriptors per process (RLIMIT_NOFILE,
+	// default 1024).
+	OpenFiles int
+	// UID and GID are the unprivileged ids the jail runs as when agentry
+	// runs as root (default 65534, "nobody"). As any other user, the jail
+	// runs as that user, which is already unprivileged.
+	UID, GID int
+	// ReadOnly lists extra host paths mounted read-only at the same place
+	// (a virtualenv, a data set). The system (/usr, the libraries, a few
+	// files of /etc) is always mounted read-only.
+	ReadOnly []string
+}
+
+// languages the local runners know, and the programs they run by default.
+var defaultCommands = map[string]string{"python": "python3", "bash": "bash", "sh": "sh"}
+
+var aliases = map[string]string{"python3": "python", "py": "python", "shell": "sh"}
+
+func canonicalLanguage(l string) string {
+	l = strings.ToLower(strings.TrimSpace(l))
+	if a, ok := aliases[l]; ok {
+		return a
+	}
+	return l
+}
+
+// settings is Options with the defaults applied and validated.
+type settings struct {
+	env          []string // operator's K=V, sorted
+	path         string
+	dir          string
+	timeout      time.Duration
+	maxChars     int
+	commands     map[string]string
+	startTimeout time.Duration
+	jail         *jailSettings
+}
+
+// ErrUnknownLanguage and ErrInterpreterMissing are wrapped by the errors
+// of Start and Execute that could not find what to run.
+var (
+	ErrUnknownLanguage    = errors.New("local: unknown language")
+	ErrInterpreterMissing = errors.New("local: interpreter not found")
+)
+
+func newSettings(o Options) (*settings, error) {
+	s := &settings{
+		path:         o.Path,
+		dir:          o.Dir,
+		timeout:      o.Timeout,
+		maxChars:     o.MaxOutputChars,
+		startTimeout: o.StartTimeout,
+		commands:     make(map[string]string, len(defaultCommands)),
+	}
+	for k, v := range defaultCommands {
+		s.commands[k] = v
+	}
+	for k, v := range o.Commands {
+		if v == "" {
+			return nil, fmt.Errorf("local: Options.Commands[%q] is empty; name a program or drop the entry", k)
+		}
+		s.commands[canonicalLanguage(k)] = v
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.maxChars <= 0 {
+		s.maxChars = DefaultMaxOutputChars
+	}
+	if s.startTimeout <= 0 {
+		s.startTimeout = DefaultStartTimeout
+	}
+	if s.dir == "" {
+		s.dir = os.TempDir()
+	}
+	if !filepath.IsAbs(s.dir) {
+		abs, err := filepath.Abs(s.dir)
+		if err != nil {
+			return nil, fmt.Errorf("local: Options.Dir %q: %w", s.dir, err)
+		}
+		s.dir = abs
+	}
+	keys := make([]string, 0, len(o.Env))
+	for k, v := range o.Env {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return nil, fmt.Errorf("local: Options.Env has an invalid variable name %q; names cannot be empty or hold '=' or NUL", k)
+		case strings.ContainsRune(v, 0):
+			return nil, fmt.Errorf("local: Options.Env[%q] holds a NUL byte, which no environment can carry", k)
+		case k == code.InputsEnv:
+			return nil, fmt.Errorf("local: Options.Env cannot set %s: the runner sets it to the staged inputs", code.InputsEnv)
+		case k == "PATH":
+			if s.path == "" {
+				s.path = v
+			}
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s.env = append(s.env, k+"="+o.Env[k])
+	}
+	if o.Jail != nil {
+		j, err := newJailSettings(*o.Jail)
+		if err != nil {
+			return nil, err
+		}
+		s.jail = j
+		if s.path == "" {
+			s.path = JailPath
+		}
+	}
+	if s.path == "" {
+		s.path = os.Getenv("PATH")
+	}
+	return s, nil
+}
+
+// environ is the whole environment of the code: PATH, the operator's
+// variables, and the staged inputs.
+func (s *settings) environ(inputs string) []string {
+	env := make([]string, 0, len(s.env)+2)
+	env = append(env, "PATH="+s.path)
+	env = append(env, s.env...)
+	return append(env, code.InputsEnv+"="+inputs)
+}
+
+// program resolves the interpreter for a language, as the code will see
+// it. In a jail it must lie under a path the jail mounts.
+func (s *settings) program(language string) (string, error) {
+	lang := canonicalLanguage(language)
+	prog, ok := s.commands[lang]
+	if !ok {
+		known := make([]string, 0, len(s.commands))
+		for k := range s.commands {
+			known = append(known, k)
+		}
+		sort.Strings(known)
+		return "", fmt.Errorf("%w %q: this runner runs %s; pick one of those, or map the language to a program in Options.Commands",
+			ErrUnknownLanguage, language, strings.Join(known, ", "))
+	}
+	path, err := lookPath(prog, s.path)
+	if err != nil {
+		return "", fmt.Errorf("%w: the %s interpreter %q is not on PATH %q; install it (Debian: apt-get install %s) or set Options.Commands[%q] to its path",
+			ErrInterpreterMissing, lang, prog, s.path, debianPackage(lang), lang)
+	}
+	if s.jail != nil {
+		if err := s.jail.visible(path); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}
+
+func debianPackage(lang string) string {
+	switch lang {
+	case "python":
+		return "python3"
+	case "sh":
+		return "dash"
+	}
+	return lang
+}
+
+// lookPath finds prog on path (not the host's PATH, which the code does
+// not see).
+func lookPath(prog, path string) (string, error) {
+	if strings.Contains(prog, "/") {
+		if isExecutable(prog) {
+			return filepath.Abs(prog)
+		}
+		return "", exec.ErrNotFound
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, prog)
+		if isExecutable(p) {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}

@@ -1,0 +1,336 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentry-dev/agentry/code"
+)
+
+// grace is how long a finished execution waits for output still held by
+// a process it left behind before it stops reading.
+const grace = 250 * time.Millisecond
+
+// pyBootstrap reads the code from fd 3 and runs it as __main__, showing
+// only the code's own frames when it fails. The working directory is on
+// sys.path, so modules the code wrote can be imported.
+const pyBootstrap = `import os, sys
+with os.fdopen(3, encoding="utf-8", errors="surrogateescape") as f:
+    src = f.read()
+sys.argv = ["<cell>"]
+try:
+    exec(compile(src, "<cell>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+except SystemExit:
+    raise
+except BaseException as e:
+    import traceback
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+    sys.exit(1)
+`
+
+// shBootstrap reads the code from fd 3 and runs it, with fd 3 closed.
+const shBootstrap = `eval "$(cat <&3)" 3<&-`
+
+func bootstrap(lang, prog string) []string {
+	switch lang {
+	case "python":
+		return []string{prog, "-u", "-c", pyBootstrap}
+	default:
+		return []string{prog, "-c", shBootstrap, lang}
+	}
+}
+
+// Process is the process-per-call runner: each Execute is its own
+// process. It is not a sandbox unless Options.Jail is set. Safe for
+// concurrent use.
+type Process struct {
+	s   *settings
+	err error
+}
+
+// New returns a process-per-call runner. Invalid options are reported by
+// Start.
+func New(opt Options) *Process {
+	s, err := newSettings(opt)
+	return &Process{s: s, err: err}
+}
+
+// ID is "local-process", or "local-process+bwrap" when jailed.
+func (p *Process) ID() string {
+	if p.s != nil && p.s.jail != nil {
+		return "local-process+bwrap"
+	}
+	return "local-process"
+}
+
+// KeepsState is false: only files persist between executes.
+func (p *Process) KeepsState() bool { return false }
+
+// Start makes the session's private directory. It refuses an unknown
+// language, a missing interpreter, and — when jailed — a machine where
+// bubblewrap cannot build the jail.
+func (p *Process) Start(ctx context.Context, req code.StartRequest) (code.Session, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	lang := req.Language
+	if lang == "" {
+		lang = "python"
+	}
+	if _, err := p.s.program(lang); err != nil {
+		return nil, err
+	}
+	if p.s.jail != nil {
+		if err := p.s.jail.ready(ctx); err != nil {
+			return nil, err
+		}
+	}
+	d, err := newSessionDirs(p.s.dir, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	if p.s.jail != nil {
+		if err := p.s.jail.own(d); err != nil {
+			d.remove()
+			return nil, err
+		}
+	}
+	return &procSession{p: p, id: filepath.Base(d.root), lang: lang, dirs: d, st: newStager(d, p.s.jail),
+		running: make(map[*exec.Cmd]struct{})}, nil
+}
+
+type procSession struct {
+	p    *Process
+	id   string
+	lang string
+	dirs sessionDirs
+	st   *stager
+
+	mu       sync.Mutex
+	stopped  bool
+	running  map[*exec.Cmd]struct{}
+	inflight sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
+}
+
+func (s *procSession) ID() string { return s.id }
+
+// Dir is the session's working directory on the host.
+func (s *procSession) Dir() string { return s.dirs.work }
+
+func (s *procSession) Stage(_ context.Context, in []code.Input) ([]code.Staged, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.st.stage(in)
+}
+
+func (s *procSession) alive() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return stoppedError(s.id)
+	}
+	return nil
+}
+
+func stoppedError(id string) error {
+	return fmt.Errorf("local: session %s was stopped; start a new session to run more code: %w", id, code.ErrStopped)
+}
+
+// Execute runs req.Code in a new process in the session's directory.
+func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.Result, error) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return code.Result{}, stoppedError(s.id)
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+
+	set := s.p.s
+	lang := req.Language
+	if lang == "" {
+		lang = s.lang
+	}
+	prog, err := set.program(lang)
+	if err != nil {
+		return code.Result{}, err
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = set.timeout
+	}
+	before, _ := snapshot(s.dirs.work)
+
+	codeR, codeW, err := os.Pipe()
+	if err != nil {
+		return code.Result{}, fmt.Errorf("local: making pipes: %w", err)
+	}
+	defer closeAll(codeR, codeW)
+	outs, err := newOutputs(set.maxChars)
+	if err != nil {
+		return code.Result{}, fmt.Errorf("local: making pipes: %w", err)
+	}
+	defer outs.close()
+
+	cmd := set.command(s.dirs, bootstrap(canonicalLanguage(lang), prog), set.environ(s.st.environ()))
+	cmd.Stdout, cmd.Stderr = outs.out.writer(), outs.err.writer()
+	cmd.ExtraFiles = []*os.File{codeR}
+	if err := cmd.Start(); err != nil {
+		return code.Result{}, fmt.Errorf("local: starting %s: %w", prog, err)
+	}
+	closeAll(codeR)
+	outs.out.closeWrite()
+	outs.err.closeWrite()
+	if !s.track(cmd) {
+		_ = cmd.Process.Kill()
+	}
+	defer s.untrack(cmd)
+
+	outs.read()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = codeW.Write([]byte(req.Code))
+		_ = codeW.Close()
+	}()
+
+	exited := make(chan error, 1)
+	go func() { exited <- reap(cmd) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var timedOut, cancelled bool
+	select {
+	case <-exited:
+	case <-timer.C:
+		timedOut = true
+		_ = cmd.Process.Kill()
+		<-exited
+	case <-ctx.Done():
+		cancelled = true
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	_ = codeW.SetWriteDeadline(time.Now())
+	<-wrote
+	outs.finish(grace)
+	stdout, stderr := outs.stdout, outs.stderr
+	after, _ := snapshot(s.dirs.work)
+
+	res := code.Result{
+		Stdout:    stdout.String(),
+		Stderr:    stderr.String(),
+		Truncated: truncation(stdout, stderr),
+		Artifacts: artifacts(before, after, s.dirs.work, s.view),
+	}
+	switch {
+	case s.isStopped():
+		return res, stoppedError(s.id)
+	case timedOut:
+		return res, fmt.Errorf("local: the code ran past its %s timeout and its process group was killed: %w", timeout, code.ErrTimeout)
+	case cancelled:
+		return res, fmt.Errorf("local: the execution was cancelled and its process group killed: %w", context.Cause(ctx))
+	}
+	status := exitStatus(cmd)
+	if set.jail != nil && status == 1 && strings.HasPrefix(res.Stderr, "bwrap: ") {
+		return code.Result{}, fmt.Errorf("%w: bubblewrap failed to build the jail: %s", ErrNoJail, strings.TrimSpace(tail(res.Stderr, 400)))
+	}
+	res.ExitCode = &status
+	res.OK = status == 0
+	return res, nil
+}
+
+func (s *procSession) view(host string) string {
+	if s.p.s.jail != nil {
+		return s.p.s.jail.view(s.dirs, host)
+	}
+	return host
+}
+
+func (s *procSession) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+func (s *procSession) track(cmd *exec.Cmd) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running[cmd] = struct{}{}
+	return !s.stopped
+}
+
+func (s *procSession) untrack(cmd *exec.Cmd) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.running, cmd)
+}
+
+// Stop kills what is running, waits for it (bounded by ctx), and removes
+// the session's directory. It is idempotent.
+func (s *procSession) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		for cmd := range s.running {
+			_ = cmd.Process.Kill() // its reaper sweeps the group
+		}
+		s.mu.Unlock()
+		idle := make(chan struct{})
+		go func() { s.inflight.Wait(); close(idle) }()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			// The executes were killed; they return on their own. The
+			// directory goes now regardless.
+		}
+		s.stopErr = s.dirs.remove()
+	})
+	return s.stopErr
+}
+
+// reap waits for cmd to exit, kills whatever it left in its process group
+// (nothing outlives a call), and only then reaps it, so the group's id
+// cannot have been reused by then.
+func reap(cmd *exec.Cmd) error {
+	if waitExit(cmd.Process.Pid) == nil {
+		killGroup(cmd)
+	}
+	return cmd.Wait()
+}
+
+// command builds the process for argv in session d: jailed with bwrap, or
+// straight in the work directory.
+func (s *settings) command(d sessionDirs, argv, env []string) *exec.Cmd {
+	var cmd *exec.Cmd
+	if s.jail != nil {
+		cmd = exec.Command(s.jail.bwrap, s.jail.args(d, argv)...)
+		cmd.Dir = d.root
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = d.work
+	}
+	cmd.Env = env
+	cmd.SysProcAttr = s.jail.sysProcAttr()
+	return cmd
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
+var _ code.Stager = (*procSession)(nil)

@@ -1,0 +1,504 @@
+package code
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+// Defaults of [ToolOptions].
+const (
+	DefaultToolName       = "run_code"
+	DefaultLanguage       = "python"
+	DefaultMaxOutputChars = 4000
+	// DefaultStopTimeout bounds stopping a broken session before a fresh
+	// one replaces it.
+	DefaultStopTimeout = 5 * time.Second
+)
+
+// ToolOptions configure [NewTool]. Zero values take the defaults.
+type ToolOptions struct {
+	// Name is the tool's name (default "run_code").
+	Name string
+	// Description, when set, opens the tool's description; the tool always
+	// adds what persists between calls (by scope) and the advice to
+	// compute over data rather than ask for it.
+	Description string
+	// Language is passed to Start and Execute (default "python").
+	Language string
+	// Scope is the teardown scope sessions are held under (default run):
+	// call (nothing persists), run (this turn), session (the conversation).
+	Scope toolsession.Scope
+	// MaxOutputChars cuts each stream shown to the model (default 4000).
+	MaxOutputChars int
+	// Timeout bounds each execution; 0 takes the runner's default.
+	Timeout time.Duration
+
+	// Inputs, when set, is asked for the inputs of a session when the tool
+	// opens one; they are staged as files (see [Stager]) before the first
+	// execute. A runner whose sessions cannot stage is refused by name.
+	Inputs func(ctx context.Context, c *tool.Call) ([]Input, error)
+	// Events, when set, receives one agentry.tools.code_run event per call
+	// that reached the runner (typically an event.Bus's Export). It must
+	// not block. Meta carries the call's run, session and identity; the
+	// bus numbers and stamps it. The payload holds facts only: OutputChars
+	// counts the characters handed to the model, Truncated is true when the
+	// runner or the tool cut a stream, ShapeHash is [ShapeHash] of the code;
+	// the code and its output never travel in events.
+	Events func(event.Event)
+	// StopTimeout bounds stopping a broken session before a fresh one is
+	// opened in its place (default 5s).
+	StopTimeout time.Duration
+}
+
+// NewTool returns a tool that runs the model's code on r, holding one
+// session per isolation key.
+//
+// Every call derives the key from the call's facts with the configured
+// scope, refusing before any Start when the door does not honour the scope
+// or when the scope's id is missing. The first call under a key starts the
+// session (concurrent first calls share one Start; a failed Start reaches
+// every one of them and is not cached) and registers its cleanup with the
+// door — remove the session from the tool, then Stop it — under {scope,
+// key, runner id, language}. Later calls reuse it and register again,
+// which is the touch that keeps it alive. A session that turns out broken
+// is replaced by a fresh one, and the model is told its state was lost.
+func NewTool(r Runner, opt ToolOptions) tool.Tool {
+	if r == nil {
+		panic("code.NewTool: nil Runner") // a programming error, found at start-up
+	}
+	if opt.Name == "" {
+		opt.Name = DefaultToolName
+	}
+	if opt.Language == "" {
+		opt.Language = DefaultLanguage
+	}
+	if opt.Scope == "" {
+		opt.Scope = toolsession.ScopeRun
+	}
+	if opt.MaxOutputChars <= 0 {
+		opt.MaxOutputChars = DefaultMaxOutputChars
+	}
+	if opt.StopTimeout <= 0 {
+		opt.StopTimeout = DefaultStopTimeout
+	}
+	keeps := true
+	if k, ok := r.(StateKeeper); ok {
+		keeps = k.KeepsState()
+	}
+	t := &codeTool{runner: r, opt: opt, slots: make(map[string]*slot)}
+	t.spec = tool.Spec{
+		Name:        opt.Name,
+		Description: describe(opt, keeps),
+		InputSchema: json.RawMessage(inputSchema),
+	}
+	v, err := tool.NewValidator(opt.Name, t.spec.InputSchema)
+	if err != nil {
+		panic(fmt.Sprintf("code.NewTool: %v", err)) // the schema is a constant
+	}
+	t.validator = v
+	return t
+}
+
+const inputSchema = `{"type":"object","properties":{"code":{"type":"string","minLength":1,` +
+	`"description":"The program to run. Print what you want to see."}},"required":["code"],"additionalProperties":false}`
+
+func describe(opt ToolOptions, keepsState bool) string {
+	var b strings.Builder
+	if opt.Description != "" {
+		b.WriteString(strings.TrimSpace(opt.Description))
+		b.WriteString("\n\n")
+	} else {
+		fmt.Fprintf(&b, "Run %s code and see what it prints (stdout and stderr).\n\n", opt.Language)
+	}
+	switch opt.Scope {
+	case toolsession.ScopeCall:
+		b.WriteString("Nothing persists between calls: every call starts in a fresh session, so do everything you need in one call.")
+	case toolsession.ScopeSession:
+		if keepsState {
+			b.WriteString("State persists across the conversation: variables, imports and files from earlier calls are still there.")
+		} else {
+			b.WriteString("Each call is a fresh process, so variables do not persist; files written in the working directory persist across the conversation.")
+		}
+	default:
+		if keepsState {
+			b.WriteString("State persists within this turn: variables, imports and files from earlier calls in this turn are still there; they are gone when the turn ends.")
+		} else {
+			b.WriteString("Each call is a fresh process, so variables do not persist; files written in the working directory persist within this turn.")
+		}
+	}
+	fmt.Fprintf(&b, "\n\nCompute over data rather than asking for it: have the code read, filter and aggregate the data, "+
+		"and print only the answer, a summary or a small slice. Each output stream is cut at %d characters, and a cut is always stated.", opt.MaxOutputChars)
+	if opt.Inputs != nil {
+		fmt.Fprintf(&b, "\n\nInput data is staged as files: the environment variable %s is a JSON object mapping each input's name to its path.", InputsEnv)
+	}
+	return b.String()
+}
+
+type codeTool struct {
+	runner    Runner
+	opt       ToolOptions
+	spec      tool.Spec
+	validator *tool.Validator
+
+	mu    sync.Mutex // guards slots and every slot's fields; nothing slow under it
+	slots map[string]*slot
+}
+
+// slot holds the session for one key. It outlives a broken session (the
+// replacement goes into the same slot) and ends with the cleanup.
+type slot struct {
+	sess   Session
+	staged []Staged
+	flight *flight // non-nil while a Start is under way
+	closed bool    // the cleanup ran: nothing may start here any more
+}
+
+// flight is one Start that every concurrent caller under the key waits for.
+type flight struct {
+	done   chan struct{}
+	sess   Session
+	staged []Staged
+	err    error
+}
+
+func (t *codeTool) Spec() tool.Spec { return t.spec }
+
+// RefusalError is the tool's refusal to key a session: the door does not
+// honour the configured scope, or the call lacks the fact the scope needs.
+// It is returned before any session is started.
+type RefusalError struct {
+	Tool  string
+	Scope toolsession.Scope
+	// Problem says what is missing; Fix is the one-line fix.
+	Problem, Fix string
+	Err          error // the underlying *tool.ScopeError or *tool.MissingFactError
+}
+
+func (e *RefusalError) Error() string {
+	return fmt.Sprintf("tool %s: refusing to open a session for scope %q: %s; %s", e.Tool, e.Scope, e.Problem, e.Fix)
+}
+
+func (e *RefusalError) Unwrap() error { return e.Err }
+
+// refuse checks, before any Start, that the call can key and register a
+// session for the tool's scope.
+func (t *codeTool) refuse(c *tool.Call) (string, error) {
+	s := t.opt.Scope
+	name := c.Tool
+	if name == "" {
+		name = t.opt.Name
+	}
+	switch s {
+	case toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession:
+	default:
+		return "", &RefusalError{Tool: name, Scope: s, Problem: "this scope cannot key a session",
+			Fix: "configure the tool with scope call, run or session"}
+	}
+	if !c.Honours(s) {
+		// A door without a registrar honours nothing, whatever it lists.
+		var honoured []string
+		for _, h := range c.Scopes {
+			if c.Honours(h) {
+				honoured = append(honoured, string(h))
+			}
+		}
+		fix := "this door cannot hold sessions; run the tool from a door that honours teardown scopes (the agent loop)"
+		if len(honoured) > 0 {
+			fix = fmt.Sprintf("configure the tool with a scope this door honours (%s)", strings.Join(honoured, ", "))
+		}
+		var hs []toolsession.Scope
+		for _, h := range honoured {
+			hs = append(hs, toolsession.Scope(h))
+		}
+		return "", &RefusalError{Tool: name, Scope: s, Problem: "the door does not honour this teardown scope", Fix: fix,
+			Err: &tool.ScopeError{Tool: name, Scope: s, Honoured: hs}}
+	}
+	key, err := c.Key(s)
+	if err != nil {
+		var mf *tool.MissingFactError
+		if errors.As(err, &mf) {
+			fix := mf.Fix
+			switch s {
+			case toolsession.ScopeSession:
+				fix = "bind the run to a conversation (pass a session id), or configure the tool with scope run"
+			case toolsession.ScopeRun:
+				fix = "this door has no runs: configure the tool with scope call"
+			}
+			return "", &RefusalError{Tool: name, Scope: s, Problem: "the call has no " + mf.Fact, Fix: fix, Err: err}
+		}
+		return "", err
+	}
+	return key, nil
+}
+
+type callArgs struct {
+	Code string `json:"code"`
+}
+
+func (t *codeTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage) (tool.Result, error) {
+	if c == nil {
+		return tool.Result{}, fmt.Errorf("tool %s: called without a *tool.Call; doors build one with tool.NewCall", t.opt.Name)
+	}
+	if err := t.validator.Validate(args); err != nil {
+		return tool.Result{}, err
+	}
+	var in callArgs
+	if err := json.Unmarshal(args, &in); err != nil {
+		return tool.Result{}, &tool.ArgumentError{Tool: t.opt.Name, Problem: err.Error()}
+	}
+	key, err := t.refuse(c)
+	if err != nil {
+		return tool.Result{}, err
+	}
+
+	began := time.Now()
+	run := event.CodeRun{Tool: t.name(c), RunnerID: t.runner.ID(), Language: t.opt.Language,
+		ShapeHash: ShapeHash(t.opt.Language, in.Code)}
+
+	sess, staged, fresh, err := t.acquire(ctx, c, key, nil)
+	if err != nil {
+		run.Error = err.Error()
+		t.emit(c, &run, began)
+		return tool.Result{}, err
+	}
+	req := ExecRequest{Code: in.Code, Language: t.opt.Language, Timeout: t.opt.Timeout}
+	res, execErr := sess.Execute(ctx, req)
+
+	var notes []string
+	if errors.Is(execErr, ErrBroken) || (errors.Is(execErr, ErrStopped) && ctx.Err() == nil) {
+		// The session died before running this code (an earlier timeout or
+		// crash, or a teardown that raced this call): open a fresh one,
+		// say so, and run the code there.
+		why := "it had crashed or timed out"
+		if errors.Is(execErr, ErrStopped) {
+			why = "it was closed"
+		}
+		sess, staged, fresh, err = t.acquire(ctx, c, key, sess)
+		if err != nil {
+			run.Error = err.Error()
+			t.emit(c, &run, began)
+			return tool.Result{}, err
+		}
+		run.StateLost = true
+		notes = append(notes, fmt.Sprintf("[state lost: the previous session was replaced by a fresh one because %s; "+
+			"variables, imports and files from earlier calls are gone, so recreate what you need]", why))
+		res, execErr = sess.Execute(ctx, req)
+	}
+	if fresh {
+		notes = append(notes, stagedNote(staged))
+	}
+	run.StagedInputs = len(staged)
+
+	timedOut := errors.Is(execErr, ErrTimeout)
+	if execErr != nil && !timedOut {
+		run.Error = execErr.Error()
+		t.emit(c, &run, began)
+		return tool.Result{}, fmt.Errorf("tool %s: %w", t.name(c), execErr)
+	}
+	// On a timeout the output captured before the kill is still worth
+	// showing.
+	out := render(notes, res, t.opt.MaxOutputChars, timedOut)
+	content := out.content
+	if timedOut {
+		msg := "[timed out: the code did not finish in time and was stopped"
+		if k, ok := t.runner.(StateKeeper); !ok || k.KeepsState() {
+			msg += "; the session's state is lost and the next call starts fresh"
+		}
+		msg += ". Make it faster: work on a sample, or aggregate instead of looping in Python.]"
+		content += "\n" + msg
+		run.Error = execErr.Error()
+	}
+	run.OK = res.OK && !timedOut
+	run.ExitCode = res.ExitCode
+	run.OutputChars = out.chars
+	run.Truncated = out.cut
+	t.emit(c, &run, began)
+	return tool.Result{Content: content, IsError: !run.OK}, nil
+}
+
+func (t *codeTool) name(c *tool.Call) string {
+	if c.Tool != "" {
+		return c.Tool
+	}
+	return t.opt.Name
+}
+
+func (t *codeTool) emit(c *tool.Call, run *event.CodeRun, began time.Time) {
+	if t.opt.Events == nil {
+		return
+	}
+	run.DurationMs = event.Ms(time.Since(began))
+	m := event.Meta{RunID: c.RunID, SessionID: c.SessionID}
+	if c.Identity != nil {
+		m.Tenant, m.Principal = c.Identity.Tenant, c.Identity.Principal
+	}
+	p := *run
+	t.opt.Events(event.Event{Type: event.TypeCodeRun, Payload: &p, Meta: m})
+}
+
+// acquire returns the session for key, starting one when there is none or
+// when the one there is stale (broken). fresh reports that this call's
+// acquire started it. It registers the teardown (or touches it) before it
+// returns.
+func (t *codeTool) acquire(ctx context.Context, c *tool.Call, key string, stale Session) (sess Session, staged []Staged, fresh bool, err error) {
+	t.mu.Lock()
+	s := t.slots[key]
+	if s == nil {
+		s = &slot{}
+		t.slots[key] = s
+	}
+	if f := s.flight; f != nil {
+		t.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, nil, false, context.Cause(ctx)
+		}
+		if f.err != nil {
+			return nil, nil, false, f.err
+		}
+		return f.sess, f.staged, false, t.register(c, key)
+	}
+	if s.sess != nil && s.sess != stale {
+		sess, staged = s.sess, s.staged
+		t.mu.Unlock()
+		return sess, staged, false, t.register(c, key)
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flight = f
+	old := s.sess
+	s.sess, s.staged = nil, nil
+	t.mu.Unlock()
+
+	if old != nil {
+		// The broken session goes first; a failure to stop it is not this
+		// call's failure, and "already gone" is success by contract.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.StopTimeout)
+		_ = old.Stop(sctx)
+		cancel()
+	}
+	f.sess, f.staged, f.err = t.start(ctx, c, key)
+
+	t.mu.Lock()
+	s.flight = nil
+	closed := s.closed
+	switch {
+	case f.err != nil:
+		// Cache nothing: the next call tries again from scratch.
+		if t.slots[key] == s {
+			delete(t.slots, key)
+		}
+		s.closed = true
+	case closed:
+		f.err = fmt.Errorf("tool %s: the session's teardown ran while it was starting; call again: %w", t.name(c), ErrStopped)
+	default:
+		s.sess, s.staged = f.sess, f.staged
+	}
+	t.mu.Unlock()
+	if closed && f.sess != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.StopTimeout)
+		_ = f.sess.Stop(sctx)
+		cancel()
+		f.sess = nil
+	}
+	close(f.done)
+	if f.err != nil {
+		return nil, nil, false, f.err
+	}
+	if err := t.register(c, key); err != nil {
+		return nil, nil, false, err
+	}
+	return f.sess, f.staged, true, nil
+}
+
+// start opens and stages one session.
+func (t *codeTool) start(ctx context.Context, c *tool.Call, key string) (Session, []Staged, error) {
+	var inputs []Input
+	if t.opt.Inputs != nil {
+		in, err := t.opt.Inputs(ctx, c)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tool %s: gathering the inputs to stage: %w", t.name(c), err)
+		}
+		inputs = in
+	}
+	sess, err := t.runner.Start(ctx, StartRequest{Key: key, Language: t.opt.Language})
+	if err != nil {
+		return nil, nil, fmt.Errorf("tool %s: starting a %s session on runner %s: %w", t.name(c), t.opt.Language, t.runner.ID(), err)
+	}
+	if sess == nil {
+		return nil, nil, fmt.Errorf("tool %s: runner %s returned no session and no error; fix the runner", t.name(c), t.runner.ID())
+	}
+	if len(inputs) == 0 {
+		return sess, nil, nil
+	}
+	st, ok := sess.(Stager)
+	var staged []Staged
+	if !ok {
+		err = &NoStagingError{Tool: t.name(c), RunnerID: t.runner.ID()}
+	} else {
+		staged, err = st.Stage(ctx, inputs)
+		if err != nil {
+			err = fmt.Errorf("tool %s: staging %d input(s): %w", t.name(c), len(inputs), err)
+		}
+	}
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.StopTimeout)
+		_ = sess.Stop(sctx)
+		cancel()
+		return nil, nil, err
+	}
+	return sess, staged, nil
+}
+
+// NoStagingError refuses inputs on a runner whose sessions cannot stage
+// them.
+type NoStagingError struct{ Tool, RunnerID string }
+
+func (e *NoStagingError) Error() string {
+	return fmt.Sprintf("tool %s: runner %s cannot stage inputs (its sessions do not implement code.Stager); "+
+		"use a runner that stages (code/local) or drop ToolOptions.Inputs", e.Tool, e.RunnerID)
+}
+
+// register hands the door the cleanup for key, or touches the one it holds.
+func (t *codeTool) register(c *tool.Call, key string) error {
+	_, err := c.OnTeardown(func(ctx context.Context) error { return t.cleanup(ctx, key) },
+		toolsession.Options{Scope: t.opt.Scope, Key: key, RunnerID: t.runner.ID(), Label: t.opt.Language})
+	if err != nil {
+		// refuse checked the scope and the facts, so this is a door that
+		// changed its mind: release what we hold rather than leak it.
+		sctx, cancel := context.WithTimeout(context.Background(), t.opt.StopTimeout)
+		defer cancel()
+		_ = t.cleanup(sctx, key)
+		return fmt.Errorf("tool %s: registering the session's teardown: %w", t.name(c), err)
+	}
+	return nil
+}
+
+// cleanup removes whatever session the tool holds under key, then stops
+// it. A Start under way when it runs is stopped by its starter.
+func (t *codeTool) cleanup(ctx context.Context, key string) error {
+	t.mu.Lock()
+	s := t.slots[key]
+	if s == nil {
+		t.mu.Unlock()
+		return nil
+	}
+	delete(t.slots, key)
+	s.closed = true
+	sess := s.sess
+	s.sess, s.staged = nil, nil
+	t.mu.Unlock()
+	if sess == nil {
+		return nil
+	}
+	return sess.Stop(ctx)
+}
