@@ -33,22 +33,29 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/llm/scripted"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
 )
 
 type config struct {
 	url, tokensFile, message, store string
 	sessions, turns, principals     int
 	maxDuration                     time.Duration
-	keepOpen, baseline              bool
+	keepOpen, baseline, jail        bool
+	mode                            string
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.url, "url", "", "drive this host (default: start one in this process)")
 	flag.StringVar(&c.tokensFile, "tokens", "", "with -url: a file of raw bearer tokens, one a line; sessions are spread over them")
-	flag.StringVar(&c.message, "message", "hello", "what every turn says")
+	flag.StringVar(&c.message, "message", "", "what every turn says (default: hello; with -mode interpreter, print(sum(range(1000))))")
+	flag.StringVar(&c.mode, "mode", "answer", "in-process: answer (the scripted model answers, no tools) or interpreter (the scripted calculator runs each message in a persistent interpreter per session)")
+	flag.BoolVar(&c.jail, "jail", false, "with -mode interpreter: run the interpreters inside bubblewrap")
 	flag.IntVar(&c.sessions, "sessions", 100, "concurrent sessions")
 	flag.IntVar(&c.turns, "turns", 50, "turns per session (after one warm-up turn)")
 	flag.IntVar(&c.principals, "principals", 10, "in-process: principals the sessions are spread over")
@@ -77,6 +84,19 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if c.sessions < 1 || c.turns < 1 {
 		return errors.New("-sessions and -turns must be at least 1")
 	}
+	switch c.mode {
+	case "", "answer":
+		c.mode = "answer"
+		if c.message == "" {
+			c.message = "hello"
+		}
+	case "interpreter":
+		if c.message == "" {
+			c.message = "print(sum(range(1000)))"
+		}
+	default:
+		return fmt.Errorf("-mode %q: use answer or interpreter", c.mode)
+	}
 	var base *result
 	if c.baseline {
 		b, err := runBaseline(ctx, c)
@@ -98,7 +118,14 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		if strings.HasPrefix(c.store, "postgres") {
 			storeName = "PostgreSQL"
 		}
-		fmt.Fprintf(out, "host: in process on %s (%s, scripted model, no tools), GOMAXPROCS=%d\n", target, storeName, runtime.GOMAXPROCS(0))
+		what := "scripted model, no tools"
+		if c.mode == "interpreter" {
+			what = "scripted calculator, run_code on a persistent interpreter per session"
+			if c.jail {
+				what += " in bubblewrap"
+			}
+		}
+		fmt.Fprintf(out, "host: in process on %s (%s, %s), GOMAXPROCS=%d\n", target, storeName, what, runtime.GOMAXPROCS(0))
 	} else {
 		if memRoot == os.Getpid() {
 			memRoot = 0 // the host is elsewhere; -pid names it
@@ -182,7 +209,16 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 		steps[i] = scripted.Step{Text: "ok"}
 	}
 	router := host.NewRouter()
-	a, err := agent.New(agent.Options{ID: "load", Model: scripted.New(steps...), Routes: []agent.Route{router.Route()}})
+	opt := agent.Options{ID: "load", Model: scripted.New(steps...), Routes: []agent.Route{router.Route()}, MaxLiveSessions: 4 * c.sessions}
+	if c.mode == "interpreter" {
+		lo := local.Options{Dir: dir}
+		if c.jail {
+			lo.Jail = &local.Jail{}
+		}
+		opt.Model = scripted.Calculator()
+		opt.Tools = []tool.Tool{code.NewTool(local.NewInterpreter(lo), code.ToolOptions{Scope: toolsession.ScopeSession})}
+	}
+	a, err := agent.New(opt)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -207,7 +243,7 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 		return nil, nil, err
 	}
 	h, err := host.New(host.Options{Engine: a, Store: st, Auth: auth, Router: router,
-		MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxOpenSessions: c.sessions + 1, Logger: nil})
+		MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxOpenSessions: c.sessions + 1})
 	if err != nil {
 		return nil, nil, err
 	}

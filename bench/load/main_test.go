@@ -35,3 +35,23 @@ func TestLoadReports(t *testing.T) {
 		t.Fatalf("turns failed:\n%s", out.String())
 	}
 }
+
+// The interpreter mode holds one live interpreter per session, and closes
+// them all at the end.
+func TestLoadInterpreterMode(t *testing.T) {
+	var out bytes.Buffer
+	c := config{mode: "interpreter", sessions: 3, turns: 2, principals: 1, maxDuration: time.Minute}
+	if err := run(context.Background(), c, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, re := range []string{
+		`turns: 6 answered`,
+		`live tool sessions while held: 3`,
+		`holding 3 sessions \(4 processes\)`,
+		`after closing them: .* \(1 processes\)`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("the report lacks %s:\n%s", re, out.String())
+		}
+	}
+}

@@ -66,7 +66,7 @@ flushed. A second signal exits at once.
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.model, "model", defaultModel, "the model: scripted (offline: runs the code in each message), anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
-	f.StringVar(&o.runner, "runner", "", "where model-written code runs: process, interpreter or jail (default: the interpreter, jailed when bubblewrap can)")
+	f.StringVar(&o.runner, "runner", "", "where model-written code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
 	f.DurationVar(&o.drain, "drain", 30*time.Second, "how long a shutdown lets turns in flight finish before cutting them")
 	f.DurationVar(&o.teardown, "teardown", agent.DefaultTeardownTimeout, "bound on each tool-session cleanup")
 	f.DurationVar(&o.idleEvict, "idle-evict", host.DefaultIdleEvict, "evict conversations idle this long from memory (their tool sessions close)")

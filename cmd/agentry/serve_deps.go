@@ -5,14 +5,21 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/ndjson"
 	"github.com/agentry-dev/agentry/llm/scripted"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
 )
 
 // buildServeDeps builds the model, tools and sinks `agentry serve` runs
-// with.
+// with: the model from --model (the scripted calculator by default), one
+// run_code tool on the --runner holding one session per conversation, and
+// the events file.
 func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveDeps, error) {
 	m, err := parseModel(o.model, os.Getenv)
 	if err != nil {
@@ -31,7 +38,22 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		}
 		d.sinks = append(d.sinks, s)
 	}
-	_ = ctx
+	r, err := newRunner(ctx, o.runner, local.Options{}, warn)
+	if err != nil {
+		closeSinks(d.sinks)
+		return serveDeps{}, err
+	}
+	// code_run events go on the agent's bus, which exists only later.
+	var bus atomic.Pointer[event.Bus]
+	d.bind = bus.Store
+	d.tools = []tool.Tool{code.NewTool(r, code.ToolOptions{
+		Scope: toolsession.ScopeSession,
+		Events: func(e event.Event) {
+			if b := bus.Load(); b != nil {
+				b.Export(e)
+			}
+		},
+	})}
 	return d, nil
 }
 
