@@ -14,6 +14,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,7 +47,7 @@ type config struct {
 	sessions, turns, principals     int
 	maxDuration                     time.Duration
 	keepOpen, baseline, jail        bool
-	mode                            string
+	mode, expect                    string
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.StringVar(&c.tokensFile, "tokens", "", "with -url: a file of raw bearer tokens, one a line; sessions are spread over them")
 	flag.StringVar(&c.message, "message", "", "what every turn says (default: hello; with -mode interpreter, print(sum(range(1000))))")
 	flag.StringVar(&c.mode, "mode", "answer", "in-process: answer (the scripted model answers, no tools) or interpreter (the scripted calculator runs each message in a persistent interpreter per session)")
+	flag.StringVar(&c.expect, "expect", "", "count a 200 whose output lacks this as a failure (default: ok; with -mode interpreter, 499500)")
 	flag.BoolVar(&c.jail, "jail", false, "with -mode interpreter: run the interpreters inside bubblewrap")
 	flag.IntVar(&c.sessions, "sessions", 100, "concurrent sessions")
 	flag.IntVar(&c.turns, "turns", 50, "turns per session (after one warm-up turn)")
@@ -88,11 +90,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	case "", "answer":
 		c.mode = "answer"
 		if c.message == "" {
-			c.message = "hello"
+			c.message, c.expect = "hello", cmp.Or(c.expect, `"ok"`)
 		}
 	case "interpreter":
 		if c.message == "" {
-			c.message = "print(sum(range(1000)))"
+			c.message, c.expect = "print(sum(range(1000)))", cmp.Or(c.expect, "499500")
 		}
 	default:
 		return fmt.Errorf("-mode %q: use answer or interpreter", c.mode)
@@ -211,7 +213,7 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 	router := host.NewRouter()
 	opt := agent.Options{ID: "load", Model: scripted.New(steps...), Routes: []agent.Route{router.Route()}, MaxLiveSessions: 4 * c.sessions}
 	if c.mode == "interpreter" {
-		lo := local.Options{Dir: dir}
+		lo := local.Options{} // session directories under os.TempDir(), which a jail's user can reach
 		if c.jail {
 			lo.Jail = &local.Jail{}
 		}
@@ -274,6 +276,8 @@ type result struct {
 	mem       memReport
 	sorted    bool
 	live      int // live tool sessions while the sessions were held; -1 unknown
+	// unexpected is one answer that lacked -expect.
+	unexpected string
 }
 
 // liveToolSessions reads agentry_tool_sessions_live from /metrics, or -1.
@@ -379,6 +383,7 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 	lat := make([][]time.Duration, c.sessions)
 	var failures sync.Map
 	var failed atomic.Int64
+	var odd atomic.Pointer[[]byte]
 	start := time.Now()
 	for i := range c.sessions {
 		wg.Go(func() {
@@ -390,10 +395,16 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 				t0 := time.Now()
 				code, b, err := clients[i].do(ctx, "POST", "/v1/sessions/"+ids[i]+"/turns", turn)
 				d := time.Since(t0)
+				if err == nil && code == http.StatusOK && c.expect != "" && !bytes.Contains(b, []byte(c.expect)) {
+					err = errors.New("unexpected answer")
+					if len(b) > 0 {
+						odd.CompareAndSwap(nil, &b)
+					}
+				}
 				if err != nil || code != http.StatusOK {
 					key := fmt.Sprint(code)
 					if err != nil {
-						key = "transport"
+						key = err.Error()
 					} else {
 						var e struct{ Error struct{ Code string } }
 						_ = json.Unmarshal(b, &e)
@@ -415,6 +426,9 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 		res.latencies = append(res.latencies, l...)
 	}
 	failures.Range(func(k, v any) bool { res.failures[k.(string)] = int(v.(*atomic.Int64).Load()); return true })
+	if b := odd.Load(); b != nil {
+		res.unexpected = string(*b)
+	}
 	res.mem = memReport{before: memBefore, held: memHeld}
 	res.live = liveHeld
 
@@ -455,6 +469,9 @@ func (r *result) print(out io.Writer, c config) {
 		pct(.99).Round(10*time.Microsecond), pct(1).Round(10*time.Microsecond))
 	if len(r.failures) > 0 {
 		fmt.Fprintf(out, "failures: %v\n", r.failures)
+		if r.unexpected != "" {
+			fmt.Fprintf(out, "an unexpected answer: %.300s\n", r.unexpected)
+		}
 	}
 	if r.live >= 0 {
 		fmt.Fprintf(out, "live tool sessions while held: %d\n", r.live)
