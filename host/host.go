@@ -266,7 +266,17 @@ func (h *Host) leave() {
 	}
 }
 
-// Draining reports whether Shutdown has begun.
+// Drain begins a shutdown without waiting for it: from its return, /readyz
+// fails and new requests get 503, while requests in flight go on. Shutdown
+// calls it first; a caller may call it earlier (for example to tell a load
+// balancer before anything else). It is idempotent.
+func (h *Host) Drain() {
+	h.mu.Lock()
+	h.draining = true
+	h.mu.Unlock()
+}
+
+// Draining reports whether Drain or Shutdown has begun.
 func (h *Host) Draining() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -301,8 +311,8 @@ func (h *Host) Shutdown(ctx context.Context) error {
 }
 
 func (h *Host) shutdown(ctx context.Context) error {
+	h.Drain()
 	h.mu.Lock()
-	h.draining = true
 	var idle chan struct{}
 	if h.inflight > 0 {
 		h.idle = make(chan struct{})

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
@@ -68,9 +67,9 @@ func TestShutdownDrains(t *testing.T) {
 	wg.Go(func() { inflight = f.say("alice", a, "call gate") })
 	<-f.gate.entered
 
+	f.h.Drain() // what Shutdown does first; from here the host is draining
 	shut := make(chan error, 1)
 	go func() { shut <- f.h.Shutdown(context.Background()) }()
-	waitDraining(t, f.h)
 
 	r := f.do("GET", "/readyz", "", nil)
 	want(t, r, http.StatusServiceUnavailable, "shutting_down")
@@ -121,6 +120,10 @@ func TestShutdownCutsTurns(t *testing.T) {
 	}
 	wg.Wait()
 	want(t, cut, http.StatusServiceUnavailable, "turn_cut")
+	if !f.h.Draining() {
+		t.Fatal("Shutdown left the host not draining")
+	}
+	want(t, f.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "shutting_down")
 	if open, opened, closed := f.ws.stats(); open != 0 || opened != closed {
 		t.Fatalf("after the cut: %d open, %d opened, %d closed", open, opened, closed)
 	}
@@ -160,21 +163,6 @@ func TestShutdownCutsStream(t *testing.T) {
 	}
 	f.closed = true
 	f.stop()
-}
-
-func waitDraining(t *testing.T, h *host.Host) {
-	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !h.Draining() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatal("the host never began draining")
-		}
-	}
 }
 
 // Health and readiness.

@@ -193,6 +193,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		_ = h.Shutdown(context.Background())
 		return failure(fmt.Errorf("serving: %w", err))
 	case s := <-sig:
+		h.Drain() // readiness fails from here on
 		fmt.Fprintf(stderr, "agentry serve: %v: draining for up to %s (signal again to exit at once)\n", s, o.drain)
 	}
 	stopForce := make(chan struct{})

@@ -161,17 +161,10 @@ func TestServeBinaryDrainsOnSIGTERM(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	// Readiness fails as soon as the signal is handled.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, _ := p.call(t, "GET", "/readyz", "")
-		if code == http.StatusServiceUnavailable {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("readyz never failed after SIGTERM")
-		}
-		time.Sleep(10 * time.Millisecond) // polling another process's signal handling
+	// Readiness fails as soon as the signal is handled, which serve says.
+	p.stderr.waitFor(t, "draining", 30*time.Second)
+	if code, body := p.call(t, "GET", "/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz while draining: %d %s", code, body)
 	}
 	if code, body := p.call(t, "POST", "/v1/sessions", ""); code != http.StatusServiceUnavailable {
 		t.Fatalf("a new request while draining: %d %s", code, body)

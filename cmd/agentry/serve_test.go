@@ -26,14 +26,43 @@ type served struct {
 }
 
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu   sync.Mutex
+	b    strings.Builder
+	more chan struct{} // a token after each write
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+	n, err := l.b.Write(p)
+	more := l.more
+	l.mu.Unlock()
+	if more != nil {
+		select {
+		case more <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// waitFor blocks until the buffer holds s, or fails after d.
+func (l *lockedBuffer) waitFor(t *testing.T, s string, d time.Duration) {
+	t.Helper()
+	l.mu.Lock()
+	if l.more == nil {
+		l.more = make(chan struct{}, 1)
+	}
+	more := l.more
+	l.mu.Unlock()
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	for !strings.Contains(l.String(), s) {
+		select {
+		case <-more:
+		case <-timeout.C:
+			t.Fatalf("no %q within %s in:\n%s", s, d, l.String())
+		}
+	}
 }
 
 func (l *lockedBuffer) String() string {
