@@ -596,3 +596,28 @@ func TestSinkAddedLaterSeesEverything(t *testing.T) {
 		}
 	}
 }
+
+// An event a tool sends through tool.Call.Emit reaches the agent's sinks
+// stamped with the run's meta.
+func TestToolEventsReachTheBusWithRunMeta(t *testing.T) {
+	t.Parallel()
+	type none struct{}
+	emitter := tool.Func("emitter", "emits", func(_ context.Context, c *tool.Call, _ none) (string, error) {
+		c.Emit(event.Event{Type: event.TypeCodeRun, Payload: &event.CodeRun{Tool: "emitter", Language: "python", OK: true}})
+		return "done", nil
+	})
+	model := scripted.New(scripted.Step{ToolCalls: []llm.ToolCall{{ID: "e1", Name: "emitter", Args: json.RawMessage(`{}`)}}}, answer("ok"))
+	a, rec := newAgent(t, agent.Options{ID: "agent-7", Model: model, Tools: []tool.Tool{emitter}})
+	res, err := a.Run(context.Background(), agent.Input{Message: "go", SessionID: "s-9", Identity: &tool.Identity{Tenant: "acme", Principal: "bob"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := rec.of(event.TypeCodeRun)
+	if len(runs) != 1 {
+		t.Fatalf("%d code_run events, want 1", len(runs))
+	}
+	m := runs[0].Meta
+	if m.RunID != res.RunID || m.SessionID != "s-9" || m.Tenant != "acme" || m.Principal != "bob" || m.AgentID != "agent-7" || m.Seq == 0 {
+		t.Fatalf("meta = %+v, want the run's", m)
+	}
+}

@@ -565,7 +565,8 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 		if d != nil {
 			ctx = context.WithValue(ctx, decisionKey{}, *d)
 		}
-		call := tool.NewCall(c.Name, id, r.id, r.session, cloneIdentity(r.identity), allScopes(), r.register)
+		call := tool.NewCall(c.Name, id, r.id, r.session, cloneIdentity(r.identity), allScopes(), r.register).
+			WithEvents(r.toolEvent)
 		out, err, panicked := invoke(ctx, e.tool, call, c.Args)
 		var ask *CheckInRequest
 		switch {
@@ -630,4 +631,16 @@ func sameIdentity(a, b *tool.Identity) bool {
 		return a == b
 	}
 	return *a == *b
+}
+
+// toolEvent carries an event a tool sends through tool.Call.Emit to the
+// bus, stamped with this run's meta where the tool left it empty.
+func (r *run) toolEvent(e event.Event) {
+	if !r.a.emitting() {
+		return
+	}
+	if e.Meta.AgentID == "" {
+		e.Meta.AgentID = r.meta.AgentID
+	}
+	r.a.bus.Export(e)
 }

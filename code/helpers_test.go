@@ -86,7 +86,7 @@ func (d *door) registrations() []reg {
 // hosted session and an identity.
 func (d *door) call(ctx context.Context, tl tool.Tool, callID, runID, sessionID string, id *tool.Identity, src string) (tool.Result, error) {
 	args, _ := json.Marshal(map[string]string{"code": src})
-	c := tool.NewCall(tl.Spec().Name, callID, runID, sessionID, id, d.scopes, d.register)
+	c := tool.NewCall(tl.Spec().Name, callID, runID, sessionID, id, d.scopes, d.register).WithEvents(d.emit)
 	return tl.Call(ctx, c, args)
 }
 

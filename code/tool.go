@@ -333,16 +333,18 @@ func (t *codeTool) name(c *tool.Call) string {
 }
 
 func (t *codeTool) emit(c *tool.Call, run *event.CodeRun, began time.Time) {
+	run.DurationMs = event.Ms(time.Since(began))
+	p := *run
+	e := event.Event{Type: event.TypeCodeRun, Payload: &p}
 	if t.opt.Events == nil {
+		c.Emit(e) // the door's stream, when it has one
 		return
 	}
-	run.DurationMs = event.Ms(time.Since(began))
-	m := event.Meta{RunID: c.RunID, SessionID: c.SessionID}
+	e.Meta = event.Meta{RunID: c.RunID, SessionID: c.SessionID}
 	if c.Identity != nil {
-		m.Tenant, m.Principal = c.Identity.Tenant, c.Identity.Principal
+		e.Meta.Tenant, e.Meta.Principal = c.Identity.Tenant, c.Identity.Principal
 	}
-	p := *run
-	t.opt.Events(event.Event{Type: event.TypeCodeRun, Payload: &p, Meta: m})
+	t.opt.Events(e)
 }
 
 // acquire returns the session for key, starting one when there is none or

@@ -295,8 +295,15 @@ func TestFailedStartReachesEveryWaiterAndIsNotCached(t *testing.T) {
 		if len(d.registrations()) != 0 {
 			t.Fatal("a failed start registered a teardown")
 		}
-		if runs := d.codeRuns(); len(runs) != 0 {
-			t.Fatalf("events for a failed start go nowhere without Events set; got %d", len(runs))
+		// Each waiter's call is reported, as a failure, to the door's stream.
+		runs := d.codeRuns()
+		if len(runs) != n {
+			t.Fatalf("%d code_run events for %d failed calls", len(runs), n)
+		}
+		for _, p := range runs {
+			if p.OK || p.Error == "" {
+				t.Fatalf("a failed start reported as %+v", p)
+			}
 		}
 		// Nothing was cached: the next call starts again, and succeeds.
 		r.failing = nil
@@ -489,6 +496,29 @@ func TestCodeRunEventCarriesFactsNeverCode(t *testing.T) {
 		if strings.Contains(string(raw), leak) {
 			t.Fatalf("the event carries the code (%q): %s", leak, raw)
 		}
+	}
+	d.tier.FireShutdown(ctx)
+}
+
+// Without a ToolOptions.Events hook, code_run goes to the door's stream
+// through tool.Call.Emit, once per call.
+func TestCodeRunEventGoesToTheDoorByDefault(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newDoor(allScopes()...)
+	tl := code.NewTool(&memRunner{}, code.ToolOptions{})
+	if _, err := d.call(ctx, tl, "c1", "run-1", "", nil, "print(1)"); err != nil {
+		t.Fatal(err)
+	}
+	runs := d.codeRuns()
+	if len(runs) != 1 || runs[0].Tool != "run_code" {
+		t.Fatalf("code_run events = %+v, want one from run_code", runs)
+	}
+	d.mu.Lock()
+	m := d.events[0].Meta
+	d.mu.Unlock()
+	if m.RunID != "run-1" || m.Tenant != "" {
+		t.Fatalf("meta = %+v", m)
 	}
 	d.tier.FireShutdown(ctx)
 }

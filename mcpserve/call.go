@@ -60,7 +60,7 @@ func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id
 	defer stopWatching()
 
 	c := &callState{s: s, id: newCallID()}
-	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register)
+	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register).WithEvents(s.emit)
 	meta := event.Meta{}
 	if id != nil {
 		meta.Tenant, meta.Principal = id.Tenant, id.Principal

@@ -56,3 +56,28 @@ func TestCloseEvent(t *testing.T) {
 		t.Error("nil error has a class")
 	}
 }
+
+func TestCallEmitStampsTheDoorsMeta(t *testing.T) {
+	t.Parallel()
+	var got []event.Event
+	id := &tool.Identity{Tenant: "acme", Principal: "bob"}
+	c := tool.NewCall("run_code", "c1", "run-1", "s-1", id, nil, nil)
+	c.Emit(event.Event{Type: event.TypeCodeRun}) // no door stream: nothing happens, nothing panics
+	c.WithEvents(func(e event.Event) { got = append(got, e) })
+	c.Emit(event.Event{Type: event.TypeCodeRun})
+	c.Emit(event.Event{Type: event.TypeCodeRun, Meta: event.Meta{RunID: "given", Tenant: "t2"}})
+	if len(got) != 2 {
+		t.Fatalf("got %d events, want 2", len(got))
+	}
+	if m := got[0].Meta; m.RunID != "run-1" || m.SessionID != "s-1" || m.Tenant != "acme" || m.Principal != "bob" {
+		t.Fatalf("meta = %+v", m)
+	}
+	if m := got[1].Meta; m.RunID != "given" || m.Tenant != "t2" || m.Principal != "" {
+		t.Fatalf("a tool's own meta was overwritten: %+v", m)
+	}
+	var anon []event.Event
+	tool.NewCall("x", "c", "", "", nil, nil, nil).WithEvents(func(e event.Event) { anon = append(anon, e) }).Emit(event.Event{Type: event.TypeCodeRun})
+	if m := anon[0].Meta; m.Tenant != "" || m.Principal != "" || m.RunID != "" {
+		t.Fatalf("identity or run invented: %+v", m)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/toolsession"
 )
 
@@ -73,6 +74,7 @@ type Call struct {
 	Scopes []toolsession.Scope
 
 	register Registrar
+	emit     func(event.Event)
 }
 
 // NewCall is for doors: it builds the Call a tool receives. register may
@@ -88,6 +90,33 @@ func NewCall(toolName, toolCallID, runID, sessionID string, id *Identity, scopes
 		Scopes:     scopes,
 		register:   register,
 	}
+}
+
+// WithEvents is for doors: it makes events a tool sends through
+// [Call.Emit] reach emit (usually the door's event bus). It returns c.
+func (c *Call) WithEvents(emit func(event.Event)) *Call {
+	c.emit = emit
+	return c
+}
+
+// Emit sends an event from inside the call to the door's event stream,
+// filling the meta the door knows (run, session, and tenant/principal when
+// the caller gave an identity) where e leaves it empty. Without a door
+// stream it does nothing.
+func (c *Call) Emit(e event.Event) {
+	if c.emit == nil {
+		return
+	}
+	if e.Meta.RunID == "" {
+		e.Meta.RunID = c.RunID
+	}
+	if e.Meta.SessionID == "" {
+		e.Meta.SessionID = c.SessionID
+	}
+	if c.Identity != nil && e.Meta.Tenant == "" && e.Meta.Principal == "" {
+		e.Meta.Tenant, e.Meta.Principal = c.Identity.Tenant, c.Identity.Principal
+	}
+	c.emit(e)
 }
 
 // Facts returns what this call knows for deriving an isolation key.

@@ -331,7 +331,7 @@ func TestServiceExceptionsAreNamed(t *testing.T) {
 			if tc.mentions != "" && !strings.Contains(err.Error(), tc.mentions) {
 				t.Fatalf("error %q does not mention %q", err, tc.mentions)
 			}
-			if got := errors.Is(err, agentcore.ErrBroken); got != tc.broken {
+			if got := errors.Is(err, agentcore.ErrBroken); got != tc.broken || errors.Is(err, code.ErrBroken) != tc.broken {
 				t.Fatalf("errors.Is(ErrBroken) = %v, want %v (%v)", got, tc.broken, err)
 			}
 			if got := fake.count("POST", "/tools/invoke"); got != tc.wantInvoke {

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/aws/smithy-go"
+
+	"github.com/agentry-dev/agentry/code"
 )
 
 var (
@@ -20,14 +22,18 @@ var (
 	// typescript only.
 	ErrUnsupportedLanguage = errors.New("agentcore: unsupported language")
 	// ErrStopped: the session was stopped; start a new one.
-	ErrStopped = errors.New("agentcore: session stopped")
+	// It wraps code.ErrStopped, so the run_code tool recognises it.
+	ErrStopped = fmt.Errorf("agentcore: %w", code.ErrStopped)
 	// ErrBroken: an execute was abandoned mid-run (timed out, cancelled, or
 	// its stream was cut), or the service no longer knows the session, so
 	// the session's state is unknown. Stop it and start a new one.
-	ErrBroken = errors.New("agentcore: session broken")
+	// It wraps code.ErrBroken, so the run_code tool opens a fresh session
+	// and tells the model its state was lost.
+	ErrBroken = fmt.Errorf("agentcore: %w", code.ErrBroken)
 	// ErrExecTimeout: an execute outran its timeout. It also matches
 	// ErrBroken.
-	ErrExecTimeout = errors.New("agentcore: execute timed out")
+	// It wraps code.ErrTimeout.
+	ErrExecTimeout = fmt.Errorf("agentcore: %w", code.ErrTimeout)
 )
 
 // failure is an error in its own words that matches the given sentinels
@@ -38,9 +44,11 @@ type failure struct {
 	err error
 }
 
-func (f *failure) Error() string        { return f.msg }
-func (f *failure) Is(target error) bool { return slices.Contains(f.is, target) }
-func (f *failure) Unwrap() error        { return f.err }
+func (f *failure) Error() string { return f.msg }
+func (f *failure) Is(target error) bool {
+	return slices.ContainsFunc(f.is, func(e error) bool { return errors.Is(e, target) })
+}
+func (f *failure) Unwrap() error { return f.err }
 
 // APIError is an exception the service returned, as an HTTP error or as an
 // exception event inside the InvokeCodeInterpreter stream. Code is the
