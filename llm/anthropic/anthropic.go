@@ -182,22 +182,7 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Chunk
 			yield(llm.Chunk{}, err)
 			return
 		}
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		for n := 1; ; n++ {
-			yielded, err := m.streamOnce(ctx, params, yield)
-			if err == nil {
-				return
-			}
-			if !yielded {
-				err = m.policy.Retry(ctx, n, err)
-				if err == nil {
-					continue
-				}
-			}
-			yield(llm.Chunk{}, err)
-			return
-		}
+		m.policy.Stream(ctx, func(ctx context.Context) (bool, error) { return m.streamOnce(ctx, params, yield) }, yield)
 	}
 }
 

@@ -129,3 +129,26 @@ func Stopped(ctx context.Context) error {
 	}
 	return fmt.Errorf("model request stopped: %w (%w)", ctx.Err(), cause)
 }
+
+// Stream runs one streamed request, retrying it under the policy while it
+// fails before yielding anything: once a chunk reached the caller, a retry
+// would repeat it, so a later failure is yielded as the stream's error.
+// once reports whether it yielded. ctx is cancelled when Stream returns,
+// which stops the request when the caller breaks out of its loop.
+func (p Policy) Stream(ctx context.Context, once func(context.Context) (yielded bool, err error), yield func(llm.Chunk, error) bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for n := 1; ; n++ {
+		yielded, err := once(ctx)
+		if err == nil {
+			return
+		}
+		if !yielded {
+			if err = p.Retry(ctx, n, err); err == nil {
+				continue
+			}
+		}
+		yield(llm.Chunk{}, err)
+		return
+	}
+}
