@@ -47,7 +47,7 @@ type recorder struct {
 	events []event.Event
 }
 
-func (r *recorder) Export(e event.Event) { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() }
+func (r *recorder) Export(e event.Event)        { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() }
 func (r *recorder) Flush(context.Context) error { return nil }
 func (r *recorder) Close(context.Context) error { return nil }
 
