@@ -206,7 +206,8 @@ func runTurn(ctx context.Context, o runOptions, message string, stdin io.Reader,
 	shutErr := a.Shutdown(sctx)
 	cancel()
 
-	interrupted := ctx.Err() != nil
+	// A turn that answered before the signal keeps its answer.
+	interrupted := err != nil && ctx.Err() != nil
 	switch {
 	case interrupted:
 		err = fmt.Errorf("interrupted (%v); the turn was stopped and its tool sessions closed", context.Cause(ctx))
