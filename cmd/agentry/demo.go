@@ -219,8 +219,9 @@ const (
 // calls is files in the session's directory).
 type tourCode struct {
 	load, total, peek, double, hello string
-	// state names what carries over between calls; noun, what holds it.
-	state, noun string
+	// state names what carries over between calls, kind what it is, and
+	// noun what holds it.
+	state, kind, noun string
 }
 
 var (
@@ -230,7 +231,8 @@ var (
 		peek:   "print(\"total\" in globals())",
 		double: "print(total * 2)",
 		hello:  "import platform\nprint(f\"hello from Python {platform.python_version()}\")",
-		state:  "the variable total",
+		state:  "total",
+		kind:   "the variable",
 		noun:   "interpreter",
 	}
 	shTour = tourCode{
@@ -239,7 +241,8 @@ var (
 		peek:   "if [ -e prices.txt ]; then echo True; else echo False; fi",
 		double: "awk '{ s += $1 } END { print s * 2 }' prices.txt",
 		hello:  "echo \"hello from $(uname -s)\"",
-		state:  "the file prices.txt",
+		state:  "prices.txt",
+		kind:   "the file",
 		noun:   "working directory",
 	}
 )
@@ -416,7 +419,7 @@ func tell(ctx context.Context, a *agent.Agent, tour tourCode, clock *demoClock, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "     (%s was set in the first call and read in the second: the session holds state)\n", tour.state)
+	fmt.Fprintf(w, "     (%s %s was set in the first call and read in the second: the session holds state)\n", tour.kind, tour.state)
 	if _, err := turn(bob, "conv-bob", msgBobPeek, nil); err != nil {
 		return err
 	}
@@ -443,7 +446,7 @@ func tell(ctx context.Context, a *agent.Agent, tour tourCode, clock *demoClock, 
 		return fmt.Errorf("demo: the resume ran as %s (paused %v), want run %s to finish", res.RunID, res.Paused != nil, pausedRun)
 	}
 	fmt.Fprintf(w, "     answer: %q\n", res.Output)
-	fmt.Fprintf(w, "     (the same %s after the resume: %s was still there)\n", tour.noun, tour.state)
+	fmt.Fprintf(w, "     (the same %s after the resume: %s %s was still there)\n", tour.noun, tour.kind, tour.state)
 
 	fmt.Fprintln(w, "\n3. alice closes her conversation: CloseToolSessions(\"conv-alice\")")
 	clock.Advance(10 * time.Second)

@@ -26,6 +26,7 @@ var storyLines = []string{
 	`◂ sent to finance: "the total is 49"`,
 	"reused (call 4)",
 	"◂ 98",
+	"after the resume:",
 	"closed: session-end",
 	"(closed 1 session; bob's is untouched: 1 live)",
 	"closed: idle, held 16m",
@@ -119,6 +120,6 @@ func TestDemoWithoutPython(t *testing.T) {
 	if err := runDemo(context.Background(), o, &out, &errout); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	checkStory(t, out.String(), "python3 is missing, so the tour runs sh", "the file prices.txt", "same working directory")
+	checkStory(t, out.String(), "python3 is missing, so the tour runs sh", "the file prices.txt was set", "alice's prices.txt is not there", "same working directory")
 	auditClean(t, events, 3)
 }
