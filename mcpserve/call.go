@@ -59,12 +59,12 @@ func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id
 	stopWatching := context.AfterFunc(s.stop, func() { cancel(ErrShutdown) })
 	defer stopWatching()
 
-	c := &callState{s: s, id: newCallID()}
-	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register).WithEvents(s.emit)
 	meta := event.Meta{}
 	if id != nil {
 		meta.Tenant, meta.Principal = id.Tenant, id.Principal
 	}
+	c := &callState{s: s, id: newCallID(), meta: meta}
+	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register).WithEvents(s.emit)
 	s.emit(event.Event{Type: event.TypeToolStart, Meta: meta,
 		Payload: &event.ToolStart{Tool: sv.spec.Name, ToolCallID: c.id}})
 	start := s.opt.Now()
@@ -147,6 +147,9 @@ func newCallID() string {
 type callState struct {
 	s  *Server
 	id string
+	// meta carries the proved identity (tenant, principal) into the
+	// session events, as into the call's other events.
+	meta event.Meta
 
 	mu         sync.Mutex
 	registered bool
@@ -162,7 +165,9 @@ func (c *callState) register(o toolsession.Origin, cleanup func(context.Context)
 	late := c.settled
 	// Emitted under the lock, so a racing settle cannot report the close
 	// before the start.
-	c.s.emit(tool.SessionEvent(o, opt, out))
+	e := tool.SessionEvent(o, opt, out)
+	e.Meta.Tenant, e.Meta.Principal = c.meta.Tenant, c.meta.Principal
+	c.s.emit(e)
 	c.mu.Unlock()
 	if late {
 		// A goroutine the tool left behind registered after its call had

@@ -74,6 +74,17 @@ func TestHTTPIdentityOnlyWhenProved(t *testing.T) {
 	if byPrincipal[""] != 1 || byPrincipal["alice"] != 2 || byPrincipal["bob"] != 2 {
 		t.Errorf("tool_start events by principal %v, want 1 anonymous, 2 alice, 2 bob", byPrincipal)
 	}
+	// So do the sessions a proved user's calls open.
+	sessions := map[string]int{}
+	for _, e := range rec.ofType(event.TypeSessionStarted) {
+		if e.Meta.Tenant != "acme" {
+			t.Errorf("session_started meta %+v, want the caller's tenant", e.Meta)
+		}
+		sessions[e.Meta.Principal]++
+	}
+	if sessions["alice"] != 1 || sessions["bob"] != 1 || len(sessions) != 2 {
+		t.Errorf("session_started events by principal %v, want one each for alice and bob", sessions)
+	}
 }
 
 // headers is a round tripper that adds headers a client controls.

@@ -33,31 +33,6 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-func TestDemoTellsTheWholeStory(t *testing.T) {
-	out, err := execute(t, "demo")
-	if err != nil {
-		t.Fatalf("demo failed: %v\n%s", err, out)
-	}
-	for _, want := range []string{
-		`bob reads:    "(empty)"`,
-		"reused (call 2)",
-		"closed: call-end",
-		"closed: run-end",
-		"closed: session-end",
-		"closed: idle, held 16m",
-		"close FAILED (run-end, timeout)",
-		"closed: shutdown",
-		"0 still live",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("demo output lacks %q\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "t=acme") {
-		t.Error("demo printed a raw isolation key")
-	}
-}
-
 func TestUnknownCommandIsAUsageError(t *testing.T) {
 	if code := run([]string{"frobnicate"}); code != 2 {
 		t.Fatalf("exit %d, want 2", code)

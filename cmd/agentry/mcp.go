@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/code/local"
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/mcpserve"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+func init() { commands = append(commands, newMCPCmd) }
+
+// mcpOptions are the flags of `agentry mcp`.
+type mcpOptions struct {
+	runner, http, tokens string
+	drain, teardown      time.Duration
+	sinks                sinkFlags
+
+	// For tests: the transport to serve instead of stdio, and a hook told
+	// the HTTP listener's address once it listens.
+	transport mcp.Transport
+	listening func(addr string)
+}
+
+// mcpInstructions is what MCP clients may show their model about the
+// server.
+const mcpInstructions = "agentry serves run_code: it runs a Python program and returns what it printed. " +
+	"Every call starts in a fresh interpreter that is closed when the call ends, so do all the work in one call. " +
+	"Compute over data rather than pasting it: print only the answer, a summary or a small slice."
+
+func newMCPCmd() *cobra.Command {
+	var o mcpOptions
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve run_code to MCP clients (IDEs, desktop assistants) over stdio or HTTP",
+		Long: `Serve the run_code tool over the Model Context Protocol, so any MCP client can
+compute with it. Each call runs in its own Python interpreter (scope call),
+jailed with bubblewrap where it can be; the interpreter closes when the call
+ends, and the close is recorded in the events file.
+
+By default it speaks MCP on stdin/stdout, the way a client launches a local
+server: stdout carries only protocol messages, and agentry's own messages go
+to stderr. With --http it serves streamable HTTP at http://ADDR/mcp instead.
+Without --tokens, --http listens on loopback only and callers have no
+identity; with --tokens every request needs Authorization: Bearer <token>,
+and the token's tenant and principal reach the tool. The tokens file is the
+one agentry serve reads (docs/host.md): lines of
+"sha256:<hex digest of the token> <tenant> <principal>".
+
+SIGINT or SIGTERM: new calls are refused (HTTP answers 503), calls in flight
+may finish within --drain and are then cancelled, every interpreter closes,
+and the events file is flushed. Exit status 0 after a clean stop, 1 when
+something failed, 2 for a usage error.`,
+		Example: `  agentry mcp
+  agentry mcp --events ~/.agentry/mcp.ndjson
+  agentry mcp --http 127.0.0.1:8765
+  agentry mcp --http 0.0.0.0:8765 --tokens tokens.txt
+
+  # Claude Code
+  claude mcp add agentry -- agentry mcp`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runMCP(cmd.Context(), o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.runner, "runner", "", "where the code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
+	f.StringVar(&o.http, "http", "", "serve streamable HTTP on this host:port (at /mcp) instead of stdio")
+	f.StringVar(&o.tokens, "tokens", "", "with --http: the tokens file whose bearer tokens callers must present (as agentry serve reads it)")
+	f.DurationVar(&o.drain, "drain", 10*time.Second, "on a signal, how long calls in flight may finish before they are cancelled")
+	f.DurationVar(&o.teardown, "teardown", toolsession.DefaultTimeout, "bound on closing each interpreter")
+	o.sinks.add(cmd)
+	return cmd
+}
+
+// isLoopbackAddr reports whether a host:port can be reached only from this
+// machine.
+func isLoopbackAddr(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// describeRunner says in words where code runs, for the log.
+func describeRunner(r code.Runner) string {
+	switch r.ID() {
+	case "local-interpreter+bwrap":
+		return "a persistent Python interpreter, jailed with bubblewrap"
+	case "local-interpreter":
+		return "a persistent Python interpreter, UNJAILED (with this user's access to files and the network)"
+	case "local-process+bwrap":
+		return "a process per execute, jailed with bubblewrap"
+	case "local-process":
+		return "a process per execute, UNJAILED (with this user's access to files and the network)"
+	}
+	return "runner " + r.ID()
+}
+
+func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
+	if o.drain <= 0 || o.teardown <= 0 {
+		return usageError("--drain and --teardown must be positive durations (for example 10s)")
+	}
+	var auth mcpserve.Authenticator
+	switch {
+	case o.tokens != "" && o.http == "":
+		return usageError("--tokens needs --http: over stdio the client that started agentry is the only caller")
+	case o.http != "":
+		if _, _, err := net.SplitHostPort(o.http); err != nil {
+			return usageError("--http %q is not host:port (for example 127.0.0.1:8765)", o.http)
+		}
+		if o.tokens == "" && !isLoopbackAddr(o.http) {
+			return usageError("refusing to serve %s without --tokens: anyone who reaches it could run code here; "+
+				"pass --tokens FILE, or listen on 127.0.0.1", o.http)
+		}
+		if o.tokens != "" {
+			t, err := loadTokenFile(o.tokens)
+			if err != nil {
+				return usageError("--tokens: %v", err)
+			}
+			if len(t) == 0 {
+				return usageError("--tokens %s admits nobody; add a line \"sha256:<hex digest> <tenant> <principal>\" (agentry token makes one)", o.tokens)
+			}
+			auth = t.authenticator()
+		}
+	}
+
+	runner, err := newRunner(ctx, o.runner, local.Options{}, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "agentry mcp: run_code runs in %s, a fresh one per call (scope call)\n", describeRunner(runner))
+
+	sinks, closeSinks, err := o.sinks.open(ctx, stderr)
+	if err != nil {
+		return failure(err)
+	}
+	var bus *event.Bus
+	if len(sinks) > 0 {
+		bus = event.NewBus(event.BusOptions{OnError: func(err error) { fmt.Fprintf(stderr, "agentry mcp: events: %v\n", err) }})
+		for _, s := range sinks {
+			if err := bus.Add(s, event.Filter{}); err != nil {
+				_ = closeSinks(context.WithoutCancel(ctx))
+				return failure(err)
+			}
+		}
+	}
+	opt := mcpserve.Options{
+		Name:            "agentry",
+		Version:         versionString(),
+		Instructions:    mcpInstructions,
+		TeardownTimeout: o.teardown,
+		OnError:         func(err error) { fmt.Fprintf(stderr, "agentry mcp: %s\n", oneLine(err.Error())) },
+	}
+	if bus != nil {
+		opt.Sink = bus
+	}
+	srv, err := mcpserve.New([]tool.Tool{code.NewTool(runner, code.ToolOptions{Scope: toolsession.ScopeCall})}, opt)
+	if err != nil {
+		_ = closeSinks(context.WithoutCancel(ctx))
+		return failure(err)
+	}
+
+	var serveErr error
+	if o.http != "" {
+		serveErr = serveMCPHTTP(ctx, o, srv, auth, stderr)
+	} else {
+		serveErr = serveMCPStdio(ctx, o, srv, stderr)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.teardown)
+	defer cancel()
+	var closeErr error
+	if bus != nil {
+		closeErr = bus.Close(cctx)
+	}
+	if err := errors.Join(serveErr, closeErr); err != nil {
+		return failure(err)
+	}
+	fmt.Fprintln(stderr, "agentry mcp: stopped; every interpreter is closed")
+	return nil
+}
+
+// stopMCP refuses new calls, lets calls in flight finish within --drain,
+// cancels the rest and closes every session still held.
+func stopMCP(ctx context.Context, o mcpOptions, srv *mcpserve.Server) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drain)
+	defer cancel()
+	return srv.Shutdown(dctx)
+}
+
+func serveMCPStdio(ctx context.Context, o mcpOptions, srv *mcpserve.Server, stderr io.Writer) error {
+	t := o.transport
+	if t == nil {
+		t = &mcp.StdioTransport{}
+	}
+	// The session outlives a signal until the drain is over, so answers to
+	// calls in flight still reach the client.
+	sctx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx, t) }()
+	var err error
+	select {
+	case err = <-served:
+		// The client went away (closed stdin): a normal end.
+		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		err = errors.Join(err, stopMCP(ctx, o, srv))
+		return err
+	case <-ctx.Done():
+		fmt.Fprintf(stderr, "agentry mcp: %v: refusing new calls, draining for up to %s\n", context.Cause(ctx), o.drain)
+	}
+	err = stopMCP(ctx, o, srv)
+	stopServing()
+	<-served
+	return err
+}
+
+func serveMCPHTTP(ctx context.Context, o mcpOptions, srv *mcpserve.Server, auth mcpserve.Authenticator, stderr io.Writer) error {
+	h, err := srv.HTTPHandler(mcpserve.HTTPOptions{Authenticate: auth, RequireAuth: auth != nil})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	ln, err := net.Listen("tcp", o.http)
+	if err != nil {
+		_ = stopMCP(ctx, o, srv)
+		return fmt.Errorf("listening on %s: %w", o.http, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	who := "loopback only; callers have no identity"
+	if auth != nil {
+		who = "bearer tokens from " + o.tokens
+	}
+	fmt.Fprintf(stderr, "agentry mcp: serving streamable HTTP at http://%s/mcp (%s)\n", ln.Addr(), who)
+	if o.listening != nil {
+		o.listening(ln.Addr().String())
+	}
+	select {
+	case err := <-served:
+		_ = stopMCP(ctx, o, srv)
+		return fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+		fmt.Fprintf(stderr, "agentry mcp: %v: refusing new calls (503), draining for up to %s\n", context.Cause(ctx), o.drain)
+	}
+	err = stopMCP(ctx, o, srv)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.teardown)
+	defer cancel()
+	if serr := hs.Shutdown(sctx); serr != nil {
+		_ = hs.Close()
+	}
+	if serr := <-served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}

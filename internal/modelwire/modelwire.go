@@ -1,0 +1,218 @@
+// Package modelwire runs local HTTP servers that speak two vendors' wire
+// formats — Anthropic's Messages API and OpenAI's Chat Completions API, as
+// JSON and as server-sent event streams — with a small deterministic model
+// behind them that uses a run_code tool. End-to-end tests point the real
+// SDKs at it (through llm/anthropic, llm/openai or the agentry command's
+// --model); it listens on loopback only and never reaches the internet.
+//
+// The model plays one two-step tool-calling turn. Given a person's
+// message, it asks for run_code with the program [Options.Code] picks.
+// Given the tool's result, it answers with that result ("run_code printed:
+// 42"). So an answer carries whatever the real tool printed — nothing is
+// canned — and a test that finds 42 in it knows real code ran.
+//
+// Like the vendors, the servers refuse malformed requests with their error
+// shapes: a missing model or max_tokens, a tool result that answers no
+// tool call, a missing API version header, a wrong key.
+package modelwire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+)
+
+// ToolName is the tool the model calls.
+const ToolName = "run_code"
+
+// Options configure a server.
+type Options struct {
+	// Code picks the program to run for a person's message (default:
+	// always "print(6*7)").
+	Code func(message string) string
+	// APIKey, when set, is the only key the server accepts.
+	APIKey string
+}
+
+// Request is what the server made of one request.
+type Request struct {
+	Stream bool
+	// Tools are the names of the tools offered.
+	Tools []string
+	// ToolResults are the tool results the request carries for the model's
+	// last tool calls, in order.
+	ToolResults []string
+	// Body is the raw request body.
+	Body []byte
+}
+
+// Server is a local vendor endpoint. Close it when done.
+type Server struct {
+	// URL is the server's root: give it to Anthropic's SDK as the base
+	// URL, and URL+"/v1" to OpenAI's.
+	URL string
+
+	srv    *httptest.Server
+	opt    Options
+	vendor string
+
+	mu       sync.Mutex
+	requests []Request
+	calls    int
+}
+
+// NewAnthropic starts a server for Anthropic's Messages API
+// (POST /v1/messages).
+func NewAnthropic(opt Options) *Server { return start("anthropic", opt) }
+
+// NewOpenAI starts a server for OpenAI's Chat Completions API
+// (POST /v1/chat/completions).
+func NewOpenAI(opt Options) *Server { return start("openai", opt) }
+
+func start(vendor string, opt Options) *Server {
+	if opt.Code == nil {
+		opt.Code = func(string) string { return "print(6*7)" }
+	}
+	s := &Server{opt: opt, vendor: vendor}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// Requests returns the requests served so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// reply is what the model decided: text, or one call of run_code.
+type reply struct {
+	text   string
+	callID string
+	args   string // JSON object
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	var body bytes.Buffer
+	if _, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, 8<<20)); err != nil {
+		s.refuse(w, http.StatusRequestEntityTooLarge, "request_too_large", "the request body is too large")
+		return
+	}
+	if s.vendor == "anthropic" {
+		s.anthropic(w, r, body.Bytes())
+	} else {
+		s.openai(w, r, body.Bytes())
+	}
+}
+
+func (s *Server) record(req Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+}
+
+func (s *Server) nextCallID(prefix string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	return fmt.Sprintf("%s%04d", prefix, s.calls)
+}
+
+// decide is the model: a person's message becomes a run_code call, a tool
+// result becomes the answer.
+func (s *Server) decide(lastUser string, results []string, resultErr bool, tools []string, prefix string) reply {
+	if len(results) > 0 {
+		verb := "printed"
+		if resultErr {
+			verb = "failed with"
+		}
+		return reply{text: fmt.Sprintf("%s %s: %s", ToolName, verb, strings.TrimSpace(strings.Join(results, "\n")))}
+	}
+	offered := false
+	for _, t := range tools {
+		offered = offered || t == ToolName
+	}
+	if !offered {
+		return reply{text: "I would need a " + ToolName + " tool to compute that."}
+	}
+	args, _ := json.Marshal(map[string]string{"code": s.opt.Code(lastUser)})
+	return reply{callID: s.nextCallID(prefix), args: string(args)}
+}
+
+func (s *Server) refuse(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	var b []byte
+	if s.vendor == "anthropic" {
+		b, _ = json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+	} else {
+		b, _ = json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}})
+	}
+	_, _ = w.Write(b)
+}
+
+// sse writes server-sent events, flushing after each one so the client
+// reads them as they come.
+type sse struct {
+	w http.ResponseWriter
+}
+
+func newSSE(w http.ResponseWriter) sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return sse{w: w}
+}
+
+func (e sse) send(name string, data any) {
+	var b []byte
+	if s, ok := data.(string); ok {
+		b = []byte(s)
+	} else {
+		b, _ = json.Marshal(data)
+	}
+	if name != "" {
+		fmt.Fprintf(e.w, "event: %s\n", name)
+	}
+	fmt.Fprintf(e.w, "data: %s\n\n", b)
+	if f, ok := e.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// halves cuts s in two, so streamed arguments arrive in pieces the client
+// must put back together.
+func halves(s string) []string {
+	if len(s) < 2 {
+		return []string{s}
+	}
+	return []string{s[:len(s)/2], s[len(s)/2:]}
+}
+
+// words cuts text into word-sized deltas.
+func words(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		i := strings.IndexByte(s[1:], ' ')
+		if i < 0 {
+			out = append(out, s)
+			break
+		}
+		out = append(out, s[:i+1])
+		s = s[i+1:]
+	}
+	return out
+}
