@@ -59,8 +59,12 @@ func main() {
 }
 
 func run(args []string) int {
+	// The first SIGINT/SIGTERM cancels ctx: commands then close their tool
+	// sessions within a bound. Once it has, the signals get their default
+	// meaning back, so a second one ends the process at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop)
 	root := newRoot()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

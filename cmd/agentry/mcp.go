@@ -16,6 +16,7 @@ import (
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/mcpserve"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -132,14 +133,14 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 				"pass --tokens FILE, or listen on 127.0.0.1", o.http)
 		}
 		if o.tokens != "" {
-			t, err := loadTokenFile(o.tokens)
+			t, err := host.LoadTokens(o.tokens)
 			if err != nil {
 				return usageError("--tokens: %v", err)
 			}
-			if len(t) == 0 {
+			if t.Len() == 0 {
 				return usageError("--tokens %s admits nobody; add a line \"sha256:<hex digest> <tenant> <principal>\" (agentry token makes one)", o.tokens)
 			}
-			auth = t.authenticator()
+			auth = mcpAuthenticator(t)
 		}
 	}
 
