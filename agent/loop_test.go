@@ -621,3 +621,33 @@ func TestToolEventsReachTheBusWithRunMeta(t *testing.T) {
 		t.Fatalf("meta = %+v, want the run's", m)
 	}
 }
+
+// Every tool-session event carries the caller's tenant and principal in
+// its meta, the closes included (they fire after the run, from the
+// registration's origin) — and none when no identity was given.
+func TestSessionEventsCarryTheOriginsIdentity(t *testing.T) {
+	t.Parallel()
+	w := newWorkspaces(t)
+	notes := w.tool("notes", toolsession.ScopeRun)
+	model := scripted.New(calls(call("notes", `{"append":"x"}`)), answer("done"))
+	a, rec := newAgent(t, agent.Options{Model: model, Tools: []tool.Tool{notes}})
+	if _, err := a.Run(context.Background(), agent.Input{Message: "go", Identity: &tool.Identity{Tenant: "acme", Principal: "bob"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Run(context.Background(), agent.Input{Message: "go"}); err != nil {
+		t.Fatal(err)
+	}
+	evs := rec.of(event.TypeSessionStarted, event.TypeSessionClosed)
+	if len(evs) != 4 {
+		t.Fatalf("%d session events, want 4", len(evs))
+	}
+	for i, e := range evs {
+		wantTenant, wantPrincipal := "acme", "bob"
+		if i >= 2 {
+			wantTenant, wantPrincipal = "", ""
+		}
+		if e.Meta.Tenant != wantTenant || e.Meta.Principal != wantPrincipal {
+			t.Errorf("%s #%d meta = %+v, want tenant %q principal %q", e.Type, i, e.Meta, wantTenant, wantPrincipal)
+		}
+	}
+}

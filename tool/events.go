@@ -24,7 +24,7 @@ func SessionEvent(o toolsession.Origin, opt toolsession.Options, out toolsession
 		Type: typ,
 		Payload: &event.ToolSession{Tool: o.Tool, Scope: string(scope), KeyHash: out.KeyHash,
 			RunnerID: opt.RunnerID, Label: opt.Label, Calls: out.Calls},
-		Meta: event.Meta{RunID: o.RunID, SessionID: o.SessionID},
+		Meta: event.Meta{RunID: o.RunID, SessionID: o.SessionID, Tenant: o.Tenant, Principal: o.Principal},
 	}
 }
 
@@ -44,7 +44,8 @@ func CloseEvent(rep toolsession.Report) event.Event {
 			p.Error = rep.Err.Error()
 		}
 	}
-	return event.Event{Type: typ, Payload: p, Meta: event.Meta{RunID: rep.RunID, SessionID: rep.SessionID}}
+	return event.Event{Type: typ, Payload: p,
+		Meta: event.Meta{RunID: rep.RunID, SessionID: rep.SessionID, Tenant: rep.Tenant, Principal: rep.Principal}}
 }
 
 // ErrorClass names the kind of a teardown failure: timeout, panic,

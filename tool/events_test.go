@@ -34,9 +34,9 @@ func TestSessionEvent(t *testing.T) {
 func TestCloseEvent(t *testing.T) {
 	t.Parallel()
 	ok := tool.CloseEvent(toolsession.Report{Tool: "t", Scope: toolsession.ScopeSession, KeyHash: "h", Reason: toolsession.ReasonIdle,
-		RunID: "r-origin", SessionID: "s", Held: 2 * time.Second, Took: 3 * time.Millisecond})
+		RunID: "r-origin", SessionID: "s", Tenant: "acme", Principal: "bob", Held: 2 * time.Second, Took: 3 * time.Millisecond})
 	p := ok.Payload.(*event.ToolSessionClosed)
-	if ok.Type != event.TypeSessionClosed || ok.Meta.RunID != "r-origin" || p.HeldMs != 2000 || p.TookMs != 3 || p.Reason != "idle" || p.Error != "" {
+	if ok.Type != event.TypeSessionClosed || ok.Meta.RunID != "r-origin" || ok.Meta.Tenant != "acme" || ok.Meta.Principal != "bob" || p.HeldMs != 2000 || p.TookMs != 3 || p.Reason != "idle" || p.Error != "" {
 		t.Fatalf("closed event = %+v %+v", ok, p)
 	}
 	cases := map[string]error{

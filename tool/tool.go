@@ -178,6 +178,9 @@ func (c *Call) OnTeardown(cleanup func(context.Context) error, opt toolsession.O
 		opt.Key = k
 	}
 	origin := toolsession.Origin{Tool: c.Tool, ToolCallID: c.ToolCallID, RunID: c.RunID, SessionID: c.SessionID}
+	if c.Identity != nil {
+		origin.Tenant, origin.Principal = c.Identity.Tenant, c.Identity.Principal
+	}
 	return c.register(origin, cleanup, opt), nil
 }
 

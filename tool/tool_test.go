@@ -99,6 +99,9 @@ func TestOnTeardownDerivesKeysAndNeverWidens(t *testing.T) {
 				t.Fatalf("registered %+v, want key %q", r.opt, tc.wantKey)
 			}
 			wantOrigin := toolsession.Origin{Tool: "t", ToolCallID: "c", RunID: c.RunID, SessionID: c.SessionID}
+			if c.Identity != nil { // the caller's identity, and never one made up
+				wantOrigin.Tenant, wantOrigin.Principal = c.Identity.Tenant, c.Identity.Principal
+			}
 			if r.origin != wantOrigin {
 				t.Fatalf("origin = %+v, want %+v", r.origin, wantOrigin)
 			}

@@ -17,9 +17,12 @@ const (
 )
 
 // Origin is the call a registration came from. RunID and SessionID are
-// empty when the door has none.
+// empty when the door has none; Tenant and Principal are empty unless the
+// caller gave an identity. They are carried into the Report so a close can
+// be attributed to whoever opened the session.
 type Origin struct {
 	Tool, ToolCallID, RunID, SessionID string
+	Tenant, Principal                  string
 }
 
 // Options describe one registration.
@@ -59,6 +62,9 @@ type Report struct {
 	// RunID and SessionID are the registration's origin, so a close that
 	// happens long after its run can still be joined to it.
 	RunID, SessionID string
+	// Tenant and Principal are the origin's identity, empty when none was
+	// given.
+	Tenant, Principal string
 	// Held runs from registration until the tier began closing; Took is the
 	// cleanup's own duration (up to the timeout when it was abandoned).
 	Held, Took time.Duration
@@ -504,6 +510,8 @@ func (t *Tier) close(ctx context.Context, r *registration, reason Reason, closin
 		Reason:    reason,
 		RunID:     r.origin.RunID,
 		SessionID: r.origin.SessionID,
+		Tenant:    r.origin.Tenant,
+		Principal: r.origin.Principal,
 		Held:      closing.Sub(r.registered),
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)

@@ -564,7 +564,7 @@ func TestHeldAndTookUseTheInjectedClock(t *testing.T) {
 	clk := newClock()
 	rec := &recorder{}
 	tier := toolsession.NewTier(toolsession.Config{Now: clk.Now, Report: rec.report})
-	tier.Register(toolsession.Origin{Tool: "t", ToolCallID: "c", RunID: "run-7", SessionID: "sess-7"}, func(context.Context) error {
+	tier.Register(toolsession.Origin{Tool: "t", ToolCallID: "c", RunID: "run-7", SessionID: "sess-7", Tenant: "acme", Principal: "bob"}, func(context.Context) error {
 		clk.Advance(1500 * time.Millisecond)
 		return nil
 	}, toolsession.Options{Key: "k", Scope: toolsession.ScopeCall})
@@ -575,7 +575,8 @@ func TestHeldAndTookUseTheInjectedClock(t *testing.T) {
 		t.Fatalf("%d reports", len(reps))
 	}
 	r := reps[0]
-	if r.Held != 42*time.Second || r.Took != 1500*time.Millisecond || r.RunID != "run-7" || r.SessionID != "sess-7" || r.Scope != toolsession.ScopeCall {
+	if r.Held != 42*time.Second || r.Took != 1500*time.Millisecond || r.RunID != "run-7" || r.SessionID != "sess-7" ||
+		r.Tenant != "acme" || r.Principal != "bob" || r.Scope != toolsession.ScopeCall {
 		t.Fatalf("report = %+v", r)
 	}
 }
