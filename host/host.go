@@ -43,6 +43,7 @@ const (
 	DefaultTurnTimeout          = 10 * time.Minute
 	DefaultMaxBodyBytes         = 1 << 20
 	DefaultCutGrace             = 5 * time.Second
+	DefaultKeepAlive            = 15 * time.Second
 )
 
 // Options configure a Host. Engine, Store and Auth are required.
@@ -74,6 +75,10 @@ type Options struct {
 	TurnTimeout time.Duration
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// KeepAlive is how often an SSE stream that has nothing to say sends a
+	// comment line, so proxies and load balancers do not close a long
+	// turn's stream as idle (default 15s; negative: never).
+	KeepAlive time.Duration
 	// CutGrace is how long Shutdown waits, after cutting the turns still
 	// running at its deadline, for them to be recorded (default 5s).
 	CutGrace time.Duration
@@ -170,6 +175,9 @@ func New(opt Options) (*Host, error) {
 	}
 	if opt.CutGrace == 0 {
 		opt.CutGrace = DefaultCutGrace
+	}
+	if opt.KeepAlive == 0 {
+		opt.KeepAlive = DefaultKeepAlive
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -504,4 +505,35 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
+}
+
+// A long turn's stream is not silent: while the turn waits inside a tool,
+// the stream sends keep-alive comments, and it still ends with the result.
+func TestSSEKeepAliveDuringALongTurn(t *testing.T) {
+	f := newFixture(t, config{opt: host.Options{KeepAlive: 10 * time.Millisecond}})
+	id := f.open("alice")
+	req, _ := http.NewRequest("POST", f.url+"/v1/sessions/"+id+"/turns", strings.NewReader(`{"message":"call gate"}`))
+	req.Header.Set("Authorization", "Bearer "+f.tokens["alice"])
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	<-f.gate.entered
+	br := bufio.NewReader(res.Body)
+	for comments := 0; comments < 2; { // the turn is held: only keep-alives can come
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended while the turn was held: %v", err)
+		}
+		if line == ": keep-alive\n" {
+			comments++
+		}
+	}
+	close(f.gate.release)
+	evs := readSSE(t, br)
+	if len(evs) == 0 || evs[len(evs)-1].name != host.ResultEvent {
+		t.Fatalf("the stream did not end with the result: %+v", evs)
+	}
 }

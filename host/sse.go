@@ -93,10 +93,21 @@ func (h *Host) stream(w http.ResponseWriter, r *http.Request, lc *liveConv, kind
 		}
 		flush()
 	}
+	var keepAlive <-chan time.Time
+	if h.opt.KeepAlive > 0 {
+		t := time.NewTicker(h.opt.KeepAlive)
+		defer t.Stop()
+		keepAlive = t.C
+	}
 	for running := true; running; {
 		select {
 		case <-sub.ready:
 			pump()
+		case <-keepAlive:
+			if alive {
+				bw.WriteString(": keep-alive\n\n") // a comment: clients ignore it
+				flush()
+			}
 		case <-done:
 			running = false
 		}
