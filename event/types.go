@@ -283,6 +283,10 @@ type JailRefused struct {
 	// Via is "proxy" or "direct".
 	Via    string `json:"via"`
 	Reason string `json:"reason"`
+	// Suppressed counts refusals before this one that the event bound
+	// held back (a port scan); a last event with no Target carries the
+	// remainder when the jail ends.
+	Suppressed int `json:"suppressed,omitempty"`
 }
 
 // JailStopped reports a jailed agent process that ended.
