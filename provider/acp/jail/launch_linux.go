@@ -226,7 +226,7 @@ func (s *settings) launch(ctx context.Context, spec Spec) (*Process, error) {
 	defer cancel()
 
 	p := &proc{s: s, label: spec.Label, emit: spec.Events, env: spec.Env, path: path,
-		view: jailView{workspace: ws, workspaceReal: wsReal, install: install, cwd: ws},
+		view:    jailView{workspace: ws, workspaceReal: wsReal, install: install, cwd: ws},
 		exposed: map[string]string{}, done: make(chan struct{}), stderr: newTail(8 << 10)}
 	p.life, p.endLife = context.WithCancel(context.Background())
 	ok := false
