@@ -17,7 +17,7 @@
 //     Nothing else of the host is mounted: no other session's directories,
 //     no tokens file, store or events file. /proc is the jail's own.
 //   - Exactly the environment in Spec.Env, plus HOME, PATH (when Spec.Env
-//     has none) and the proxy variables.
+//     has none), the proxy variables, and PWD (bubblewrap sets it).
 //   - Its own network namespace. Inside it, on loopback, the jail places:
 //     a forwarder for each allowed host:port at the address the agent
 //     dials (127.0.0.1:PORT for the host's own 127.0.0.1:PORT; a loopback

@@ -343,7 +343,8 @@ func (s *settings) launch(ctx context.Context, spec Spec) (*Process, error) {
 	var ls *jailListeners
 	err = inNetns(p.netns, func() error {
 		var err error
-		ls, err = setupNetns(plan, proxyPort, exposePorts)
+		deadline, _ := ctx.Deadline()
+		ls, err = setupNetns(plan, proxyPort, exposePorts, deadline)
 		return err
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -59,13 +60,13 @@ func (l *jailListeners) close() {
 // setupNetns runs on a thread inside the jail's namespace: it brings its
 // loopback up, adds the aliased addresses, and opens every listener and
 // the raw socket that watches for refused dials.
-func setupNetns(p netPlan, proxyPort uint16, exposePorts []uint16) (*jailListeners, error) {
+func setupNetns(p netPlan, proxyPort uint16, exposePorts []uint16, deadline time.Time) (*jailListeners, error) {
 	out := &jailListeners{}
 	fail := func(err error) (*jailListeners, error) {
 		out.close()
 		return nil, err
 	}
-	if err := loopbackUp(p.aliases); err != nil {
+	if err := loopbackUp(p.aliases, deadline); err != nil {
 		return fail(err)
 	}
 	for _, f := range p.forwards {
@@ -100,24 +101,33 @@ func setupNetns(p netPlan, proxyPort uint16, exposePorts []uint16) (*jailListene
 	return out, nil
 }
 
-// loopbackUp brings up the namespace's lo and adds each alias to it as a
-// /32 (lo:1, lo:2, …), so dials to those addresses stay local.
-func loopbackUp(aliases []netip.Addr) error {
+// loopbackUp waits until bubblewrap has brought the namespace's lo up
+// (it does so in the jail's first process, racing this thread, and fails
+// if the address is already there), then adds each alias to it as a /32
+// (lo:1, lo:2, …), so dials to those addresses stay local. There is no
+// notification to wait on that works everywhere, so it looks again at
+// growing intervals until deadline.
+func loopbackUp(aliases []netip.Addr, deadline time.Time) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("jail: configuring the jail's loopback: %w", err)
 	}
 	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return fmt.Errorf("jail: configuring the jail's loopback: %w", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("jail: reading the jail's loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("jail: bringing the jail's loopback up: %w", err)
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
+		ifr, err := unix.NewIfreq("lo")
+		if err != nil {
+			return fmt.Errorf("jail: configuring the jail's loopback: %w", err)
+		}
+		if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+			return fmt.Errorf("jail: reading the jail's loopback flags: %w", err)
+		}
+		if ifr.Uint16()&unix.IFF_UP != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("jail: bubblewrap did not bring the jail's loopback up within the start bound")
+		}
+		time.Sleep(wait)
 	}
 	for i, a := range aliases {
 		name := fmt.Sprintf("lo:%d", i+1)
