@@ -239,13 +239,19 @@ func runHelper() int {
 		fmt.Println("launch:", err)
 		return 1
 	}
-	cmd, err := p.Command(context.Background(), []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 1; done"}, "", []string{"MARKER=" + marker})
+	cmd, err := p.Command(context.Background(), []string{"/bin/sh", "-c", "trap '' TERM; echo on; while :; do sleep 1; done"}, "", []string{"MARKER=" + marker})
 	if err != nil {
 		fmt.Println("command:", err)
 		return 1
 	}
+	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		fmt.Println("command:", err)
+		return 1
+	}
+	// Both run (past bubblewrap's setup) before the helper says so.
+	if on, _ := bufio.NewReader(out).ReadString('\n'); on != "on\n" {
+		fmt.Println("command said:", on)
 		return 1
 	}
 	line, _ := bufio.NewReader(p.Stdout()).ReadString('\n')

@@ -15,19 +15,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inNetns runs fn on an OS thread that joined the network namespace ns.
-// The goroutine ends still locked to that thread, so the runtime discards
-// the thread instead of reusing it in the wrong namespace. Sockets fn
-// creates stay in ns, wherever they are used from.
+// inNetns runs fn on an OS thread that joined the network namespace ns,
+// then moves the thread back to the host's namespace and returns it to
+// the runtime. Sockets fn creates stay in ns, wherever they are used from.
+//
+// The thread must not die: a child started from it (bwrap, a Command)
+// has a parent-death signal tied to the thread that forked it, and Go may
+// have forked one from this very thread. Only when the way back fails
+// does the goroutine end locked, so that the thread is discarded rather
+// than reused in the wrong namespace.
 func inNetns(ns *os.File, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("jail: opening this thread's network namespace: %w", err)
+			return
+		}
+		defer home.Close()
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("jail: joining the agent's network namespace: %w", err)
 			return
 		}
-		errc <- fn()
+		err = fn()
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }

@@ -221,7 +221,13 @@ func (p *proc) stop(ctx context.Context) error {
 		p.killed.Store(true)
 		_ = p.cmd.Process.Kill()
 		p.killNetns()
+		<-p.done // SIGKILL is not refused: this is short
 	})
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
 	select {
 	case <-p.done:
 		return nil
