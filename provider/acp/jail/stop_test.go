@@ -223,4 +223,3 @@ func hostUID(pid int) int {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
