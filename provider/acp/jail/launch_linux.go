@@ -149,13 +149,15 @@ func (s *settings) args(v jailView, extra []string, argv []string) []string {
 		"--bind", v.dirs.tmp, "/tmp",
 		"--bind", v.dirs.home, Home,
 		"--bind", v.workspaceReal, v.workspace,
+	)
+	// Before the remounts, so that a Confiner's mounts can be made.
+	a = append(a, extra...)
+	a = append(a,
 		// Nothing else is writable: not the root, not /dev.
 		"--remount-ro", "/dev",
 		"--remount-ro", "/",
 		"--chdir", v.cwd,
-	)
-	a = append(a, extra...)
-	a = append(a, "--", s.prlimit)
+		"--", s.prlimit)
 	a = append(a, s.limits...)
 	a = append(a, "--")
 	return append(a, argv...)
