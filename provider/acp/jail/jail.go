@@ -165,7 +165,8 @@ type Process struct{ p *proc }
 // Stdin is the agent's standard input.
 func (p *Process) Stdin() io.WriteCloser { return p.p.stdin }
 
-// Stdout is the agent's standard output.
+// Stdout is the agent's standard output. The caller closes it once
+// drained; the jail closes Stdin when the agent ends.
 func (p *Process) Stdout() io.ReadCloser { return p.p.stdout }
 
 // Done is closed once the agent and everything in its jail have ended

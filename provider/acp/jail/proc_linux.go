@@ -159,6 +159,7 @@ func (p *proc) wait() {
 	<-p.exited
 	p.killNetns()
 	relErr := p.release()
+	p.stdin.Close() // nobody reads it any more; stdout stays the caller's to drain and close
 	how := "exited"
 	switch {
 	case p.killed.Load():
