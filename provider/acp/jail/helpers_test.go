@@ -154,6 +154,7 @@ func launchProbe(t testing.TB, j *jail.Jail, spec jail.Spec) *probe {
 		if err := p.Stop(ctx); err != nil {
 			t.Errorf("Stop: %v", err)
 		}
+		p.Stdout().Close()
 	})
 	pr := &probe{p: p, ev: ev, out: bufio.NewReader(p.Stdout())}
 	line, err := pr.out.ReadString('\n')
