@@ -93,4 +93,3 @@ func FuzzParseEndpoint(f *testing.F) {
 		}
 	})
 }
-
