@@ -264,14 +264,15 @@ type JailStarted struct {
 	Label string `json:"label,omitempty"`
 	// UID is the unprivileged host user the agent runs as.
 	UID int `json:"uid"`
-	// Applied and NotApplied name the limits ("seccomp", "memory", ...).
-	Applied    []string `json:"applied"`
-	NotApplied []string `json:"notApplied,omitempty"`
-	// AllowHosts are the host:port pairs it may reach; Exposed names the
-	// host listeners it was given.
-	AllowHosts []string `json:"allowHosts,omitempty"`
-	Exposed    []string `json:"exposed,omitempty"`
-	StartMs    float64  `json:"startMs"`
+	// Applied and NotApplied name the limits, comma-separated
+	// ("seccomp,memory,pids,cpu,disk").
+	Applied    string `json:"applied"`
+	NotApplied string `json:"notApplied,omitempty"`
+	// AllowHosts are the host:port pairs it may reach and Exposed the
+	// names of the host listeners it was given, comma-separated.
+	AllowHosts string  `json:"allowHosts,omitempty"`
+	Exposed    string  `json:"exposed,omitempty"`
+	StartMs    float64 `json:"startMs"`
 }
 
 // JailRefused reports a connection the jail refused: through its egress

@@ -389,8 +389,9 @@ func (s *settings) launch(ctx context.Context, spec Spec) (*Process, error) {
 	for _, x := range spec.Expose {
 		exposedNames = append(exposedNames, x.Name)
 	}
-	p.send(event.TypeJailStarted, &event.JailStarted{Label: spec.Label, UID: s.uid, Applied: applied, NotApplied: notApplied,
-		AllowHosts: allow.strings(), Exposed: exposedNames, StartMs: event.Ms(time.Since(began))})
+	p.send(event.TypeJailStarted, &event.JailStarted{Label: spec.Label, UID: s.uid,
+		Applied: strings.Join(applied, ","), NotApplied: strings.Join(notApplied, ","),
+		AllowHosts: strings.Join(allow.strings(), ","), Exposed: strings.Join(exposedNames, ","), StartMs: event.Ms(time.Since(began))})
 	return &Process{p: p}, nil
 }
 
