@@ -49,6 +49,11 @@ const (
 	TypeHostSessionEvicted   Type = "agentry.host.session_evicted"
 	TypeHostAdmissionRefused Type = "agentry.host.admission_refused"
 	TypeHostTurnFailed       Type = "agentry.host.turn_failed"
+
+	// jail: jailed agent processes (provider/acp/jail).
+	TypeJailStarted Type = "agentry.jail.started"
+	TypeJailRefused Type = "agentry.jail.connection_refused"
+	TypeJailStopped Type = "agentry.jail.stopped"
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -253,6 +258,49 @@ type HostTurnFailed struct {
 	Error string `json:"error"`
 }
 
+// JailStarted reports a jailed agent process that started: what confines
+// it and, by name, what does not yet.
+type JailStarted struct {
+	Label string `json:"label,omitempty"`
+	// UID is the unprivileged host user the agent runs as.
+	UID int `json:"uid"`
+	// Applied and NotApplied name the limits, comma-separated
+	// ("seccomp,memory,pids,cpu,disk").
+	Applied    string `json:"applied"`
+	NotApplied string `json:"notApplied,omitempty"`
+	// AllowHosts are the host:port pairs it may reach and Exposed the
+	// names of the host listeners it was given, comma-separated.
+	AllowHosts string  `json:"allowHosts,omitempty"`
+	Exposed    string  `json:"exposed,omitempty"`
+	StartMs    float64 `json:"startMs"`
+}
+
+// JailRefused reports a connection the jail refused: through its egress
+// proxy, or dialled directly to a port nobody is allowed.
+type JailRefused struct {
+	Label string `json:"label,omitempty"`
+	// Target is the host:port asked for.
+	Target string `json:"target"`
+	// Via is "proxy" or "direct".
+	Via    string `json:"via"`
+	Reason string `json:"reason"`
+	// Suppressed counts refusals before this one that the event bound
+	// held back (a port scan); a last event with no Target carries the
+	// remainder when the jail ends.
+	Suppressed int `json:"suppressed,omitempty"`
+}
+
+// JailStopped reports a jailed agent process that ended.
+type JailStopped struct {
+	Label string `json:"label,omitempty"`
+	// How is "exited" (on its own), "terminated" (SIGTERM at Stop) or
+	// "killed" (SIGKILL of the whole jail when Stop's deadline ended).
+	How      string  `json:"how"`
+	ExitCode *int    `json:"exitCode,omitempty"`
+	TookMs   float64 `json:"tookMs"`
+	Error    string  `json:"error,omitempty"`
+}
+
 var payloads = map[Type]func() any{
 	TypeTurnStart:             func() any { return new(TurnStart) },
 	TypeTurnEnd:               func() any { return new(TurnEnd) },
@@ -283,6 +331,9 @@ var payloads = map[Type]func() any{
 	TypeHostSessionEvicted:    func() any { return new(HostSession) },
 	TypeHostAdmissionRefused:  func() any { return new(AdmissionRefused) },
 	TypeHostTurnFailed:        func() any { return new(HostTurnFailed) },
+	TypeJailStarted:           func() any { return new(JailStarted) },
+	TypeJailRefused:           func() any { return new(JailRefused) },
+	TypeJailStopped:           func() any { return new(JailStopped) },
 }
 
 // Types lists every type this package defines, in a stable order.
@@ -297,6 +348,7 @@ func Types() []Type {
 		TypeProviderSessionOpened, TypeProviderSessionClosed, TypeProviderTurnStart, TypeProviderTurnEnd,
 		TypeProviderRequest, TypeProviderCleanupFailed, TypeProviderQuarantined,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
+		TypeJailStarted, TypeJailRefused, TypeJailStopped,
 	}
 }
 
