@@ -453,8 +453,8 @@ func (s *Sink) round() {
 	s.notifyLocked()
 }
 
-// written is what became of one batch's events.
-type written struct {
+// outcome is what became of one batch's events.
+type outcome struct {
 	written, bytes int   // events and bytes handed to the kernel
 	dropped        int   // events lost to err
 	err            error // the failure that dropped them
@@ -465,10 +465,10 @@ type written struct {
 // write puts one batch of n events on disk: it follows the path if the
 // file was moved or deleted, rotates at line boundaries when MaxBytes says
 // so, and never leaves a partial line behind a failed write.
-func (s *Sink) write(data []byte, n int) written {
+func (s *Sink) write(data []byte, n int) outcome {
 	size, err := s.locate()
 	if err != nil {
-		return written{dropped: n, err: err}
+		return outcome{dropped: n, err: err}
 	}
 	ceiling := s.opt.MaxBytes
 	if !s.regular || size < 0 || ceiling == 0 || size+int64(len(data)) <= ceiling {
@@ -477,12 +477,12 @@ func (s *Sink) write(data []byte, n int) written {
 			out = s.layout(data, size)
 		}
 		if err := s.append(out, size); err != nil {
-			return written{dropped: n, err: err}
+			return outcome{dropped: n, err: err}
 		}
-		return written{written: n, bytes: len(data)}
+		return outcome{written: n, bytes: len(data)}
 	}
 
-	var res written
+	var res outcome
 	s.spans = split(s.spans[:0], data, size, ceiling)
 	pos := 0 // data[:pos] is written or rotated away
 	for _, sp := range s.spans {
