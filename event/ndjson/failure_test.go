@@ -150,9 +150,17 @@ func TestARealFullFilesystem(t *testing.T) {
 	mountTmpfs(t, dir, 0, "size=32k")
 	path := filepath.Join(dir, "events.ndjson")
 	var heard errs
-	s := open(t, path, ndjson.Options{OnError: heard.add, MaxBufferEvents: 13})
+	s := open(t, path, ndjson.Options{OnError: heard.add, MaxBufferEvents: 1000, FlushInterval: -1})
 	for i := range uint64(1000) {
 		s.Export(toolEnd(i, strings.Repeat("z", 90)))
+		// Batches of 13 (≈ 2.5 KB), so that some fit before the disk is
+		// full: left to the size trigger, a writer slower than this loop
+		// (under -race) can take all 1,000 events as one batch.
+		if i%13 == 12 {
+			if err := s.Flush(context.Background()); err != nil && !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+		}
 	}
 	err := s.Close(context.Background())
 	if err != nil && !errors.Is(err, syscall.ENOSPC) {
@@ -179,16 +187,23 @@ func TestARealFullFilesystemWhileRotating(t *testing.T) {
 	path := filepath.Join(dir, "events.ndjson")
 	const ceiling = 20 << 10 // .1 and a full file do not fit in 32k
 	var heard errs
-	s := open(t, path, ndjson.Options{MaxBytes: ceiling, OnError: heard.add, MaxBufferEvents: 97, FlushInterval: -1})
+	s := open(t, path, ndjson.Options{MaxBytes: ceiling, OnError: heard.add, MaxBufferEvents: 1000, FlushInterval: -1})
 	for i := range uint64(1000) {
 		s.Export(toolEnd(i, strings.Repeat("z", 90)))
+		// Batches of 50 (≈ 10 KB): a write that crosses the ceiling is split,
+		// and none is larger than two generations.
+		if i%50 == 49 {
+			if err := s.Flush(context.Background()); err != nil && !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+		}
 	}
 	err := s.Close(context.Background())
 	if err != nil && !errors.Is(err, syscall.ENOSPC) {
 		t.Fatal(err)
 	}
 	st := s.Stats()
-	if st.Dropped == 0 || st.Written == 0 || st.Written+st.Dropped != 1000 || st.Rotations == 0 {
+	if st.Dropped == 0 || st.Written == 0 || st.Written+st.Dropped != 1000 || st.Rotations == 0 || st.RotatedAway != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	if !strings.Contains(heard.text(), "events dropped writing to "+path) || !strings.Contains(heard.text(), "no space left on device") {
