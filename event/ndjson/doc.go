@@ -20,11 +20,15 @@
 //     FlushInterval, and on [Sink.Flush] and [Sink.Close].
 //   - Nothing is lost silently. A batch the disk refuses is dropped and
 //     reported as "N events dropped writing to PATH: cause"; so are the
-//     batches a writer too slow for its producers cannot take (memory stays
-//     bounded: see Options.MaxPendingBatches). [Sink.Stats] counts it all.
+//     events a writer too slow for its producers cannot take (memory stays
+//     bounded: see Options.MaxQueuedBytes). [Sink.Stats] counts it all.
 //   - Rotation is one generation and only when Options.MaxBytes is set: the
-//     full file becomes PATH.1, replacing any older PATH.1. Retention
-//     belongs to logrotate (use copytruncate) or to the shipper.
+//     full file becomes PATH.1, replacing any older PATH.1. Batches are
+//     split at line boundaries, so the file stays within MaxBytes (or holds
+//     one line larger than it), however the events were batched. A burst
+//     larger than the two generations keeps its newest lines; the oldest are
+//     dropped, counted and reported ([ErrRotatedAway]). Retention beyond
+//     that belongs to logrotate or to the shipper.
 //
 // The package also reads what it writes: [Scan] decodes a stream of lines
 // and counts the bad ones instead of failing on them, and [Follow] tails a

@@ -46,7 +46,7 @@ func testLogrotate(t *testing.T, recipeFormat string, lossless bool) {
 		}
 	}
 	if bin == "" {
-		t.Skip("SKIPPED: logrotate is not installed (apt-get install logrotate); the copytruncate recipe is untested")
+		unavailable(t, "logrotate is not installed (apt-get install logrotate); the logrotate recipes are untested")
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "events.ndjson")

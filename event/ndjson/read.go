@@ -147,8 +147,12 @@ type FollowOptions struct {
 // one-generation rotation, or logrotate's create mode) by finishing the old
 // file and starting the new one from its beginning, and across a
 // truncation in place (logrotate's copytruncate) by starting over at the
-// new beginning. A partial last line waits for its newline. The file must
-// exist when Follow starts; after a rotation it may briefly be missing.
+// new beginning. When the file was rotated twice between two looks (the
+// sink splitting a burst does that in one write), the generation in
+// between is PATH.1 by then: Follow reads it whole before the new file.
+// Generations rotated further away are not looked for. A partial last line
+// waits for its newline. The file must exist when Follow starts; after a
+// rotation it may briefly be missing.
 func Follow(ctx context.Context, path string, opt FollowOptions, fn func(event.Event)) error {
 	if opt.Poll <= 0 {
 		opt.Poll = 250 * time.Millisecond
@@ -202,6 +206,10 @@ func Follow(ctx context.Context, path string, opt FollowOptions, fn func(event.E
 			if err != nil {
 				continue
 			}
+			if err := fl.between(path+".1", cur, nf); err != nil {
+				nf.Close()
+				return err
+			}
 			f.Close()
 			f = nf
 			fl.reset()
@@ -233,6 +241,31 @@ type follower struct {
 	keep  int
 	kept  []event.Event
 	buf   []byte
+}
+
+// between reads the file at mid whole when it is the generation written
+// after old and before next: neither of them, and last written no earlier
+// than old was. (A PATH.1 left from before old began is older than old's
+// last write, and is not read again.)
+func (fl *follower) between(mid string, old os.FileInfo, next *os.File) error {
+	m, err := os.Open(mid)
+	if err != nil {
+		return nil // no generation in between
+	}
+	defer m.Close()
+	mfi, err := m.Stat()
+	if err != nil {
+		return nil
+	}
+	nfi, err := next.Stat()
+	if err != nil {
+		return err
+	}
+	if os.SameFile(mfi, old) || os.SameFile(mfi, nfi) || mfi.ModTime().Before(old.ModTime()) {
+		return nil
+	}
+	fl.reset()
+	return fl.drain(m)
 }
 
 func (fl *follower) reset() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,6 +153,73 @@ func TestFollowAcrossTheSinksRotation(t *testing.T) {
 	}
 	if s.Stats().Rotations < 5 {
 		t.Fatalf("only %d rotations: the test did not test rotation", s.Stats().Rotations)
+	}
+	stop()
+}
+
+// One burst larger than two generations renames the file twice in one
+// write: the generation in between is PATH.1 before the follower looks
+// again. It is read, in order, and nothing is delivered twice.
+func TestFollowReadsTheGenerationBetweenTwoRotations(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "events.ndjson")
+	l := fixedLine(t)
+	s := open(t, path, ndjson.Options{MaxBytes: int64(10 * l), MaxBufferEvents: 1000, FlushInterval: -1})
+	for i := range uint64(3) {
+		s.Export(fixed(100 + i))
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next, stop := follow(t, path, ndjson.FollowOptions{Last: -1})
+	for i := range uint64(3) {
+		if e := next(); e.Meta.Seq != 100+i {
+			t.Fatalf("got seq %d, want %d", e.Meta.Seq, 100+i)
+		}
+	}
+	// 3 + 35 lines of ten per file: the burst's first 17 are rotated away,
+	// 120–129 end in .1 and 130–137 in the file.
+	for i := range uint64(35) {
+		s.Export(fixed(103 + i))
+	}
+	if err := s.Flush(context.Background()); !errors.Is(err, ndjson.ErrRotatedAway) {
+		t.Fatalf("Flush = %v, want the burst's oldest lines rotated away", err)
+	}
+	for want := uint64(120); want < 138; want++ {
+		if e := next(); e.Meta.Seq != want {
+			t.Fatalf("got seq %d, want %d: every line on disk, in order", e.Meta.Seq, want)
+		}
+	}
+	stop()
+}
+
+// A PATH.1 older than the followed file is not read again when the file
+// is deleted and a new one takes its place.
+func TestFollowDoesNotReplayAnOlderGeneration(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "events.ndjson")
+	if err := os.WriteFile(path+".1", []byte(line(fixed(100))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(path+".1", hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(line(fixed(101))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	next, stop := follow(t, path, ndjson.FollowOptions{Last: -1})
+	if e := next(); e.Meta.Seq != 101 {
+		t.Fatalf("got seq %d, want 101", e.Meta.Seq)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(line(fixed(102))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e.Meta.Seq != 102 {
+		t.Fatalf("got seq %d, want 102: the older .1 must not be replayed", e.Meta.Seq)
 	}
 	stop()
 }

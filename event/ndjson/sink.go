@@ -27,11 +27,15 @@ const (
 
 // Options configure a [Sink]. The zero value is usable.
 type Options struct {
-	// MaxBytes, when positive, is the rotation ceiling: a batch that would
-	// take a non-empty file past it first renames the file to PATH.1
-	// (replacing any previous PATH.1). A single batch larger than the
-	// ceiling is still written whole. Zero never renames anything — the
-	// right choice when logrotate or a shipper owns the file.
+	// MaxBytes, when positive, is the rotation ceiling: before a line that
+	// would take a non-empty file past it, the file is renamed to PATH.1
+	// (replacing any previous PATH.1) and a fresh one started. Batches are
+	// split at line boundaries, so the file stays within MaxBytes, or holds
+	// one line when that line alone is larger. A batch larger than two
+	// generations keeps its newest lines: the oldest are dropped, counted
+	// in Stats.RotatedAway and reported with [ErrRotatedAway]. Zero never
+	// renames anything — the right choice when logrotate or a shipper owns
+	// the file.
 	MaxBytes int64
 	// MaxBufferEvents and MaxBufferBytes are the size triggers: when the
 	// buffer reaches either, it is handed to the writer (defaults 100
@@ -73,6 +77,11 @@ var (
 	ErrWriterBehind = errors.New("the writer is behind: the disk is slower than the events (raise MaxQueuedBytes, or send fewer event types)")
 	// ErrClosed: the event was exported after Close.
 	ErrClosed = errors.New("the sink is closed")
+	// ErrRotatedAway: a burst was larger than two generations of MaxBytes;
+	// its oldest lines would have been rotated away within the same write,
+	// so they were not written at all.
+	ErrRotatedAway = errors.New("a burst was larger than two generations of MaxBytes (the file and PATH.1), " +
+		"so rotation discarded its oldest lines unwritten (raise MaxBytes, or set it to 0 and let logrotate keep more generations)")
 )
 
 // DropError reports events the sink accepted or was given but did not
@@ -120,10 +129,11 @@ func (e *OpenError) Unwrap() error { return e.Err }
 type Stats struct {
 	Accepted       uint64 // serialised into the buffer
 	Written        uint64 // on disk (handed to the kernel)
-	Dropped        uint64 // serialised but lost: failed writes, a writer behind
+	Dropped        uint64 // serialised but lost: failed writes, a writer behind, RotatedAway
 	Unserialisable uint64 // refused by Export: could not be serialised
 	AfterClose     uint64 // refused by Export: the sink was closed
 	Rotations      uint64 // renames to PATH.1
+	RotatedAway    uint64 // of Dropped: the oldest lines of bursts larger than two generations
 	Bytes          uint64 // bytes written
 }
 
@@ -145,10 +155,11 @@ type Sink struct {
 	done      uint64 // events accepted and finished (written or dropped)
 	progress  chan struct{}
 	// reports waiting for the reporter, and the events dropped because the
-	// writer was behind, not yet reported.
+	// writer was behind or rotated away, not yet reported.
 	reports       []error
 	suppressed    int
 	behind        int
+	rotatedAway   int
 	reportsQueued uint64
 	reportsSent   uint64
 
@@ -168,6 +179,7 @@ type Sink struct {
 	fi      os.FileInfo
 	regular bool
 	laid    []byte // layout's buffer
+	spans   []span // split's buffer
 }
 
 const maxQueuedReports = 64
@@ -412,18 +424,28 @@ func (s *Sink) round() {
 	s.cur, s.curEvents, s.spare = s.spare, 0, nil
 	s.mu.Unlock()
 
-	err := s.write(data)
+	res := s.write(data, n)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.done += uint64(n)
-	if err == nil {
-		s.stats.Written += uint64(n)
-		s.stats.Bytes += uint64(len(data))
-	} else {
-		s.stats.Dropped += uint64(n)
-		s.lastCause = err
-		s.queueReportLocked(&DropError{N: n, Path: s.path, Err: err})
+	s.stats.Written += uint64(res.written)
+	s.stats.Bytes += uint64(res.bytes)
+	s.stats.Rotations += uint64(res.rotations)
+	if res.rotatedAway > 0 {
+		s.stats.Dropped += uint64(res.rotatedAway)
+		s.stats.RotatedAway += uint64(res.rotatedAway)
+		s.lastCause = ErrRotatedAway
+		if s.rotatedAway == 0 {
+			s.reportsQueued++
+			nudge(s.reportKick)
+		}
+		s.rotatedAway += res.rotatedAway
+	}
+	if res.dropped > 0 {
+		s.stats.Dropped += uint64(res.dropped)
+		s.lastCause = res.err
+		s.queueReportLocked(&DropError{N: res.dropped, Path: s.path, Err: res.err})
 	}
 	// Keep the buffer for the next batch: its size is bounded by
 	// MaxQueuedBytes, and a burst is likely to come again.
@@ -431,50 +453,119 @@ func (s *Sink) round() {
 	s.notifyLocked()
 }
 
-// write puts one batch on disk: it follows the path if the file was moved
-// or deleted, rotates when MaxBytes says so, and never leaves a partial
-// line behind a failed write.
-func (s *Sink) write(data []byte) error {
-	var size int64 = -1 // unknown: no rotation, no repair
-	if s.f == nil || s.regular {
-		fi, err := os.Stat(s.path)
-		switch {
-		case s.f != nil && err == nil && os.SameFile(fi, s.fi):
-			size = fi.Size() // the real size: someone may have truncated it
-		case s.f != nil && err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
-			// The path cannot be looked at right now; the open file can
-			// still be written.
-		default:
-			// Moved away, deleted, or not reopened after a failure:
-			// continue in a fresh file at the path.
-			if err := s.reopen(); err != nil {
-				return err
+// outcome is what became of one batch's events.
+type outcome struct {
+	written, bytes int   // events and bytes handed to the kernel
+	dropped        int   // events lost to err
+	err            error // the failure that dropped them
+	rotatedAway    int   // events of a burst over two generations, not written
+	rotations      int   // renames to PATH.1
+}
+
+// write puts one batch of n events on disk: it follows the path if the
+// file was moved or deleted, rotates at line boundaries when MaxBytes says
+// so, and never leaves a partial line behind a failed write.
+func (s *Sink) write(data []byte, n int) outcome {
+	size, err := s.locate()
+	if err != nil {
+		return outcome{dropped: n, err: err}
+	}
+	ceiling := s.opt.MaxBytes
+	if !s.regular || size < 0 || ceiling == 0 || size+int64(len(data)) <= ceiling {
+		out := data
+		if s.regular && size >= 0 && ceiling == 0 {
+			out = s.layout(data, size)
+		}
+		if err := s.append(out, size); err != nil {
+			return outcome{dropped: n, err: err}
+		}
+		return outcome{written: n, bytes: len(data)}
+	}
+
+	var res outcome
+	s.spans = split(s.spans[:0], data, size, ceiling)
+	pos := 0 // data[:pos] is written or rotated away
+	for _, sp := range s.spans {
+		// An empty file needs no rotation: it happens when the first of two
+		// rotations meets a file that was empty before the batch.
+		if sp.rotate && size != 0 {
+			if err := os.Rename(s.path, s.path+".1"); err != nil {
+				s.mu.Lock()
+				s.queueReportLocked(fmt.Errorf("ndjson: rotating %s failed, writing on past MaxBytes: %w", s.path, err))
+				s.mu.Unlock()
+				// Nothing was rotated, so nothing needs to be lost: the rest
+				// goes to the current file, past the ceiling.
+				sp = span{from: pos, to: len(data)}
+			} else {
+				res.rotations++
+				if err := s.reopen(); err != nil {
+					res.dropped, res.err = lines(data[pos:]), err
+					return res
+				}
+				size = s.fi.Size()
 			}
-			size = s.fi.Size()
+		}
+		res.rotatedAway += lines(data[pos:sp.from])
+		chunk := data[sp.from:sp.to]
+		if err := s.append(chunk, size); err != nil {
+			res.dropped, res.err = lines(data[sp.from:]), err
+			return res
+		}
+		res.written += lines(chunk)
+		res.bytes += len(chunk)
+		size += int64(len(chunk))
+		pos = sp.to
+		if pos == len(data) {
+			break
 		}
 	}
-	if s.regular && s.opt.MaxBytes > 0 && size > 0 && size+int64(len(data)) > s.opt.MaxBytes {
-		if err := os.Rename(s.path, s.path+".1"); err != nil {
-			s.mu.Lock()
-			s.queueReportLocked(fmt.Errorf("ndjson: rotating %s failed, writing on past MaxBytes: %w", s.path, err))
-			s.mu.Unlock()
-		} else {
-			s.mu.Lock()
-			s.stats.Rotations++
-			s.mu.Unlock()
-			if err := s.reopen(); err != nil {
-				return err
-			}
-			size = 0
+	return res
+}
+
+// lines counts the events in a run of whole lines.
+func lines(b []byte) int {
+	n := bytes.Count(b, []byte{'\n'})
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		n++
+	}
+	return n
+}
+
+// locate makes sure the sink holds the file at its path and returns the
+// file's real size, or -1 when that cannot be known (no rotation, no
+// repair then).
+func (s *Sink) locate() (int64, error) {
+	if s.f != nil && !s.regular {
+		return -1, nil
+	}
+	fi, err := os.Stat(s.path)
+	switch {
+	case s.f != nil && err == nil && os.SameFile(fi, s.fi):
+		return fi.Size(), nil // the real size: someone may have truncated it
+	case s.f != nil && err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+		// The path cannot be looked at right now; the open file can
+		// still be written.
+		return -1, nil
+	default:
+		// Moved away, deleted, or not reopened after a failure: continue
+		// in a fresh file at the path.
+		if err := s.reopen(); err != nil {
+			return -1, err
 		}
+		if !s.regular {
+			return -1, nil
+		}
+		return s.fi.Size(), nil
 	}
-	if s.regular && size >= 0 && s.opt.MaxBytes == 0 {
-		data = s.layout(data, size)
-	}
+}
+
+// append writes data at the end of the file, which held size bytes (-1:
+// unknown). A failed write that landed in part is taken back so that the
+// next batch starts on a line of its own — but only if nobody else wrote
+// meanwhile.
+func (s *Sink) append(data []byte, size int64) error {
 	n, err := s.f.Write(data)
 	if err != nil && n > 0 && s.regular && size >= 0 {
-		// Take back the partial batch so that the next one starts on a line
-		// of its own — but only if nobody else wrote meanwhile.
 		if fi, serr := s.f.Stat(); serr == nil && fi.Size() == size+int64(n) {
 			_ = s.f.Truncate(size)
 		}
@@ -619,6 +710,10 @@ func (s *Sink) deliver() {
 		if s.behind > 0 {
 			reports = append(reports, &DropError{N: s.behind, Path: s.path, Err: ErrWriterBehind})
 			s.behind = 0
+		}
+		if s.rotatedAway > 0 {
+			reports = append(reports, &DropError{N: s.rotatedAway, Path: s.path, Err: ErrRotatedAway})
+			s.rotatedAway = 0
 		}
 		if s.suppressed > 0 {
 			reports = append(reports, fmt.Errorf("ndjson: %d further error reports about %s were suppressed; Stats counts every drop", s.suppressed, s.path))

@@ -480,22 +480,6 @@ func TestRotationKeepsExactlyOneGeneration(t *testing.T) {
 	}
 }
 
-func TestABatchLargerThanTheCeilingIsWrittenWhole(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "events.ndjson")
-	s := open(t, path, ndjson.Options{MaxBytes: 100, FlushInterval: -1})
-	s.Export(toolEnd(1, strings.Repeat("big", 100)))
-	_ = s.Flush(context.Background())
-	s.Export(toolEnd(2, strings.Repeat("big", 100)))
-	_ = s.Flush(context.Background())
-	if err := s.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n, m := len(decoded(t, path)), len(decoded(t, path+".1")); n != 1 || m != 1 {
-		t.Fatalf("file %d and .1 %d events; want each oversized batch whole in its own file", n, m)
-	}
-}
-
 func TestWithoutMaxBytesNothingIsRenamed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
