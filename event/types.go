@@ -49,6 +49,10 @@ const (
 	TypeHostSessionEvicted   Type = "agentry.host.session_evicted"
 	TypeHostAdmissionRefused Type = "agentry.host.admission_refused"
 	TypeHostTurnFailed       Type = "agentry.host.turn_failed"
+	// A provider session's close failed (the host retries it), and a
+	// retry that finished the cleanup.
+	TypeHostCleanupFailed Type = "agentry.host.cleanup_failed"
+	TypeHostCleanupDone   Type = "agentry.host.cleanup_done"
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -253,6 +257,21 @@ type HostTurnFailed struct {
 	Error string `json:"error"`
 }
 
+// HostCleanup is the payload of host cleanup_failed and cleanup_done: a
+// provider session's close that failed, and each retry of it. It names
+// the provider and (in Meta) the conversation; never a key.
+type HostCleanup struct {
+	Provider string `json:"provider"`
+	// Closing says what was closing the session: close, evict, shutdown
+	// or quarantine.
+	Closing string `json:"closing"`
+	// Attempt counts the tries so far, the first close included.
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error,omitempty"`
+	// Retrying says the host will try again.
+	Retrying bool `json:"retrying,omitempty"`
+}
+
 var payloads = map[Type]func() any{
 	TypeTurnStart:             func() any { return new(TurnStart) },
 	TypeTurnEnd:               func() any { return new(TurnEnd) },
@@ -283,6 +302,8 @@ var payloads = map[Type]func() any{
 	TypeHostSessionEvicted:    func() any { return new(HostSession) },
 	TypeHostAdmissionRefused:  func() any { return new(AdmissionRefused) },
 	TypeHostTurnFailed:        func() any { return new(HostTurnFailed) },
+	TypeHostCleanupFailed:     func() any { return new(HostCleanup) },
+	TypeHostCleanupDone:       func() any { return new(HostCleanup) },
 }
 
 // Types lists every type this package defines, in a stable order.
@@ -297,6 +318,7 @@ func Types() []Type {
 		TypeProviderSessionOpened, TypeProviderSessionClosed, TypeProviderTurnStart, TypeProviderTurnEnd,
 		TypeProviderRequest, TypeProviderCleanupFailed, TypeProviderQuarantined,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
+		TypeHostCleanupFailed, TypeHostCleanupDone,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 func TestTokensFile(t *testing.T) {
@@ -37,21 +38,21 @@ func TestTokensFile(t *testing.T) {
 	}
 	for _, c := range []struct {
 		header string
-		want   host.Owner
+		want   tool.Identity
 		err    error
 	}{
 		{"Bearer " + tok, alice, nil},
 		{"bearer " + tok2, bob, nil},
 		{"BEARER  " + tok, alice, nil},
-		{"", host.Owner{}, host.ErrNoCredentials},
-		{"Bearer", host.Owner{}, host.ErrBadCredentials},
-		{"Bearer ", host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + tok + "x", host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + tok[:len(tok)-1], host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + tok + " " + tok2, host.Owner{}, host.ErrBadCredentials},
-		{"Basic " + tok, host.Owner{}, host.ErrBadCredentials},
-		{tok, host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + strings.TrimPrefix(line, "sha256:")[:64], host.Owner{}, host.ErrBadCredentials}, // the digest is not the token
+		{"", tool.Identity{}, host.ErrNoCredentials},
+		{"Bearer", tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer ", tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + tok + "x", tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + tok[:len(tok)-1], tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + tok + " " + tok2, tool.Identity{}, host.ErrBadCredentials},
+		{"Basic " + tok, tool.Identity{}, host.ErrBadCredentials},
+		{tok, tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + strings.TrimPrefix(line, "sha256:")[:64], tool.Identity{}, host.ErrBadCredentials}, // the digest is not the token
 	} {
 		r := httptest.NewRequest("GET", "/v1/sessions", nil)
 		if c.header != "" {
@@ -96,7 +97,7 @@ func TestTokensFileRefusals(t *testing.T) {
 			t.Errorf("%s: the error does not say which line: %v", c.name, err)
 		}
 	}
-	if _, _, err := host.GenerateToken(host.Owner{Tenant: "a b", Principal: "c"}); err == nil {
+	if _, _, err := host.GenerateToken(tool.Identity{Tenant: "a b", Principal: "c"}); err == nil {
 		t.Fatal("a tenant with a space")
 	}
 	if _, err := host.LoadTokens(filepath.Join(t.TempDir(), "missing")); err == nil {

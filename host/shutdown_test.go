@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // A restart resumes conversations and paused turns from the store; the
@@ -227,16 +228,12 @@ func (f *fixture) metrics() string {
 	return string(b)
 }
 
-// Without a Router, the host attaches its own to the engine's bus.
-func TestHostWithoutRouter(t *testing.T) {
-	f := newFixture(t, config{noRouter: true})
-	a := f.open("alice")
-	evs := f.stream("alice", "/v1/sessions/"+a+"/turns", `{"message":"hello"}`)
-	checkStream(t, evs, a)
-}
-
 func TestNewRefusesWhatItCannotRun(t *testing.T) {
 	f := newFixture(t, config{})
+	inst, err := f.reg.Instance("agents")
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := openStore(t, filepath.Join(t.TempDir(), "x.db"))
 	defer st.Close()
 	auth, _ := tokensFor(t, nil)
@@ -244,10 +241,12 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 		opt  host.Options
 		want string
 	}{
-		{host.Options{Store: st, Auth: auth}, "Engine"},
-		{host.Options{Engine: f.a, Auth: auth}, "Store"},
-		{host.Options{Engine: f.a, Store: st}, "Auth"},
-		{host.Options{Engine: f.a, Store: st, Auth: auth, MaxTurns: -1}, "negative"},
+		{host.Options{Store: st, Auth: auth}, "provider"},
+		{host.Options{Provider: inst, Adapter: inst.Adapter(), Store: st, Auth: auth}, "not both"},
+		{host.Options{Provider: inst, Auth: auth}, "Store"},
+		{host.Options{Provider: inst, Store: st}, "Auth"},
+		{host.Options{Provider: inst, Store: st, Auth: auth, MaxTurns: -1}, "negative"},
+		{host.Options{Provider: inst, Store: st, Auth: auth, HostTools: []tool.Tool{nil}}, "nil"},
 	} {
 		if _, err := host.New(c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("want a refusal naming %s: %v", c.want, err)
@@ -255,12 +254,12 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 	}
 	// One router serves one host.
 	r := host.NewRouter()
-	h1, err := host.New(host.Options{Engine: f.a, Store: st, Auth: auth, Router: r, EvictEvery: -1})
+	h1, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, Router: r, EvictEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = h1
-	if _, err := host.New(host.Options{Engine: f.a, Store: st, Auth: auth, Router: r, EvictEvery: -1}); err == nil {
+	if _, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, Router: r, EvictEvery: -1}); err == nil {
 		t.Fatal("a router shared by two hosts")
 	}
 }
