@@ -186,15 +186,18 @@ func (h *Host) recordCleanup(ctx context.Context, id string, o tool.Identity, ki
 	if err != nil {
 		turn.Outcome, turn.Error = TurnCleanupFailed, clipMessage(err.Error())
 		h.metrics.failures.WithLabelValues("cleanup").Inc()
-		h.emit(event.TypeHostCleanupFailed, &event.HostCleanup{Provider: h.key, Closing: kind, Attempt: attempt,
-			Error: clipMessage(err.Error()), Retrying: retrying}, id, o)
-	} else {
-		h.emit(event.TypeHostCleanupDone, &event.HostCleanup{Provider: h.key, Closing: kind, Attempt: attempt}, id, o)
 	}
+	// Recorded first, then told: whoever hears the event finds the entry.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	if serr := h.appendTurn(sctx, id, o, turn); serr != nil {
 		h.log.Error("host: recording a provider cleanup in the turn log", "session", id, "err", serr)
+	}
+	if err != nil {
+		h.emit(event.TypeHostCleanupFailed, &event.HostCleanup{Provider: h.key, Closing: kind, Attempt: attempt,
+			Error: clipMessage(err.Error()), Retrying: retrying}, id, o)
+	} else {
+		h.emit(event.TypeHostCleanupDone, &event.HostCleanup{Provider: h.key, Closing: kind, Attempt: attempt}, id, o)
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-		"github.com/agentry-dev/agentry/event"
-		"github.com/agentry-dev/agentry/tool"
-	)
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
+)
 
 type ownerKey struct{}
 
@@ -147,17 +147,17 @@ func asAPIError(err error) *apiError {
 
 // sessionView is a conversation as the API shows it.
 type sessionView struct {
-	SessionID string    `json:"sessionId"`
-	State     State     `json:"state"`
-	Turns     int       `json:"turns"`
-	Pending   *Pending  `json:"pending,omitempty"`
+	SessionID string   `json:"sessionId"`
+	State     State    `json:"state"`
+	Turns     int      `json:"turns"`
+	Pending   *Pending `json:"pending,omitempty"`
 	// Interaction is a question or notice the agent raised outside a
 	// turn's requests, waiting for the person (only while it waits).
 	Interaction *InteractionView `json:"interaction,omitempty"`
 	Provider    string           `json:"provider,omitempty"`
 	LastRunID   string           `json:"lastRunId,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
-	UpdatedAt time.Time `json:"updatedAt"`
+	CreatedAt   time.Time        `json:"createdAt"`
+	UpdatedAt   time.Time        `json:"updatedAt"`
 }
 
 func viewOf(c Conversation) sessionView {
@@ -299,4 +299,3 @@ func (h *Host) handleTurnLog(w http.ResponseWriter, r *http.Request, o tool.Iden
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessionId": id, "turns": ts})
 }
-

@@ -372,6 +372,8 @@ type fixture struct {
 	tokens map[string]string // name → bearer token
 	stop   func()
 	closed bool
+	// keepReg leaves the registry open at shutdown, for a next host.
+	keepReg bool
 }
 
 type config struct {
@@ -383,8 +385,8 @@ type config struct {
 	tokens   map[string]string // reuse these tokens (a restart)
 	tools    []tool.Tool       // more tools for the agent
 	reg      *provider.Registry
-	keepReg  bool // leave the registry open at shutdown (the fake's conversations live in it)
-	provider provider.Driver   // another driver than native or the fake
+	keepReg  bool            // leave the registry open at shutdown (the fake's conversations live in it)
+	provider provider.Driver // another driver than native or the fake
 }
 
 var owners = map[string]tool.Identity{
@@ -485,9 +487,7 @@ func newFixture(t *testing.T, cfg config) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, kind: cfg.kind, h: h, reg: reg, bus: bus, store: st, dsn: cfg.dsn, ws: ws, gate: g, rec: rec, tokens: toks}
-	if cfg.keepReg {
-		f.reg = nil
-	}
+	f.keepReg = cfg.keepReg
 	if cfg.real {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -552,7 +552,7 @@ func (f *fixture) shutdown() {
 		f.t.Errorf("host shutdown: %v", err)
 	}
 	f.stop()
-	if f.reg != nil {
+	if f.reg != nil && !f.keepReg {
 		if err := f.reg.Dispose(ctx); err != nil {
 			f.t.Errorf("disposing the providers: %v", err)
 		}

@@ -2,12 +2,15 @@ package host
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 )
 
@@ -96,6 +99,7 @@ func (h *Host) stream(w http.ResponseWriter, r *http.Request, lc *liveConv, stop
 	pump := func() {
 		var dropped int
 		buf, dropped = sub.take(buf)
+		sortEvents(buf)
 		if dropped > 0 && alive {
 			writeSSE(bw, "", DroppedEvent, map[string]int{"dropped": dropped})
 		}
@@ -151,6 +155,24 @@ func (h *Host) stream(w http.ResponseWriter, r *http.Request, lc *liveConv, stop
 		writeSSE(bw, "", ResultEvent, out)
 	}
 	flush()
+}
+
+// sortEvents puts the bus events of a batch back in the order the bus
+// numbered them (parallel tool calls may hand them over slightly out of
+// turn), leaving outputs and interactions where they are.
+func sortEvents(buf []item) {
+	var at []int
+	var evs []event.Event
+	for i, it := range buf {
+		if it.output == nil && it.interaction == nil {
+			at = append(at, i)
+			evs = append(evs, it.e)
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b event.Event) int { return cmp.Compare(a.Meta.Seq, b.Meta.Seq) })
+	for k, i := range at {
+		buf[i].e = evs[k]
+	}
 }
 
 func writeSSE(bw *bufio.Writer, id, name string, v any) {
