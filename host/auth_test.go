@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -102,5 +103,44 @@ func TestTokensFileRefusals(t *testing.T) {
 	}
 	if _, err := host.LoadTokens(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("a missing file")
+	}
+}
+
+// Identity is the MCP door's shape of the one authenticator: a listed
+// token proves its owner; no header is no credentials; anything else is
+// refused.
+func TestTokensIdentityForTheMCPDoor(t *testing.T) {
+	alice := tool.Identity{Tenant: "acme", Principal: "alice"}
+	good := host.TokenLine("agt_a", tool.Identity{Tenant: "acme", Principal: "alice"}) + "\n\n  # comment\n" +
+		host.TokenLine("agt_b", tool.Identity{Tenant: "acme", Principal: "bob"})
+	toks, err := host.ParseTokens(strings.NewReader(good))
+	if err != nil || toks.Len() != 2 {
+		t.Fatalf("%v, %v", toks, err)
+	}
+	auth := toks.Identity
+	for _, c := range []struct {
+		hdr  []string
+		want *tool.Identity
+		bad  bool
+	}{
+		{nil, nil, false},
+		{[]string{"Bearer agt_a"}, &alice, false},
+		{[]string{"bearer agt_a"}, &alice, false},
+		{[]string{"Bearer agt_c"}, nil, true},
+		{[]string{"Basic agt_a"}, nil, true},
+		{[]string{"Bearer agt_a", "Bearer agt_a"}, nil, true},
+		{[]string{"Bearer " + strings.Repeat("x", 5000)}, nil, true},
+	} {
+		r, _ := http.NewRequest(http.MethodPost, "/mcp", nil)
+		for _, h := range c.hdr {
+			r.Header.Add("Authorization", h)
+		}
+		id, err := auth(r)
+		if (err != nil) != c.bad || (id == nil) != (c.want == nil) || (id != nil && *id != *c.want) {
+			t.Errorf("%q: %v, %v", c.hdr, id, err)
+		}
+		if c.bad && !errors.Is(err, host.ErrBadCredentials) {
+			t.Errorf("%q: %v, want ErrBadCredentials", c.hdr, err)
+		}
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm/scripted"
-	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/native"
 )
 
@@ -37,17 +36,11 @@ func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
 	}
 	router := host.NewRouter()
 	model := scripted.New(ss...)
-	d, err := native.NewDriver(native.Config{Store: st.NativeStore(), Agent: func(context.Context, provider.Definition) (agent.Options, error) {
-		return agent.Options{Model: model, Routes: []agent.Route{{Sink: router, Filter: router.Filter()}}}, nil
-	}})
+	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(),
+		Agent: native.Fixed(agent.Options{Model: model, Routes: []agent.Route{{Sink: router, Filter: router.Filter()}}})})
 	if err != nil {
 		b.Fatal(err)
 	}
-	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: "bench", Provider: native.DefaultKey}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	inst, _ := reg.Instance("bench")
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
 	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Router: router, EvictEvery: -1,

@@ -129,8 +129,8 @@ func (s *Store) upgrade(ctx context.Context, tx *sql.Tx, l legacy, now int64) er
 		l.turnSeq++
 	}
 	// Only a paused conversation had a pending question; none has now.
-	_, err = tx.ExecContext(ctx, r(`UPDATE agentry_conversations SET provider = 'native', binding = ?, messages = ?, state = ?,
+	_, err = tx.ExecContext(ctx, r(`UPDATE agentry_conversations SET provider = ?, binding = ?, messages = ?, state = ?,
 		pending_question = NULL, pending_tool = NULL, checkpoint = NULL, transcript_head = NULL, turn_seq = ? WHERE id = ?`),
-		binding, n, state, l.turnSeq, l.id)
+		native.DefaultKey, binding, n, state, l.turnSeq, l.id)
 	return err
 }
