@@ -138,6 +138,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		auth = t
 	}
 
+	if o.agent == "" {
+		o.agent = "native"
+	}
 	if o.agent != "native" {
 		return usageError("--agent %q: this build hosts the native agent (--agent native)", o.agent)
 	}
