@@ -388,7 +388,9 @@ func (s *Store) Info(ctx context.Context, owner tool.Identity, id string) (host.
 
 // saveReq is one Save, ready to write.
 type saveReq struct {
-	ctx        context.Context
+	ctx context.Context
+	// native, when set, makes this a native record's upsert instead.
+	native     *nativeWrite
 	c          host.Conversation
 	add        []host.Message
 	pq, pt, pr sql.NullString
@@ -409,6 +411,16 @@ func (s *Store) Save(ctx context.Context, u host.Update) (int64, error) {
 	}
 	r := &saveReq{ctx: ctx, c: c, add: u.Append, turn: u.Turn}
 	r.pq, r.pt, r.pr = pendingCols(c.Pending)
+	return s.submit(ctx, r)
+}
+
+type nativeWrite struct {
+	binding, record string
+}
+
+// submit hands r to the group-commit writer, or writes it alone where
+// there is none.
+func (s *Store) submit(ctx context.Context, r *saveReq) (int64, error) {
 	if s.saves == nil {
 		return s.saveAlone(ctx, r)
 	}
@@ -416,9 +428,9 @@ func (s *Store) Save(ctx context.Context, u host.Update) (int64, error) {
 	select {
 	case s.saves <- r:
 	case <-s.stopped:
-		return 0, s.fail("saving a conversation", errors.New("the store is closed"))
+		return 0, s.fail("saving", errors.New("the store is closed"))
 	case <-ctx.Done():
-		return 0, s.fail("saving a conversation", ctx.Err())
+		return 0, s.fail("saving", ctx.Err())
 	}
 	res := <-r.done
 	return res.version, res.err
@@ -444,6 +456,12 @@ func (s *Store) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
 // saveIn writes r inside tx. ErrConflict and ErrNotFound leave tx usable
 // (nothing was written); any other error means tx must be rolled back.
 func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, error) {
+	if n := r.native; n != nil {
+		if _, err := tx.ExecContext(ctx, s.q.nativeSave, n.binding, n.record, micros(time.Now())); err != nil {
+			return 0, s.fail("saving a native conversation", err)
+		}
+		return 0, nil
+	}
 	c := r.c
 	var version, stored, seq int64
 	err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version, &stored, &seq)
@@ -732,10 +750,10 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 	if err != nil {
 		return fmt.Errorf("sqlstore: encoding a native conversation: %w", err)
 	}
-	if _, err := n.s.write.ExecContext(ctx, n.s.q.nativeSave, string(b), string(raw), micros(time.Now())); err != nil {
-		return n.s.fail("saving a native conversation", err)
-	}
-	return nil
+	// Through the same writer as the host's saves, so on SQLite the two
+	// writes of a turn share a commit with the other turns'.
+	_, err = n.s.submit(ctx, &saveReq{ctx: ctx, native: &nativeWrite{binding: string(b), record: string(raw)}})
+	return err
 }
 
 // DollarParams rewrites ? placeholders as $1, $2, … (none of the
