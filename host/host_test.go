@@ -305,9 +305,13 @@ func checkStream(t *testing.T, evs []sseEvent, id string) {
 	}
 }
 
-// Bad input gets its documented status and code, and changes nothing.
+// Bad input gets its documented status and code, and changes nothing —
+// whatever the provider.
 func TestBadInput(t *testing.T) {
-	f := newFixture(t, config{})
+	eachProvider(t, func(t *testing.T, kind string) { badInput(t, newFixture(t, config{kind: kind})) })
+}
+
+func badInput(t *testing.T, f *fixture) {
 	id := f.open("alice")
 	want(t, f.say("alice", id, "hello"), 200, "")
 	before := f.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).body

@@ -63,16 +63,25 @@ func TestFakeProviderLifecycle(t *testing.T) {
 	}
 }
 
-// The same bad input is refused the same way, whoever the provider.
-func TestFakeProviderBadInput(t *testing.T) {
+// A streamed turn on the fake: its outputs, and the result.
+func TestFakeProviderStream(t *testing.T) {
 	f := newFixture(t, config{kind: onFake})
 	id := f.open("alice")
-	turns := "/v1/sessions/" + id + "/turns"
-	want(t, f.do("POST", turns, "alice", `{"message":5}`), 400, "invalid_json")
-	want(t, f.do("POST", turns, "alice", `{}`), 400, "missing_field")
-	want(t, f.do("POST", "/v1/sessions/"+id+"/decision", "alice", `{"approve":true}`), 409, "no_pending_question")
-	want(t, f.do("POST", turns, "bob", `{"message":"hi"}`), 404, "not_found")
-	want(t, f.say("alice", id, "still fine"), 200, "")
+	evs := f.stream("alice", "/v1/sessions/"+id+"/turns", `{"message":"hello"}`)
+	var kinds []string
+	for _, e := range evs {
+		if e.name == host.OutputEvent {
+			var o struct{ Kind, Text string }
+			_ = json.Unmarshal(e.data, &o)
+			kinds = append(kinds, o.Kind+":"+o.Text)
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "turn.started: text:echo: hello turn.completed:" {
+		t.Fatalf("outputs: %s", got)
+	}
+	if last := evs[len(evs)-1]; last.name != host.ResultEvent || !strings.Contains(string(last.data), `"output":"echo: hello"`) {
+		t.Fatalf("result: %s %s", last.name, last.data)
+	}
 }
 
 // The drain bound interrupts a turn through the contract (Interrupt): it

@@ -166,9 +166,12 @@ func TestShutdownCutsStream(t *testing.T) {
 	f.stop()
 }
 
-// Health and readiness.
+// Health and readiness, whatever the provider.
 func TestHealthAndReadiness(t *testing.T) {
-	f := newFixture(t, config{})
+	eachProvider(t, func(t *testing.T, kind string) { healthAndReadiness(t, newFixture(t, config{kind: kind})) })
+}
+
+func healthAndReadiness(t *testing.T, f *fixture) {
 	want(t, f.do("GET", "/healthz", "", nil), 200, "")
 	want(t, f.do("GET", "/readyz", "", nil), 200, "")
 	// A store that cannot be reached makes the host unready (and only that).
