@@ -54,6 +54,10 @@ const (
 	TypeJailStarted Type = "agentry.jail.started"
 	TypeJailRefused Type = "agentry.jail.connection_refused"
 	TypeJailStopped Type = "agentry.jail.stopped"
+	// A provider session's close failed (the host retries it), and a
+	// retry that finished the cleanup.
+	TypeHostCleanupFailed Type = "agentry.host.cleanup_failed"
+	TypeHostCleanupDone   Type = "agentry.host.cleanup_done"
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -301,6 +305,21 @@ type JailStopped struct {
 	Error    string  `json:"error,omitempty"`
 }
 
+// HostCleanup is the payload of host cleanup_failed and cleanup_done: a
+// provider session's close that failed, and each retry of it. It names
+// the provider and (in Meta) the conversation; never a key.
+type HostCleanup struct {
+	Provider string `json:"provider"`
+	// Closing says what was closing the session: close, evict, shutdown
+	// or quarantine.
+	Closing string `json:"closing"`
+	// Attempt counts the tries so far, the first close included.
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error,omitempty"`
+	// Retrying says the host will try again.
+	Retrying bool `json:"retrying,omitempty"`
+}
+
 var payloads = map[Type]func() any{
 	TypeTurnStart:             func() any { return new(TurnStart) },
 	TypeTurnEnd:               func() any { return new(TurnEnd) },
@@ -334,6 +353,8 @@ var payloads = map[Type]func() any{
 	TypeJailStarted:           func() any { return new(JailStarted) },
 	TypeJailRefused:           func() any { return new(JailRefused) },
 	TypeJailStopped:           func() any { return new(JailStopped) },
+	TypeHostCleanupFailed:     func() any { return new(HostCleanup) },
+	TypeHostCleanupDone:       func() any { return new(HostCleanup) },
 }
 
 // Types lists every type this package defines, in a stable order.
@@ -349,6 +370,7 @@ func Types() []Type {
 		TypeProviderRequest, TypeProviderCleanupFailed, TypeProviderQuarantined,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
 		TypeJailStarted, TypeJailRefused, TypeJailStopped,
+		TypeHostCleanupFailed, TypeHostCleanupDone,
 	}
 }
 

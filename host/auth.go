@@ -15,6 +15,8 @@ import (
 	"os"
 	"strings"
 	"unicode"
+
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // Authenticator proves who sends a request. It is the only source of a
@@ -22,10 +24,11 @@ import (
 // can name a tenant or principal. Implementations must be safe for
 // concurrent use; a JWT or OIDC verifier fits behind it.
 type Authenticator interface {
-	// Authenticate returns the owner the request's credentials prove, or
+	// Authenticate returns the owner the request's credentials prove (a
+	// tenant and a principal; never a ConversationID), or
 	// an error wrapping ErrNoCredentials (nothing presented) or
 	// ErrBadCredentials (presented and refused).
-	Authenticate(r *http.Request) (Owner, error)
+	Authenticate(r *http.Request) (tool.Identity, error)
 }
 
 var (
@@ -36,9 +39,16 @@ var (
 )
 
 // Tokens is the default Authenticator: bearer tokens, each proving one
-// owner. It keeps only the tokens' SHA-256 digests.
+// owner. It keeps only the tokens' SHA-256 digests. It is the one tokens
+// parser and authenticator of agentry: the MCP door uses it too
+// ([Tokens.Identity]).
 type Tokens struct {
-	byDigest map[[sha256.Size]byte]Owner
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	sum   [sha256.Size]byte
+	owner tool.Identity
 }
 
 // TokenPrefix starts every token GenerateToken makes, so a leaked token is
@@ -47,7 +57,7 @@ const TokenPrefix = "agt_"
 
 // GenerateToken returns a new random token (256 bits) and its digest line
 // for a tokens file.
-func GenerateToken(o Owner) (token, line string, err error) {
+func GenerateToken(o tool.Identity) (token, line string, err error) {
 	if err := checkName("tenant", o.Tenant); err != nil {
 		return "", "", err
 	}
@@ -63,7 +73,7 @@ func GenerateToken(o Owner) (token, line string, err error) {
 }
 
 // TokenLine is the line of a tokens file that admits token as o.
-func TokenLine(token string, o Owner) string {
+func TokenLine(token string, o tool.Identity) string {
 	sum := sha256.Sum256([]byte(token))
 	return "sha256:" + hex.EncodeToString(sum[:]) + " " + o.Tenant + " " + o.Principal
 }
@@ -76,7 +86,8 @@ func TokenLine(token string, o Owner) string {
 // never appear in the file. Tenants and principals are 1–128 printable
 // characters without spaces. A digest listed twice is refused.
 func ParseTokens(r io.Reader) (*Tokens, error) {
-	t := &Tokens{byDigest: make(map[[sha256.Size]byte]Owner)}
+	t := &Tokens{}
+	seen := make(map[[sha256.Size]byte]bool)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 4096)
 	n := 0
@@ -101,17 +112,18 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 		if _, err := hex.Decode(sum[:], []byte(hexSum)); err != nil {
 			return nil, fmt.Errorf("host: tokens file line %d: the digest is not hex", n)
 		}
-		o := Owner{Tenant: f[1], Principal: f[2]}
+		o := tool.Identity{Tenant: f[1], Principal: f[2]}
 		if err := checkName("tenant", o.Tenant); err != nil {
 			return nil, fmt.Errorf("host: tokens file line %d: %w", n, err)
 		}
 		if err := checkName("principal", o.Principal); err != nil {
 			return nil, fmt.Errorf("host: tokens file line %d: %w", n, err)
 		}
-		if _, dup := t.byDigest[sum]; dup {
+		if seen[sum] {
 			return nil, fmt.Errorf("host: tokens file line %d: this digest is listed twice; remove one line", n)
 		}
-		t.byDigest[sum] = o
+		seen[sum] = true
+		t.entries = append(t.entries, tokenEntry{sum: sum, owner: o})
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -132,34 +144,64 @@ func LoadTokens(path string) (*Tokens, error) {
 }
 
 // Len returns how many tokens are admitted.
-func (t *Tokens) Len() int { return len(t.byDigest) }
+func (t *Tokens) Len() int { return len(t.entries) }
 
-// Authenticate reads Authorization: Bearer <token>. The token is hashed
-// and looked up by its digest, then the digests are compared in constant
-// time: the lookup's timing depends only on a digest, which tells an
-// attacker nothing about any admitted token.
-func (t *Tokens) Authenticate(r *http.Request) (Owner, error) {
+// Owners returns the distinct owners the tokens admit, in file order.
+func (t *Tokens) Owners() []tool.Identity {
+	var out []tool.Identity
+	seen := map[tool.Identity]bool{}
+	for _, e := range t.entries {
+		if !seen[e.owner] {
+			seen[e.owner] = true
+			out = append(out, e.owner)
+		}
+	}
+	return out
+}
+
+// Authenticate reads Authorization: Bearer <token>. The token's SHA-256
+// digest is compared with every admitted digest in constant time, with no
+// early exit, so how long it takes says nothing about which token came
+// close, or where in the file it is.
+func (t *Tokens) Authenticate(r *http.Request) (tool.Identity, error) {
 	h := r.Header.Values("Authorization")
 	if len(h) == 0 {
-		return Owner{}, ErrNoCredentials
+		return tool.Identity{}, ErrNoCredentials
 	}
 	if len(h) > 1 {
-		return Owner{}, ErrBadCredentials
+		return tool.Identity{}, ErrBadCredentials
 	}
 	tok, ok := bearer(h[0])
 	if !ok {
-		return Owner{}, ErrBadCredentials
+		return tool.Identity{}, ErrBadCredentials
 	}
 	sum := sha256.Sum256([]byte(tok))
-	o, found := t.byDigest[sum]
-	var want [sha256.Size]byte
-	if found {
-		want = sum
+	var found tool.Identity
+	match := 0
+	for i := range t.entries {
+		if subtle.ConstantTimeCompare(t.entries[i].sum[:], sum[:]) == 1 {
+			found = t.entries[i].owner
+			match = 1
+		}
 	}
-	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !found {
-		return Owner{}, ErrBadCredentials
+	if match == 0 {
+		return tool.Identity{}, ErrBadCredentials
 	}
-	return o, nil
+	return found, nil
+}
+
+// Identity is Authenticate in the shape the MCP door takes
+// (mcpserve.Authenticator): (nil, nil) for a request with no credentials,
+// the proved identity, or an error wrapping ErrBadCredentials.
+func (t *Tokens) Identity(r *http.Request) (*tool.Identity, error) {
+	id, err := t.Authenticate(r)
+	switch {
+	case errors.Is(err, ErrNoCredentials):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &id, nil
 }
 
 // bearer reads the token of an Authorization value "Bearer <token>" (the

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 func TestTokensFile(t *testing.T) {
@@ -37,21 +39,21 @@ func TestTokensFile(t *testing.T) {
 	}
 	for _, c := range []struct {
 		header string
-		want   host.Owner
+		want   tool.Identity
 		err    error
 	}{
 		{"Bearer " + tok, alice, nil},
 		{"bearer " + tok2, bob, nil},
 		{"BEARER  " + tok, alice, nil},
-		{"", host.Owner{}, host.ErrNoCredentials},
-		{"Bearer", host.Owner{}, host.ErrBadCredentials},
-		{"Bearer ", host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + tok + "x", host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + tok[:len(tok)-1], host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + tok + " " + tok2, host.Owner{}, host.ErrBadCredentials},
-		{"Basic " + tok, host.Owner{}, host.ErrBadCredentials},
-		{tok, host.Owner{}, host.ErrBadCredentials},
-		{"Bearer " + strings.TrimPrefix(line, "sha256:")[:64], host.Owner{}, host.ErrBadCredentials}, // the digest is not the token
+		{"", tool.Identity{}, host.ErrNoCredentials},
+		{"Bearer", tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer ", tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + tok + "x", tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + tok[:len(tok)-1], tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + tok + " " + tok2, tool.Identity{}, host.ErrBadCredentials},
+		{"Basic " + tok, tool.Identity{}, host.ErrBadCredentials},
+		{tok, tool.Identity{}, host.ErrBadCredentials},
+		{"Bearer " + strings.TrimPrefix(line, "sha256:")[:64], tool.Identity{}, host.ErrBadCredentials}, // the digest is not the token
 	} {
 		r := httptest.NewRequest("GET", "/v1/sessions", nil)
 		if c.header != "" {
@@ -96,10 +98,49 @@ func TestTokensFileRefusals(t *testing.T) {
 			t.Errorf("%s: the error does not say which line: %v", c.name, err)
 		}
 	}
-	if _, _, err := host.GenerateToken(host.Owner{Tenant: "a b", Principal: "c"}); err == nil {
+	if _, _, err := host.GenerateToken(tool.Identity{Tenant: "a b", Principal: "c"}); err == nil {
 		t.Fatal("a tenant with a space")
 	}
 	if _, err := host.LoadTokens(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("a missing file")
+	}
+}
+
+// Identity is the MCP door's shape of the one authenticator: a listed
+// token proves its owner; no header is no credentials; anything else is
+// refused.
+func TestTokensIdentityForTheMCPDoor(t *testing.T) {
+	alice := tool.Identity{Tenant: "acme", Principal: "alice"}
+	good := host.TokenLine("agt_a", tool.Identity{Tenant: "acme", Principal: "alice"}) + "\n\n  # comment\n" +
+		host.TokenLine("agt_b", tool.Identity{Tenant: "acme", Principal: "bob"})
+	toks, err := host.ParseTokens(strings.NewReader(good))
+	if err != nil || toks.Len() != 2 {
+		t.Fatalf("%v, %v", toks, err)
+	}
+	auth := toks.Identity
+	for _, c := range []struct {
+		hdr  []string
+		want *tool.Identity
+		bad  bool
+	}{
+		{nil, nil, false},
+		{[]string{"Bearer agt_a"}, &alice, false},
+		{[]string{"bearer agt_a"}, &alice, false},
+		{[]string{"Bearer agt_c"}, nil, true},
+		{[]string{"Basic agt_a"}, nil, true},
+		{[]string{"Bearer agt_a", "Bearer agt_a"}, nil, true},
+		{[]string{"Bearer " + strings.Repeat("x", 5000)}, nil, true},
+	} {
+		r, _ := http.NewRequest(http.MethodPost, "/mcp", nil)
+		for _, h := range c.hdr {
+			r.Header.Add("Authorization", h)
+		}
+		id, err := auth(r)
+		if (err != nil) != c.bad || (id == nil) != (c.want == nil) || (id != nil && *id != *c.want) {
+			t.Errorf("%q: %v, %v", c.hdr, id, err)
+		}
+		if c.bad && !errors.Is(err, host.ErrBadCredentials) {
+			t.Errorf("%q: %v, want ErrBadCredentials", c.hdr, err)
+		}
 	}
 }

@@ -16,7 +16,9 @@ import (
 
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm/scripted"
+	"github.com/agentry-dev/agentry/provider/native"
 )
 
 // benchHost is a host on a real listener with the scripted model (no
@@ -27,26 +29,30 @@ func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
 	for i := range ss {
 		ss[i] = scripted.Step{Text: "ok"}
 	}
-	router := host.NewRouter()
-	a, err := agent.New(agent.Options{Model: scripted.New(ss...), Routes: []agent.Route{router.Route()}})
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "agentry.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := host.OpenStore(context.Background(), filepath.Join(b.TempDir(), "agentry.db"))
+	router := host.NewRouter()
+	model := scripted.New(ss...)
+	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(),
+		Agent: native.Fixed(agent.Options{Model: model, Routes: []agent.Route{{Sink: router, Filter: router.Filter()}}})})
 	if err != nil {
 		b.Fatal(err)
 	}
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
-	h, err := host.New(host.Options{Engine: a, Store: st, Auth: auth, Router: router, EvictEvery: -1,
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Router: router, EvictEvery: -1,
 		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxOpenSessions: n + 1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	b.Cleanup(func() {
-		_ = h.Shutdown(context.Background())
+		_ = h.Shutdown(ctx)
 		srv.Close()
+		_ = reg.Dispose(ctx)
 	})
 	for range n {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/sessions", nil)

@@ -63,9 +63,9 @@ func TestSandboxesAreIsolated(t *testing.T) {
 		t.Fatalf("alice lost her own file: %q", out)
 	}
 	// Closing alice's conversation closes her sandbox, and only hers.
-	live := f.a.LiveToolSessions()
+	live := f.liveTools()
 	want(t, f.do("DELETE", "/v1/sessions/"+a, "alice", nil), 204, "")
-	if n := f.a.LiveToolSessions(); n != live-1 {
+	if n := f.liveTools(); n != live-1 {
 		t.Fatalf("live tool sessions %d → %d after closing alice's conversation", live, n)
 	}
 	b := f.open("alice")

@@ -19,6 +19,12 @@ type TurnRequest struct {
 type DecisionRequest struct {
 	Approve bool   `json:"approve"`
 	Note    string `json:"note,omitempty"`
+	// Interaction, when set, answers the session interaction with this id
+	// instead of a paused turn: Answer is the person's answer, and
+	// "approve": false declines it ("approve" may then be left out and
+	// reads as true).
+	Interaction string `json:"interaction,omitempty"`
+	Answer      string `json:"answer,omitempty"`
 }
 
 // DecodeTurn decodes and checks a turn request: a JSON object with a
@@ -43,11 +49,32 @@ func DecodeTurn(body []byte) (TurnRequest, error) {
 // optional string "note".
 func DecodeDecision(body []byte) (DecisionRequest, error) {
 	var raw struct {
-		Approve *bool   `json:"approve"`
-		Note    *string `json:"note"`
+		Approve     *bool   `json:"approve"`
+		Note        *string `json:"note"`
+		Interaction *string `json:"interaction"`
+		Answer      *string `json:"answer"`
 	}
 	if err := decodeStrict(body, &raw); err != nil {
 		return DecisionRequest{}, err
+	}
+	if raw.Interaction != nil {
+		d := DecisionRequest{Interaction: *raw.Interaction, Approve: raw.Approve == nil || *raw.Approve}
+		switch {
+		case d.Interaction == "":
+			return DecisionRequest{}, fieldError(CodeInvalidField, "interaction", `host: "interaction" is empty; send the id the session shows`)
+		case raw.Note != nil:
+			return DecisionRequest{}, fieldError(CodeUnknownField, "note", `host: an interaction's answer goes in "answer", not "note"`)
+		}
+		if raw.Answer != nil {
+			d.Answer = *raw.Answer
+		}
+		if d.Approve && d.Answer == "" {
+			return DecisionRequest{}, fieldError(CodeMissingField, "answer", `host: answering an interaction needs "answer" (or "approve": false to decline)`)
+		}
+		return d, nil
+	}
+	if raw.Answer != nil {
+		return DecisionRequest{}, fieldError(CodeUnknownField, "answer", `host: "answer" goes with "interaction"; a paused turn takes "approve" and "note"`)
 	}
 	if raw.Approve == nil {
 		return DecisionRequest{}, fieldError(CodeMissingField, "approve", `host: the body needs "approve": true or false`)

@@ -1,7 +1,13 @@
-// Package host is the standing host: it serves conversations with an
-// agent to many people from one process, over a JSON HTTP API under /v1
+// Package host is the standing host: it serves conversations with agents
+// to many people from one process, over a JSON HTTP API under /v1
 // (net/http, no framework), and keeps them in a store that outlives the
-// process.
+// process. It drives agents only through the provider contract (package
+// provider): each conversation is one provider.ValidatedSession, opened
+// with Create on its first turn and re-opened with Resume from the binding
+// in the store after a restart or an eviction; a turn is RunTurn, a
+// decision is Resolve, a drain cut is Interrupt, and a close, an eviction
+// or a shutdown is Close. It imports no agent and links no database
+// driver: the SQL stores are in host/sqlstore.
 //
 // What it promises:
 //
@@ -17,19 +23,24 @@
 //     Every error is {"error": {"code", "message"}} with a stable [Code],
 //     never a stack trace.
 //   - Nothing is answered that is not saved: a turn's result is written to
-//     the [Store] (one transaction: state, transcript, checkpoint, turn
-//     log) before the response. A restart resumes conversations and
-//     paused turns from the store; live tool sessions re-open.
-//   - Closing a conversation (DELETE) fires its tool sessions, abandons a
-//     pause it waits on, and keeps its transcript. Idle conversations
-//     leave memory after a bound, their tool sessions closed with reason
-//     evicted.
+//     the [Store] (one transaction: state, transcript, binding, pending
+//     request, turn log) before the response. A restart resumes
+//     conversations and paused turns from their bindings.
+//   - Closing a conversation (DELETE) closes its provider session and
+//     keeps its transcript. Idle conversations leave memory after a bound,
+//     their sessions closed with reason evicted. A close that fails is
+//     recorded and retried (RetryCleanup) until it succeeds or the host
+//     stops — never dropped.
+//   - [Options].HostTools are lent to every session through a host
+//     binding, each call one call with the conversation's identity.
 //   - [Host.Shutdown] refuses new requests (503, /readyz fails), lets
-//     turns in flight finish within its context, cuts and records the
-//     rest as failed, then shuts the engine down (every tool session
-//     closed, sinks flushed) and closes the store. The package installs no
-//     signal handler.
-//   - Turn events stream as server-sent events in the order they were
-//     emitted, ending with the result; host events (agentry.host.*) go on
-//     the engine's bus; /metrics serves Prometheus text.
+//     turns in flight finish within its context, interrupts, cuts and
+//     records the rest as failed, then closes every provider session,
+//     retries failed cleanups once more and closes the store. The
+//     provider's registry is its owner's to dispose. The package installs
+//     no signal handler.
+//   - Turn events and the provider's outputs stream as server-sent
+//     events in order, ending with the result; host events
+//     (agentry.host.*) go on the host's bus; /metrics serves Prometheus
+//     text.
 package host

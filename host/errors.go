@@ -12,28 +12,31 @@ type Code string
 
 // The API's error codes, each with the status it is sent with.
 const (
-	CodeUnauthenticated   Code = "unauthenticated"        // 401: no credentials
-	CodeInvalidToken      Code = "invalid_token"          // 401: credentials refused
-	CodeNotFound          Code = "not_found"              // 404: no such session for this caller, or no such path
-	CodeMethodNotAllowed  Code = "method_not_allowed"     // 405
-	CodeUnsupportedMedia  Code = "unsupported_media_type" // 415: a body that is not application/json
-	CodeBodyTooLarge      Code = "body_too_large"         // 413
-	CodeInvalidJSON       Code = "invalid_json"           // 400: not JSON, or a field of the wrong type
-	CodeMissingField      Code = "missing_field"          // 400
-	CodeInvalidField      Code = "invalid_field"          // 400
-	CodeUnknownField      Code = "unknown_field"          // 400
-	CodeSessionBusy       Code = "session_busy"           // 409: a turn is running on this session
-	CodeAwaitingDecision  Code = "awaiting_decision"      // 409: the session waits for a decision, not a message
-	CodeNoPendingQuestion Code = "no_pending_question"    // 409: a decision for a session that asks nothing
-	CodeSessionClosed     Code = "session_closed"         // 409
-	CodeConflict          Code = "conflict"               // 409: changed elsewhere since read
-	CodeTooManyTurns      Code = "too_many_turns"         // 429
-	CodeTooManySessions   Code = "too_many_sessions"      // 429
-	CodeTurnFailed        Code = "turn_failed"            // 500: the turn ran and failed
-	CodeTurnCut           Code = "turn_cut"               // 503: the shutdown drain bound cut the turn
-	CodeShuttingDown      Code = "shutting_down"          // 503
-	CodeStoreUnavailable  Code = "store_unavailable"      // 503
-	CodeInternal          Code = "internal"               // 500
+	CodeUnauthenticated      Code = "unauthenticated"        // 401: no credentials
+	CodeInvalidToken         Code = "invalid_token"          // 401: credentials refused
+	CodeNotFound             Code = "not_found"              // 404: no such session for this caller, or no such path
+	CodeMethodNotAllowed     Code = "method_not_allowed"     // 405
+	CodeUnsupportedMedia     Code = "unsupported_media_type" // 415: a body that is not application/json
+	CodeBodyTooLarge         Code = "body_too_large"         // 413
+	CodeInvalidJSON          Code = "invalid_json"           // 400: not JSON, or a field of the wrong type
+	CodeMissingField         Code = "missing_field"          // 400
+	CodeInvalidField         Code = "invalid_field"          // 400
+	CodeUnknownField         Code = "unknown_field"          // 400
+	CodeSessionBusy          Code = "session_busy"           // 409: a turn is running on this session
+	CodeAwaitingDecision     Code = "awaiting_decision"      // 409: the session waits for a decision, not a message
+	CodeNoPendingQuestion    Code = "no_pending_question"    // 409: a decision for a session that asks nothing
+	CodeSessionClosed        Code = "session_closed"         // 409
+	CodeConflict             Code = "conflict"               // 409: changed elsewhere since read
+	CodeProviderMismatch     Code = "provider_mismatch"      // 409: the session is held by another provider
+	CodeNoPendingInteraction Code = "no_pending_interaction" // 409: an answer for an interaction nobody asked
+	CodeTooManyTurns         Code = "too_many_turns"         // 429
+	CodeTooManySessions      Code = "too_many_sessions"      // 429
+	CodeTurnFailed           Code = "turn_failed"            // 500: the turn ran and failed
+	CodeTurnCut              Code = "turn_cut"               // 503: the shutdown drain bound cut the turn
+	CodeShuttingDown         Code = "shutting_down"          // 503
+	CodeStoreUnavailable     Code = "store_unavailable"      // 503
+	CodeProviderUnavailable  Code = "provider_unavailable"   // 503: the provider would not open the session
+	CodeInternal             Code = "internal"               // 500
 )
 
 // apiError is an error response: {"error": {"code", "message", "field"}}.

@@ -28,7 +28,13 @@ import (
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore"
+	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/conformance"
+	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
 )
@@ -92,9 +98,15 @@ func pgSchema(t *testing.T, base string) string {
 	return u.String()
 }
 
-func openStore(t *testing.T, dsn string) host.Store {
+func openStore(t *testing.T, dsn string) *sqlstore.Store {
 	t.Helper()
-	s, err := host.OpenStore(context.Background(), dsn)
+	var s *sqlstore.Store
+	var err error
+	if strings.HasPrefix(dsn, "postgres://") {
+		s, err = postgres.Open(context.Background(), dsn)
+	} else {
+		s, err = sqlite.Open(context.Background(), dsn)
+	}
 	if err != nil {
 		t.Fatalf("opening the store: %v", err)
 	}
@@ -337,12 +349,22 @@ func (r *recorder) ofType(t event.Type) []event.Event {
 
 // ---- the fixture: a host on a store, over HTTP ----
 
+// The host is tested on two providers: provider/native (an agentry agent
+// with real tools) and the conformance kit's fake, which proves the host
+// needs nothing a provider does not declare.
+const (
+	onNative = "native"
+	onFake   = "fake"
+)
+
 type fixture struct {
 	t      *testing.T
+	kind   string
 	h      *host.Host
-	a      *agent.Agent
+	reg    *provider.Registry
+	bus    *event.Bus
 	url    string
-	store  host.Store
+	store  *sqlstore.Store
 	dsn    string
 	ws     *workspaces
 	gate   *gate
@@ -350,19 +372,24 @@ type fixture struct {
 	tokens map[string]string // name → bearer token
 	stop   func()
 	closed bool
+	// keepReg leaves the registry open at shutdown, for a next host.
+	keepReg bool
 }
 
 type config struct {
+	kind     string // onNative (default) or onFake
 	dsn      string
 	opt      host.Options
 	real     bool // a real listener instead of httptest
 	ws       *workspaces
-	noRouter bool
 	tokens   map[string]string // reuse these tokens (a restart)
 	tools    []tool.Tool       // more tools for the agent
+	reg      *provider.Registry
+	keepReg  bool            // leave the registry open at shutdown (the fake's conversations live in it)
+	provider provider.Driver // another driver than native or the fake
 }
 
-var owners = map[string]host.Owner{
+var owners = map[string]tool.Identity{
 	"alice": {Tenant: "acme", Principal: "alice"},
 	"bob":   {Tenant: "acme", Principal: "bob"},
 	"carol": {Tenant: "globex", Principal: "alice"}, // the same principal name in another tenant
@@ -394,6 +421,9 @@ func tokensFor(t *testing.T, toks map[string]string) (*host.Tokens, map[string]s
 
 func newFixture(t *testing.T, cfg config) *fixture {
 	t.Helper()
+	if cfg.kind == "" {
+		cfg.kind = onNative
+	}
 	if cfg.dsn == "" {
 		cfg.dsn = filepath.Join(t.TempDir(), "agentry.db")
 	}
@@ -403,28 +433,52 @@ func newFixture(t *testing.T, cfg config) *fixture {
 	}
 	g := newGate()
 	rec := newRecorder()
-	router := host.NewRouter()
-	routes := []agent.Route{router.Route()}
-	if cfg.noRouter {
-		routes = nil
-	}
-	a, err := agent.New(agent.Options{
-		ID:     "host-test",
-		Model:  cmdModel{},
-		Tools:  append([]tool.Tool{ws.filesTool(), ws.deployTool(), ws.askTool(), g.tool(ws)}, cfg.tools...),
-		Sinks:  []event.Sink{rec},
-		Routes: routes,
-	})
-	if err != nil {
+	bus := event.NewBus(event.BusOptions{})
+	if err := bus.Add(rec, event.Filter{Tier: event.TierFull}); err != nil {
 		t.Fatal(err)
 	}
 	st := openStore(t, cfg.dsn)
+	reg := cfg.reg
+	if reg == nil {
+		var d provider.Driver
+		def := provider.Definition{ID: "agents"}
+		switch {
+		case cfg.provider != nil:
+			d = cfg.provider
+		case cfg.kind == onFake:
+			d = conformance.NewFakeDriver()
+		default:
+			tools := append([]tool.Tool{ws.filesTool(), ws.deployTool(), ws.askTool(), g.tool(ws)}, cfg.tools...)
+			nd, err := native.NewDriver(native.Config{
+				Store: st.NativeStore(),
+				Agent: func(context.Context, provider.Definition) (agent.Options, error) {
+					return agent.Options{
+						ID:     "host-test",
+						Model:  cmdModel{},
+						Tools:  tools,
+						Routes: []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
+					}, nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d = nd
+		}
+		def.Provider = d.ProviderKey()
+		var err error
+		reg, err = provider.OpenRegistry(context.Background(), []provider.Driver{d}, []provider.Definition{def}, provider.WithEvents(bus.Export))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst, err := reg.Instance("agents")
+	if err != nil {
+		t.Fatal(err)
+	}
 	auth, toks := tokensFor(t, cfg.tokens)
 	opt := cfg.opt
-	opt.Engine, opt.Store, opt.Auth = a, st, auth
-	if !cfg.noRouter {
-		opt.Router = router
-	}
+	opt.Provider, opt.Store, opt.Auth, opt.Bus = inst, st, auth, bus
 	if opt.EvictEvery == 0 {
 		opt.EvictEvery = -1
 	}
@@ -432,7 +486,8 @@ func newFixture(t *testing.T, cfg config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, h: h, a: a, store: st, dsn: cfg.dsn, ws: ws, gate: g, rec: rec, tokens: toks}
+	f := &fixture{t: t, kind: cfg.kind, h: h, reg: reg, bus: bus, store: st, dsn: cfg.dsn, ws: ws, gate: g, rec: rec, tokens: toks}
+	f.keepReg = cfg.keepReg
 	if cfg.real {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -457,6 +512,34 @@ func newFixture(t *testing.T, cfg config) *fixture {
 	return f
 }
 
+// answer is what the fixture's provider answers to a plain message.
+func (f *fixture) answer(msg string) string {
+	if f.kind == onFake {
+		return "echo: " + msg
+	}
+	return "you said: " + msg
+}
+
+// askPrompt is a message that makes the provider raise an approval.
+func (f *fixture) askPrompt() string {
+	if f.kind == onFake {
+		return conformance.FakeAsk
+	}
+	return `call deploy {"target":"prod"}`
+}
+
+// liveTools counts the tool sessions the events say are open.
+func (f *fixture) liveTools() int {
+	return len(f.rec.ofType(event.TypeSessionStarted)) - len(f.rec.ofType(event.TypeSessionClosed)) - len(f.rec.ofType(event.TypeSessionCloseFailed))
+}
+
+// eachProvider runs a test on the native provider and on the fake.
+func eachProvider(t *testing.T, run func(t *testing.T, kind string)) {
+	for _, kind := range []string{onNative, onFake} {
+		t.Run(kind, func(t *testing.T) { run(t, kind) })
+	}
+}
+
 // shutdown stops the host and the server (once).
 func (f *fixture) shutdown() {
 	if f.closed {
@@ -469,6 +552,11 @@ func (f *fixture) shutdown() {
 		f.t.Errorf("host shutdown: %v", err)
 	}
 	f.stop()
+	if f.reg != nil && !f.keepReg {
+		if err := f.reg.Dispose(ctx); err != nil {
+			f.t.Errorf("disposing the providers: %v", err)
+		}
+	}
 	http.DefaultClient.CloseIdleConnections()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,27 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
 )
-
-// Engine runs the turns. An *agent.Agent is one, as it is; a provider
-// adapter fits behind the same methods.
-type Engine interface {
-	Run(ctx context.Context, in agent.Input) (agent.Result, error)
-	Resume(ctx context.Context, cp agent.Checkpoint, d agent.Decision) (agent.Result, error)
-	// CloseToolSessionsReason closes a conversation's tool sessions and
-	// abandons its pauses.
-	CloseToolSessionsReason(ctx context.Context, sessionID string, r toolsession.Reason) int
-	// AbandonCheckpoint gives up a pause nobody will answer.
-	AbandonCheckpoint(ctx context.Context, cp agent.Checkpoint) (int, error)
-	LiveToolSessions() int
-	// Bus is where the host's own events go, beside the engine's.
-	Bus() *event.Bus
-	// Shutdown closes every tool session and flushes and closes the sinks.
-	Shutdown(ctx context.Context) error
-}
 
 // Defaults for a zero Options.
 const (
@@ -44,17 +29,50 @@ const (
 	DefaultMaxBodyBytes         = 1 << 20
 	DefaultCutGrace             = 5 * time.Second
 	DefaultKeepAlive            = 15 * time.Second
+	DefaultCloseTimeout         = 10 * time.Second
+	DefaultCleanupRetry         = time.Second
+	DefaultCleanupRetryMax      = time.Minute
 )
 
-// Options configure a Host. Engine, Store and Auth are required.
+// Options configure a Host. A provider (Provider or Adapter), Store and
+// Auth are required.
 type Options struct {
-	Engine Engine
-	Store  Store
-	Auth   Authenticator
-	// Router streams turn events (SSE) and feeds the metrics. Give
-	// Router.Route() to the agent's Options.Routes, or leave it nil: New
-	// then makes one and attaches it to Engine.Bus().
+	// Provider drives the agents: an instance of a provider registry
+	// (provider.OpenRegistry, then Registry.Instance). The host opens one
+	// provider session per conversation through it and never disposes
+	// it: the registry's owner does, after Shutdown.
+	Provider *provider.Instance
+	// Adapter is the alternative to Provider: an adapter already behind
+	// the contract (provider.Validate). Set exactly one of the two.
+	Adapter *provider.Validated
+
+	Store Store
+	Auth  Authenticator
+
+	// Bus is where the host's own events (agentry.host.*) go. Leave it nil
+	// for a bus of the host's own that feeds only the Router. The host
+	// never closes a bus it was given.
+	Bus *event.Bus
+	// Router streams turn events (SSE) and feeds the metrics. It must see
+	// the provider's events: attach it where they go (for a native agent,
+	// agent.Route{Sink: router, Filter: router.Filter()}), or send them
+	// to Bus. Leave it nil for one of the host's own. The host attaches
+	// the router to Bus, unless the caller gave both (then the caller
+	// wires them).
 	Router *Router
+
+	// HostTools are lent to every provider session through a host binding
+	// (provider.HostBinding): the provider sees them as tools it may call.
+	// Each call is one call: its tool.Call has the conversation's identity
+	// and honours the call scope only.
+	HostTools []tool.Tool
+	// SessionConfig is the configuration each session opening passes the
+	// provider (default: {"identity":{tenant, principal, conversationId}},
+	// which provider/native reads).
+	SessionConfig func(owner tool.Identity, sessionID string) json.RawMessage
+	// WorkingDirectory is each session's working directory, absolute and
+	// clean (default "/": the native agent does not use one).
+	WorkingDirectory func(owner tool.Identity, sessionID string) (string, error)
 
 	// MaxTurns bounds the turns running at once across the host (default
 	// 256); MaxTurnsPerPrincipal bounds them per principal (default 32).
@@ -63,9 +81,10 @@ type Options struct {
 	// closed (default 100).
 	MaxOpenSessions int
 	// IdleEvict is how long a conversation stays in memory untouched
-	// before it is evicted: its tool sessions close (reason evicted), a
-	// pause it waits on is abandoned, its transcript stays in the store
-	// (default 15m; negative: never).
+	// before it is evicted: its provider session closes (reason evicted),
+	// its transcript and binding stay in the store, and a paused turn is
+	// resumed from the binding when it is answered (default 15m;
+	// negative: never).
 	IdleEvict time.Duration
 	// EvictEvery is how often the host looks for idle conversations
 	// (default 1m; negative: never in the background — call EvictIdle).
@@ -73,6 +92,12 @@ type Options struct {
 	// TurnTimeout bounds one turn (default 10m). A turn is not cancelled
 	// when its client goes away: it finishes and is saved.
 	TurnTimeout time.Duration
+	// CloseTimeout bounds one provider session's close (default 10s).
+	CloseTimeout time.Duration
+	// CleanupRetry is the first wait before a failed close is retried;
+	// each further retry waits twice as long, up to CleanupRetryMax
+	// (defaults 1s and 1m).
+	CleanupRetry, CleanupRetryMax time.Duration
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
 	// KeepAlive is how often an SSE stream that has nothing to say sends a
@@ -91,16 +116,20 @@ type Options struct {
 // Host serves conversations over HTTP. It is an http.Handler; the caller
 // owns the listener, and calls Shutdown on the way out.
 type Host struct {
-	opt     Options
-	engine  Engine
-	store   Store
-	auth    Authenticator
-	router  *Router
-	bus     *event.Bus
-	metrics *metrics
-	log     *slog.Logger
-	now     func() time.Time
-	handler http.Handler
+	opt      Options
+	prov     *provider.Validated
+	key      string // the provider key
+	store    Store
+	auth     Authenticator
+	router   *Router
+	bus      *event.Bus
+	ownBus   bool
+	metrics  *metrics
+	log      *slog.Logger
+	now      func() time.Time
+	handler  http.Handler
+	lent     *lending
+	cleanups *cleanups
 
 	mu       sync.Mutex
 	live     map[string]*liveConv
@@ -109,7 +138,7 @@ type Host struct {
 	idle     chan struct{} // closed when inflight drops to 0 while draining
 	running  map[*turnCtl]struct{}
 	turns    int
-	byOwner  map[Owner]int
+	byOwner  map[tool.Identity]int
 	createMu sync.Mutex // creates run one at a time, so the open-session bound holds
 
 	stopJanitor chan struct{}
@@ -124,13 +153,14 @@ type Host struct {
 // noted are guarded by busy: only the request that set busy touches them.
 type liveConv struct {
 	id    string
-	owner Owner
+	owner tool.Identity
 	// guarded by Host.mu
 	busy     bool
 	lastUsed time.Time
+	asking   *asking // a session interaction waiting for the person
 	// guarded by busy
 	conv Conversation
-	cp   *agent.Checkpoint // the paused turn's checkpoint, when known
+	sess *provider.ValidatedSession // nil until a turn opens it
 }
 
 type turnCtl struct{ cancel context.CancelCauseFunc }
@@ -141,11 +171,20 @@ var errCut = errors.New("host: the turn was cut by the shutdown drain bound")
 // New builds a host. It starts one goroutine (the idle sweep) unless
 // EvictEvery is negative; Shutdown stops it.
 func New(opt Options) (*Host, error) {
+	var prov *provider.Validated
 	switch {
-	case opt.Engine == nil:
-		return nil, errors.New("host: Options.Engine is nil; pass an *agent.Agent")
+	case opt.Provider != nil && opt.Adapter != nil:
+		return nil, errors.New("host: set Options.Provider or Options.Adapter, not both")
+	case opt.Provider != nil:
+		prov = opt.Provider.Adapter()
+	case opt.Adapter != nil:
+		prov = opt.Adapter
+	default:
+		return nil, errors.New("host: no provider; set Options.Provider to a registry instance (provider.OpenRegistry) or Options.Adapter to provider.Validate(...)")
+	}
+	switch {
 	case opt.Store == nil:
-		return nil, errors.New("host: Options.Store is nil; open one with host.OpenStore(ctx, \"agentry.db\")")
+		return nil, errors.New("host: Options.Store is nil; open one with host/sqlstore (sqlite.Open or postgres.Open)")
 	case opt.Auth == nil:
 		return nil, errors.New("host: Options.Auth is nil; pass a *host.Tokens (host.LoadTokens) or another Authenticator")
 	}
@@ -158,7 +197,8 @@ func New(opt Options) (*Host, error) {
 	if opt.MaxOpenSessions == 0 {
 		opt.MaxOpenSessions = DefaultMaxOpenSessions
 	}
-	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxOpenSessions < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 || opt.CutGrace < 0 {
+	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxOpenSessions < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
+		opt.CutGrace < 0 || opt.CloseTimeout < 0 || opt.CleanupRetry < 0 || opt.CleanupRetryMax < 0 {
 		return nil, errors.New("host: bounds in Options must not be negative; use 0 for the default")
 	}
 	if opt.IdleEvict == 0 {
@@ -169,6 +209,18 @@ func New(opt Options) (*Host, error) {
 	}
 	if opt.TurnTimeout == 0 {
 		opt.TurnTimeout = DefaultTurnTimeout
+	}
+	if opt.CloseTimeout == 0 {
+		opt.CloseTimeout = DefaultCloseTimeout
+	}
+	if opt.CleanupRetry == 0 {
+		opt.CleanupRetry = DefaultCleanupRetry
+	}
+	if opt.CleanupRetryMax == 0 {
+		opt.CleanupRetryMax = DefaultCleanupRetryMax
+	}
+	if opt.CleanupRetryMax < opt.CleanupRetry {
+		opt.CleanupRetryMax = opt.CleanupRetry
 	}
 	if opt.MaxBodyBytes == 0 {
 		opt.MaxBodyBytes = DefaultMaxBodyBytes
@@ -185,39 +237,57 @@ func New(opt Options) (*Host, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	bus := opt.Engine.Bus()
+	if opt.SessionConfig == nil {
+		opt.SessionConfig = identityConfig
+	}
+	if opt.WorkingDirectory == nil {
+		opt.WorkingDirectory = func(tool.Identity, string) (string, error) { return "/", nil }
+	}
+	bus, ownBus := opt.Bus, false
 	if bus == nil {
-		return nil, errors.New("host: Options.Engine.Bus() is nil; the host needs the engine's event bus")
+		bus, ownBus = event.NewBus(event.BusOptions{Now: opt.Now}), true
 	}
 	r := opt.Router
 	if r == nil {
 		r = NewRouter()
-		if err := bus.Add(r, event.Filter{Tier: event.TierFull}); err != nil {
+	}
+	if opt.Router == nil || ownBus {
+		// A bus the caller gave with a Router the caller gave is wired by
+		// the caller; otherwise the router hears the host's bus.
+		if err := bus.Add(r, r.Filter()); err != nil {
 			return nil, fmt.Errorf("host: attaching the router: %w", err)
 		}
 	}
 	if r.owned.Swap(true) {
 		return nil, errors.New("host: this Router already serves another host; make one Router per host")
 	}
+	lent, err := newLending(opt.HostTools, bus)
+	if err != nil {
+		return nil, err
+	}
 	h := &Host{
 		opt:      opt,
-		engine:   opt.Engine,
+		prov:     prov,
+		key:      prov.ProviderKey(),
 		store:    opt.Store,
 		auth:     opt.Auth,
 		router:   r,
 		bus:      bus,
+		ownBus:   ownBus,
 		log:      opt.Logger,
 		now:      opt.Now,
+		lent:     lent,
 		live:     make(map[string]*liveConv),
 		running:  make(map[*turnCtl]struct{}),
-		byOwner:  make(map[Owner]int),
+		byOwner:  make(map[tool.Identity]int),
 		shutDone: make(chan struct{}),
 	}
-	h.metrics = newMetrics(func() float64 { return float64(h.engine.LiveToolSessions()) }, func() float64 {
+	h.cleanups = newCleanups(h)
+	h.metrics = newMetrics(func() float64 {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return float64(len(h.live))
-	})
+	}, h.cleanups.pending)
 	r.metrics.Store(h.metrics)
 	h.handler = h.routes()
 	if opt.EvictEvery > 0 && opt.IdleEvict > 0 {
@@ -228,14 +298,32 @@ func New(opt Options) (*Host, error) {
 	return h, nil
 }
 
+// identityConfig is the default session configuration: who the session
+// acts for, as provider/native reads it.
+func identityConfig(owner tool.Identity, sessionID string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"identity": tool.Identity{Tenant: owner.Tenant, Principal: owner.Principal, ConversationID: sessionID}})
+	return b
+}
+
 // ServeHTTP serves the API.
 func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
+
+// ProviderKey is the key of the provider the host drives.
+func (h *Host) ProviderKey() string { return h.key }
 
 // newSessionID returns "ses_" and 32 hex digits (128 random bits).
 func newSessionID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return "ses_" + hex.EncodeToString(b[:])
+}
+
+// newRunID returns "run-" and 32 hex digits: the id of one turn, given to
+// the provider as its turn id.
+func newRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
 }
 
 // validSessionID accepts only ids newSessionID could have made, so no
@@ -292,16 +380,17 @@ func (h *Host) Draining() bool {
 }
 
 // emit sends a host event with the conversation's meta.
-func (h *Host) emit(typ event.Type, payload any, id string, o Owner) {
+func (h *Host) emit(typ event.Type, payload any, id string, o tool.Identity) {
 	h.bus.Export(event.Event{Type: typ, Payload: payload, Meta: event.Meta{SessionID: id, Tenant: o.Tenant, Principal: o.Principal}})
 }
 
 // Shutdown stops the host: new requests get 503 and /readyz fails at
 // once; requests in flight may finish until ctx ends; turns still running
-// then are cut (recorded as failed, outcome cut) and given CutGrace to be
-// recorded; then the engine shuts down (every tool session closed, sinks
-// flushed and closed) and the store closes. It is idempotent. It installs
-// no signal handler: the command wires signals to it.
+// then are interrupted and cut (recorded as failed, outcome cut) and
+// given CutGrace to be recorded; then every provider session closes
+// (reason shutdown), failed cleanups are retried once more, and the store
+// closes. It is idempotent. It installs no signal handler, and it leaves
+// the provider's registry to its owner: dispose it after Shutdown.
 func (h *Host) Shutdown(ctx context.Context) error {
 	first := false
 	h.shutOnce.Do(func() { first = true })
@@ -355,8 +444,29 @@ func (h *Host) shutdown(ctx context.Context) error {
 		close(h.stopJanitor)
 		<-h.janitorDone
 	}
-	if err := h.engine.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		errs = append(errs, fmt.Errorf("host: shutdown: %w", err))
+	// Every live session closes; nothing is left for the provider to hold.
+	h.mu.Lock()
+	var open []*liveConv
+	for _, lc := range h.live {
+		if !lc.busy {
+			lc.busy = true
+			open = append(open, lc)
+		}
+	}
+	h.live = map[string]*liveConv{}
+	h.mu.Unlock()
+	cctx := context.WithoutCancel(ctx)
+	for _, lc := range open {
+		h.closeSession(cctx, lc, provider.CloseShutdown, "shutdown")
+	}
+	if n := h.cleanups.final(cctx); n > 0 {
+		errs = append(errs, fmt.Errorf("host: shutdown: %d provider session cleanups still fail after their last retry; the events and turn logs name them", n))
+	}
+	h.lent.close(cctx)
+	if h.ownBus {
+		_ = h.bus.Close(cctx)
+	} else {
+		_ = h.bus.Flush(cctx)
 	}
 	if err := h.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("host: shutdown: closing the store: %w", err))
@@ -379,17 +489,12 @@ func (h *Host) janitor(every time.Duration) {
 	}
 }
 
-type sweeper interface{ SweepIdleToolSessions() }
-
-// EvictIdle evicts the conversations untouched for Options.IdleEvict: their
-// tool sessions close (reason evicted), a pause they wait on is abandoned
-// (recorded in the turn log), and they leave memory; their transcripts
-// stay in the store, and the next request loads them again. It returns
-// how many it evicted. The background sweep calls it; so can a caller.
+// EvictIdle evicts the conversations untouched for Options.IdleEvict:
+// their provider sessions close (reason evicted) and they leave memory;
+// their transcripts, bindings and pending requests stay in the store, and
+// the next request resumes them from the binding. It returns how many it
+// evicted. The background sweep calls it; so can a caller.
 func (h *Host) EvictIdle(ctx context.Context) int {
-	if s, ok := h.engine.(sweeper); ok {
-		s.SweepIdleToolSessions()
-	}
 	if h.opt.IdleEvict < 0 {
 		return 0
 	}
@@ -397,7 +502,7 @@ func (h *Host) EvictIdle(ctx context.Context) int {
 	var picked []*liveConv
 	h.mu.Lock()
 	for _, lc := range h.live {
-		if !lc.busy && !lc.lastUsed.After(cutoff) {
+		if !lc.busy && lc.asking == nil && !lc.lastUsed.After(cutoff) {
 			lc.busy = true
 			picked = append(picked, lc)
 		}
@@ -410,42 +515,32 @@ func (h *Host) EvictIdle(ctx context.Context) int {
 }
 
 func (h *Host) evict(ctx context.Context, lc *liveConv) {
-	n := h.engine.CloseToolSessionsReason(ctx, lc.id, toolsession.ReasonEvicted)
-	if lc.conv.State == StatePaused {
-		n += h.abandon(ctx, lc)
-		c := lc.conv
-		c.State, c.Pending, c.UpdatedAt = StateOpen, nil, h.now()
-		now := h.now()
-		turn := &Turn{RunID: c.LastRunID, Kind: "evict", Outcome: TurnAbandoned, Started: now, Ended: now,
-			Error: "host: the conversation idled past the eviction bound while waiting for a decision; the pause was abandoned; send a new message"}
-		if _, err := h.store.Save(ctx, Update{Conversation: c, Turn: turn}); err != nil {
-			h.metrics.failures.WithLabelValues("store").Inc()
-			h.log.Error("host: recording an evicted pause", "session", lc.id, "err", err)
-		}
-	}
+	closed := h.closeSession(ctx, lc, provider.CloseEvicted, "evict")
 	h.mu.Lock()
 	delete(h.live, lc.id)
 	h.mu.Unlock()
 	h.metrics.evicted.Inc()
+	n := 0
+	if closed {
+		n = 1
+	}
 	h.emit(event.TypeHostSessionEvicted, &event.HostSession{ToolSessionsClosed: n, Reason: string(toolsession.ReasonEvicted)}, lc.id, lc.owner)
 }
 
-// abandon gives up the conversation's pause: the engine closes what it
-// held (if this process paused it) and refuses the checkpoint from now on.
-func (h *Host) abandon(ctx context.Context, lc *liveConv) int {
-	cp := lc.cp
-	if cp == nil {
-		b, err := h.store.LoadCheckpoint(ctx, lc.owner, lc.id)
-		if err != nil {
-			return 0
-		}
-		c, err := agent.ParseCheckpoint(b)
-		if err != nil {
-			return 0
-		}
-		cp = &c
+// closeSession closes the conversation's provider session, if one is
+// open. A cleanup error is recorded and handed to the retry loop; the
+// session is forgotten either way (the provider has quarantined it). It
+// reports whether a session was open.
+func (h *Host) closeSession(ctx context.Context, lc *liveConv, reason provider.CloseReason, kind string) bool {
+	s := lc.sess
+	if s == nil {
+		return false
 	}
-	n, _ := h.engine.AbandonCheckpoint(ctx, *cp) // already abandoned by CloseToolSessionsReason: nothing more to close
-	lc.cp = nil
-	return n
+	lc.sess = nil
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opt.CloseTimeout)
+	defer cancel()
+	if err := s.Close(cctx, reason); err != nil {
+		h.cleanups.add(ctx, lc, kind, err)
+	}
+	return true
 }

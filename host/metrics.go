@@ -1,6 +1,8 @@
 package host
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -18,9 +20,12 @@ type metrics struct {
 	refused   *prometheus.CounterVec   // limit
 	opened    prometheus.Counter
 	evicted   prometheus.Counter
+	// liveTools counts tool sessions open now, from the events every
+	// provider's tools send (started +1, closed or close_failed −1).
+	liveTools atomic.Int64
 }
 
-func newMetrics(liveToolSessions, inMemory func() float64) *metrics {
+func newMetrics(inMemory, cleanupsPending func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -38,7 +43,7 @@ func newMetrics(liveToolSessions, inMemory func() float64) *metrics {
 		}, []string{"reason"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentry_host_failures_total",
-			Help: "Failures, by what failed (turn, store, tool_session_close, tool_panic).",
+			Help: "Failures, by what failed (turn, store, open, cleanup, tool_session_close, tool_panic).",
 		}, []string{"what"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentry_host_admission_refused_total",
@@ -56,8 +61,12 @@ func newMetrics(liveToolSessions, inMemory func() float64) *metrics {
 	m.reg.MustRegister(m.turns, m.durations, m.closes, m.failures, m.refused, m.opened, m.evicted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "agentry_tool_sessions_live",
-			Help: "Tool sessions open now (sandboxes, interpreters, browsers).",
-		}, liveToolSessions),
+			Help: "Tool sessions open now (sandboxes, interpreters, browsers), as their events report them.",
+		}, func() float64 { return float64(max(m.liveTools.Load(), 0)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agentry_host_cleanups_pending",
+			Help: "Provider session closes that failed and are being retried.",
+		}, cleanupsPending),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "agentry_host_sessions_in_memory",
 			Help: "Conversations held in memory now.",
@@ -72,11 +81,17 @@ func newMetrics(liveToolSessions, inMemory func() float64) *metrics {
 // failures, and tool panics.
 func (m *metrics) observe(e event.Event) {
 	switch e.Type {
+	case event.TypeSessionStarted:
+		m.liveTools.Add(1)
+	}
+	switch e.Type {
 	case event.TypeSessionClosed:
+		m.liveTools.Add(-1)
 		if p, ok := e.Payload.(*event.ToolSessionClosed); ok {
 			m.closes.WithLabelValues(p.Reason).Inc()
 		}
 	case event.TypeSessionCloseFailed:
+		m.liveTools.Add(-1)
 		if p, ok := e.Payload.(*event.ToolSessionClosed); ok {
 			m.closes.WithLabelValues(p.Reason).Inc()
 		}

@@ -5,15 +5,16 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/provider"
 )
 
 // Router is the host's event sink: it hands each event of a conversation
 // to the request streaming that conversation's turn (SSE), and counts what
-// the metrics report. Give Router.Route() to the agent
-// (agent.Options.Routes) and the same Router to Options.Router, or let
-// New attach one to the engine's bus.
+// the metrics report. Attach it with [Router.Filter] wherever the
+// provider's events go (for a native agent, agent.Route{Sink: router,
+// Filter: router.Filter()} in its Routes) and pass it as Options.Router;
+// or let New make one on the host's bus.
 type Router struct {
 	mu   sync.RWMutex
 	subs map[string]*subscription
@@ -25,11 +26,10 @@ type Router struct {
 // NewRouter returns a router with no subscribers.
 func NewRouter() *Router { return &Router{subs: make(map[string]*subscription)} }
 
-// Route is the router behind a full-tier filter (streamed text included:
-// a stream goes only to the conversation's owner).
-func (r *Router) Route() agent.Route {
-	return agent.Route{Sink: r, Filter: event.Filter{Tier: event.TierFull}}
-}
+// Filter is the filter to attach the router with: the full tier
+// (streamed text included: a stream goes only to the conversation's
+// owner).
+func (r *Router) Filter() event.Filter { return event.Filter{Tier: event.TierFull} }
 
 // Export routes e by its session id. It never blocks.
 func (r *Router) Export(e event.Event) {
@@ -57,9 +57,17 @@ func (r *Router) Close(context.Context) error { return nil }
 // dropped and the stream is told how many.
 const maxQueued = 8192
 
+// item is one thing queued for a stream: a bus event, a provider output
+// or a session interaction.
+type item struct {
+	e           event.Event
+	output      *provider.Output
+	interaction *InteractionView
+}
+
 type subscription struct {
 	mu      sync.Mutex
-	q       []event.Event
+	q       []item
 	dropped int
 	ready   chan struct{} // one token: something was queued
 }
@@ -80,12 +88,20 @@ func (r *Router) unsubscribe(sessionID string, s *subscription) {
 	r.mu.Unlock()
 }
 
-func (s *subscription) push(e event.Event) {
+func (s *subscription) push(e event.Event) { s.add(item{e: e}) }
+
+// pushOutput queues one of the turn's provider outputs.
+func (s *subscription) pushOutput(o provider.Output) { s.add(item{output: &o}) }
+
+// pushInteraction queues a session interaction the stream should show.
+func (s *subscription) pushInteraction(v *InteractionView) { s.add(item{interaction: v}) }
+
+func (s *subscription) add(it item) {
 	s.mu.Lock()
 	if len(s.q) >= maxQueued {
 		s.dropped++
 	} else {
-		s.q = append(s.q, e)
+		s.q = append(s.q, it)
 	}
 	s.mu.Unlock()
 	select {
@@ -96,7 +112,7 @@ func (s *subscription) push(e event.Event) {
 
 // take returns what is queued, and how many events were dropped since the
 // last take.
-func (s *subscription) take(buf []event.Event) ([]event.Event, int) {
+func (s *subscription) take(buf []item) ([]item, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	buf = append(buf[:0], s.q...)

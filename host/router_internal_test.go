@@ -16,7 +16,7 @@ func TestSubscriptionBound(t *testing.T) {
 	}
 	r.Export(event.Event{Type: event.TypeToolStart, Meta: event.Meta{SessionID: "ses_other", Seq: 1}})
 	got, dropped := s.take(nil)
-	if len(got) != maxQueued || dropped != 10 || got[0].Meta.Seq != 1 {
+	if len(got) != maxQueued || dropped != 10 || got[0].e.Meta.Seq != 1 {
 		t.Fatalf("%d queued, %d dropped", len(got), dropped)
 	}
 	r.Export(event.Event{Type: event.TypeToolEnd, Meta: event.Meta{SessionID: "ses_x"}})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // A restart resumes conversations and paused turns from the store; the
@@ -165,9 +166,12 @@ func TestShutdownCutsStream(t *testing.T) {
 	f.stop()
 }
 
-// Health and readiness.
+// Health and readiness, whatever the provider.
 func TestHealthAndReadiness(t *testing.T) {
-	f := newFixture(t, config{})
+	eachProvider(t, func(t *testing.T, kind string) { healthAndReadiness(t, newFixture(t, config{kind: kind})) })
+}
+
+func healthAndReadiness(t *testing.T, f *fixture) {
 	want(t, f.do("GET", "/healthz", "", nil), 200, "")
 	want(t, f.do("GET", "/readyz", "", nil), 200, "")
 	// A store that cannot be reached makes the host unready (and only that).
@@ -227,16 +231,12 @@ func (f *fixture) metrics() string {
 	return string(b)
 }
 
-// Without a Router, the host attaches its own to the engine's bus.
-func TestHostWithoutRouter(t *testing.T) {
-	f := newFixture(t, config{noRouter: true})
-	a := f.open("alice")
-	evs := f.stream("alice", "/v1/sessions/"+a+"/turns", `{"message":"hello"}`)
-	checkStream(t, evs, a)
-}
-
 func TestNewRefusesWhatItCannotRun(t *testing.T) {
 	f := newFixture(t, config{})
+	inst, err := f.reg.Instance("agents")
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := openStore(t, filepath.Join(t.TempDir(), "x.db"))
 	defer st.Close()
 	auth, _ := tokensFor(t, nil)
@@ -244,10 +244,12 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 		opt  host.Options
 		want string
 	}{
-		{host.Options{Store: st, Auth: auth}, "Engine"},
-		{host.Options{Engine: f.a, Auth: auth}, "Store"},
-		{host.Options{Engine: f.a, Store: st}, "Auth"},
-		{host.Options{Engine: f.a, Store: st, Auth: auth, MaxTurns: -1}, "negative"},
+		{host.Options{Store: st, Auth: auth}, "provider"},
+		{host.Options{Provider: inst, Adapter: inst.Adapter(), Store: st, Auth: auth}, "not both"},
+		{host.Options{Provider: inst, Auth: auth}, "Store"},
+		{host.Options{Provider: inst, Store: st}, "Auth"},
+		{host.Options{Provider: inst, Store: st, Auth: auth, MaxTurns: -1}, "negative"},
+		{host.Options{Provider: inst, Store: st, Auth: auth, HostTools: []tool.Tool{nil}}, "nil"},
 	} {
 		if _, err := host.New(c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("want a refusal naming %s: %v", c.want, err)
@@ -255,12 +257,12 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 	}
 	// One router serves one host.
 	r := host.NewRouter()
-	h1, err := host.New(host.Options{Engine: f.a, Store: st, Auth: auth, Router: r, EvictEvery: -1})
+	h1, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, Router: r, EvictEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = h1
-	if _, err := host.New(host.Options{Engine: f.a, Store: st, Auth: auth, Router: r, EvictEvery: -1}); err == nil {
+	if _, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, Router: r, EvictEvery: -1}); err == nil {
 		t.Fatal("a router shared by two hosts")
 	}
 }

@@ -5,41 +5,44 @@ import (
 	"errors"
 	"time"
 
-	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/tool"
 )
 
-// Store keeps conversations: who owns them, their transcript, their state,
-// the checkpoint of a paused turn, and a log of turns. It is what survives
-// a restart of the host. Implementations must be safe for concurrent use.
+// Store keeps conversations: who owns them, which provider holds each and
+// under which native identity (its [provider.Binding]), their transcript,
+// their state, the request a paused turn waits on, and a log of turns. It
+// is what survives a restart of the host. Implementations must be safe for
+// concurrent use; the package host/sqlstore has SQLite and PostgreSQL ones.
 //
 // Every read takes the owner: a conversation of another owner is
-// [ErrNotFound], so no caller can forget to check.
+// [ErrNotFound], so no caller can forget to check. An owner is a
+// [tool.Identity] with Tenant and Principal set and no ConversationID.
 type Store interface {
-	// Create stores a new conversation (Version 0). An id that exists is
-	// refused.
+	// Create stores a new conversation (Version 0, no messages). An id
+	// that exists is refused with ErrExists.
 	Create(ctx context.Context, c Conversation) error
-	// Load returns the conversation with its transcript, without its
-	// checkpoint.
-	Load(ctx context.Context, owner Owner, id string) (Conversation, error)
-	// Info is Load without the transcript (Transcript is nil).
-	Info(ctx context.Context, owner Owner, id string) (Conversation, error)
+	// Load returns the conversation with its transcript.
+	Load(ctx context.Context, owner tool.Identity, id string) (Conversation, error)
+	// Info is Load without the transcript (Transcript is nil; Messages
+	// still counts them).
+	Info(ctx context.Context, owner tool.Identity, id string) (Conversation, error)
 	// Save writes what one turn (or a close) changed, in one transaction:
-	// the conversation's new state, the messages its transcript gained (a
-	// transcript only grows; nil leaves it as stored), its checkpoint (set,
-	// or cleared when nil) and a turn record. It refuses with
-	// [ErrConflict] when the stored version is not
-	// u.Conversation.Version, and returns the new version.
+	// the conversation's new state, the messages its transcript gained
+	// (u.Append, after the u.Conversation.Messages already stored) and a
+	// turn record. It refuses with [ErrConflict] when the stored version
+	// is not u.Conversation.Version, and returns the new version.
 	Save(ctx context.Context, u Update) (version int64, err error)
-	// LoadCheckpoint returns the checkpoint of a paused conversation, or
-	// ErrNotFound when it has none.
-	LoadCheckpoint(ctx context.Context, owner Owner, id string) ([]byte, error)
+	// AppendTurn adds an entry to a conversation's turn log and changes
+	// nothing else (its version stays).
+	AppendTurn(ctx context.Context, owner tool.Identity, id string, t Turn) error
 	// List returns the owner's conversations, newest first, without their
 	// transcripts.
-	List(ctx context.Context, owner Owner, opt ListOptions) ([]Conversation, error)
+	List(ctx context.Context, owner tool.Identity, opt ListOptions) ([]Conversation, error)
 	// CountOpen counts the owner's conversations that are not closed.
-	CountOpen(ctx context.Context, owner Owner) (int, error)
+	CountOpen(ctx context.Context, owner tool.Identity) (int, error)
 	// Turns returns a conversation's turn log, oldest first.
-	Turns(ctx context.Context, owner Owner, id string) ([]Turn, error)
+	Turns(ctx context.Context, owner tool.Identity, id string) ([]Turn, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store. Safe to call twice.
@@ -47,7 +50,7 @@ type Store interface {
 }
 
 var (
-	// ErrNotFound: no such conversation for this owner (or no checkpoint).
+	// ErrNotFound: no such conversation for this owner.
 	ErrNotFound = errors.New("host: no such conversation")
 	// ErrConflict: the conversation changed since it was read (another
 	// replica, or a concurrent request); read it again.
@@ -55,13 +58,6 @@ var (
 	// ErrExists: Create was given an id that is taken.
 	ErrExists = errors.New("host: a conversation with this id exists")
 )
-
-// Owner is who a conversation belongs to: a principal within a tenant.
-// It comes only from the authenticator.
-type Owner struct {
-	Tenant    string `json:"tenant"`
-	Principal string `json:"principal"`
-}
 
 // State is where a conversation is.
 type State string
@@ -75,21 +71,47 @@ const (
 	StateClosed State = "closed"
 )
 
-// Pending is the question a paused conversation waits on.
+// Pending is the request a paused conversation waits on.
 type Pending struct {
+	// Question is what the person is asked; Tool names the tool an
+	// approval is about, if any.
 	Question string `json:"question"`
 	Tool     string `json:"tool"`
+	// Kind is "approval" or "elicitation".
+	Kind string `json:"kind,omitempty"`
+	// RequestID and TurnID name the provider's request and the turn that
+	// raised it, so a decision reaches it after a restart.
+	RequestID string `json:"requestId,omitempty"`
+	TurnID    string `json:"turnId,omitempty"`
+}
+
+// Message is one entry of a conversation's transcript as the host keeps
+// it: what the person said and what the agent answered. (What the agent
+// did in between is the provider's to keep.)
+type Message struct {
+	Role    string `json:"role"` // "user" or "assistant"
+	Content string `json:"content,omitempty"`
+	// RunID is the turn the message belongs to.
+	RunID string `json:"runId,omitempty"`
 }
 
 // Conversation is a hosted conversation as the store keeps it.
 type Conversation struct {
 	ID    string
-	Owner Owner
+	Owner tool.Identity
 	State State
 	// Turns counts the messages that ran (answered, paused or failed).
 	Turns int
-	// Transcript is the conversation so far (nil before the first answer).
-	Transcript *agent.Conversation
+	// Provider is the key of the provider that holds the conversation;
+	// Binding is its native identity there, empty until the first turn
+	// opened a session.
+	Provider string
+	Binding  provider.Binding
+	// Messages counts the transcript's messages in the store.
+	Messages int
+	// Transcript is the conversation so far (Load fills it; nil from
+	// Info and List).
+	Transcript []Message
 	// Pending is set exactly when State is StatePaused.
 	Pending *Pending
 	// LastRunID is the run of the last turn.
@@ -102,10 +124,11 @@ type Conversation struct {
 
 // Update is what one Save writes.
 type Update struct {
-	// Conversation is the new state; its Version is the one that was read.
+	// Conversation is the new state; its Version is the one that was read
+	// and its Messages the count already stored.
 	Conversation Conversation
-	// Checkpoint is the paused turn's checkpoint (JSON); nil clears it.
-	Checkpoint []byte
+	// Append is what the transcript gained.
+	Append []Message
 	// Turn, when set, is appended to the turn log.
 	Turn *Turn
 }
@@ -118,6 +141,15 @@ const (
 	TurnCut       = "cut"       // cut by the shutdown drain bound
 	TurnAbandoned = "abandoned" // a pause given up (evicted or closed)
 	TurnClosed    = "closed"    // the conversation was closed
+	// TurnInterrupted: the provider ended the turn before its answer (the
+	// turn's client went away with nobody left to answer, or the agent
+	// stopped itself).
+	TurnInterrupted = "interrupted"
+	// TurnCleanupFailed: closing the provider session failed; the host
+	// retries it (Error says what failed). TurnCleanedUp records the retry
+	// that succeeded.
+	TurnCleanupFailed = "cleanup_failed"
+	TurnCleanedUp     = "cleaned_up"
 )
 
 // Turn is one entry of a conversation's turn log: facts, not content.
@@ -125,7 +157,7 @@ type Turn struct {
 	// Seq numbers the entries of one conversation from 1; the store sets it.
 	Seq   int64  `json:"seq"`
 	RunID string `json:"runId,omitempty"`
-	// Kind is "message", "decision", "close" or "evict".
+	// Kind is "message", "decision", "close", "evict" or "cleanup".
 	Kind    string    `json:"kind"`
 	Outcome string    `json:"outcome"`
 	Error   string    `json:"error,omitempty"`
@@ -141,4 +173,25 @@ type ListOptions struct {
 	Limit int
 }
 
-const maxList = 1000
+// MaxList is the most conversations List returns.
+const MaxList = 1000
+
+// CheckConversation reports what makes c unfit to store: a store calls it
+// before writing.
+func CheckConversation(c Conversation) error {
+	switch {
+	case c.ID == "":
+		return errors.New("host: the conversation has no id")
+	case c.Owner.Tenant == "" || c.Owner.Principal == "":
+		return errors.New("host: the conversation has no owner; a conversation belongs to a tenant and a principal")
+	case c.Owner.ConversationID != "":
+		return errors.New("host: an owner names a tenant and a principal, not a conversation")
+	case c.State != StateOpen && c.State != StatePaused && c.State != StateClosed:
+		return errors.New("host: unknown conversation state " + string(c.State))
+	case (c.State == StatePaused) != (c.Pending != nil):
+		return errors.New("host: a conversation has a pending question exactly when it is paused")
+	case c.Messages < 0:
+		return errors.New("host: a conversation's message count is negative")
+	}
+	return nil
+}

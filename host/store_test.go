@@ -5,15 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/host"
-	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/host/sqlstore"
+	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -34,13 +34,13 @@ func TestStore(t *testing.T) {
 }
 
 var (
-	alice = host.Owner{Tenant: "acme", Principal: "alice"}
-	bob   = host.Owner{Tenant: "acme", Principal: "bob"}
+	alice = tool.Identity{Tenant: "acme", Principal: "alice"}
+	bob   = tool.Identity{Tenant: "acme", Principal: "bob"}
 	t0    = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 )
 
-func conv(id string, o host.Owner) host.Conversation {
-	return host.Conversation{ID: id, Owner: o, State: host.StateOpen, CreatedAt: t0, UpdatedAt: t0}
+func conv(id string, o tool.Identity) host.Conversation {
+	return host.Conversation{ID: id, Owner: o, Provider: "p", State: host.StateOpen, CreatedAt: t0, UpdatedAt: t0}
 }
 
 var storeCases = []struct {
@@ -56,13 +56,13 @@ var storeCases = []struct {
 			t.Fatalf("a taken id: %v", err)
 		}
 		c, err := s.Load(ctx, alice, "c1")
-		if err != nil || c.ID != "c1" || c.Owner != alice || c.State != host.StateOpen || c.Version != 0 || !c.CreatedAt.Equal(t0) || c.Transcript != nil {
+		if err != nil || c.ID != "c1" || c.Owner != alice || c.State != host.StateOpen || c.Version != 0 || !c.CreatedAt.Equal(t0) || len(c.Transcript) != 0 || c.Provider != "p" {
 			t.Fatalf("load: %+v %v", c, err)
 		}
 		if _, err := s.Load(ctx, bob, "c1"); !errors.Is(err, host.ErrNotFound) {
 			t.Fatalf("another owner loads it: %v", err)
 		}
-		if _, err := s.Load(ctx, host.Owner{Tenant: "other", Principal: "alice"}, "c1"); !errors.Is(err, host.ErrNotFound) {
+		if _, err := s.Load(ctx, tool.Identity{Tenant: "other", Principal: "alice"}, "c1"); !errors.Is(err, host.ErrNotFound) {
 			t.Fatalf("the same principal of another tenant loads it: %v", err)
 		}
 		if _, err := s.Load(ctx, alice, "nope"); !errors.Is(err, host.ErrNotFound) {
@@ -73,9 +73,10 @@ var storeCases = []struct {
 		ctx := context.Background()
 		for _, c := range []host.Conversation{
 			{ID: "", Owner: alice, State: host.StateOpen},
-			{ID: "x", Owner: host.Owner{Tenant: "acme"}, State: host.StateOpen},
+			{ID: "x", Owner: tool.Identity{Tenant: "acme"}, State: host.StateOpen},
 			{ID: "x", Owner: alice, State: "weird"},
 			{ID: "x", Owner: alice, State: host.StatePaused},
+			{ID: "x", Owner: tool.Identity{Tenant: "acme", Principal: "alice", ConversationID: "x"}, State: host.StateOpen},
 		} {
 			if err := s.Create(ctx, c); err == nil {
 				t.Fatalf("created %+v", c)
@@ -85,9 +86,9 @@ var storeCases = []struct {
 			t.Fatal(err)
 		}
 		c := conv("c", alice)
-		c.State, c.Pending = host.StatePaused, &host.Pending{Question: "q", Tool: "t"}
+		c.State = host.StatePaused
 		if _, err := s.Save(ctx, host.Update{Conversation: c}); err == nil {
-			t.Fatal("saved a pause without its checkpoint")
+			t.Fatal("saved a pause without its question")
 		}
 	}},
 	{"save is versioned and transactional", func(t *testing.T, s host.Store, _ string) {
@@ -97,8 +98,9 @@ var storeCases = []struct {
 		}
 		c := conv("c", alice)
 		c.Turns, c.LastRunID, c.UpdatedAt = 1, "run-1", t0.Add(time.Second)
-		c.Transcript = &agent.Conversation{Version: 1, Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}, {Role: llm.RoleAssistant, Content: "hello"}}}
-		v, err := s.Save(ctx, host.Update{Conversation: c, Turn: &host.Turn{RunID: "run-1", Kind: "message", Outcome: host.TurnAnswered, Started: t0, Ended: t0}})
+		c.Binding = "b-1"
+		add := []host.Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "hello", RunID: "run-1"}}
+		v, err := s.Save(ctx, host.Update{Conversation: c, Append: add, Turn: &host.Turn{RunID: "run-1", Kind: "message", Outcome: host.TurnAnswered, Started: t0, Ended: t0}})
 		if err != nil || v != 1 {
 			t.Fatalf("save: %d %v", v, err)
 		}
@@ -109,7 +111,8 @@ var storeCases = []struct {
 			t.Fatalf("stale save: %v", err)
 		}
 		got, _ := s.Load(ctx, alice, "c")
-		if got.Turns != 1 || got.Version != 1 || got.LastRunID != "run-1" || len(got.Transcript.Messages) != 2 || got.Transcript.Messages[1].Content != "hello" {
+		if got.Turns != 1 || got.Version != 1 || got.LastRunID != "run-1" || got.Binding != "b-1" || got.Messages != 2 ||
+			len(got.Transcript) != 2 || got.Transcript[1] != add[1] {
 			t.Fatalf("after a refused save: %+v", got)
 		}
 		ts, _ := s.Turns(ctx, alice, "c")
@@ -132,78 +135,83 @@ var storeCases = []struct {
 		if err := s.Create(ctx, c); err != nil {
 			t.Fatal(err)
 		}
-		id := &tool.Identity{Tenant: "acme", Principal: "alice", ConversationID: "c"}
-		msgs := []llm.Message{{Role: llm.RoleUser, Content: "one"}, {Role: llm.RoleAssistant, Content: "two"}}
-		c.Transcript = &agent.Conversation{Version: 1, Identity: id, Messages: msgs}
-		v, err := s.Save(ctx, host.Update{Conversation: c})
+		v, err := s.Save(ctx, host.Update{Conversation: c, Append: []host.Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "two"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Version = v
-		c.Transcript = &agent.Conversation{Version: 1, Identity: id, Messages: append(slices.Clone(msgs),
-			llm.Message{Role: llm.RoleUser, Content: "three"}, llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "x", Name: "t", Args: []byte(`{"a":1}`)}}})}
-		if v, err = s.Save(ctx, host.Update{Conversation: c}); err != nil {
+		c.Version, c.Messages = v, 2
+		if v, err = s.Save(ctx, host.Update{Conversation: c, Append: []host.Message{{Role: "user", Content: "three"}}}); err != nil {
 			t.Fatal(err)
 		}
-		c.Version = v
+		c.Version, c.Messages = v, 3
 		got, err := s.Load(ctx, alice, "c")
-		if err != nil || len(got.Transcript.Messages) != 4 || got.Transcript.Messages[2].Content != "three" ||
-			string(got.Transcript.Messages[3].ToolCalls[0].Args) != `{"a":1}` || *got.Transcript.Identity != *id {
+		if err != nil || len(got.Transcript) != 3 || got.Transcript[2].Content != "three" || got.Messages != 3 {
 			t.Fatalf("load: %+v %v", got.Transcript, err)
 		}
-		// A save without a transcript keeps it; a shorter one is refused.
-		c.Transcript = nil
-		if v, err = s.Save(ctx, host.Update{Conversation: c}); err != nil {
-			t.Fatal(err)
-		}
-		c.Version = v
-		c.Transcript = &agent.Conversation{Version: 1, Messages: msgs[:1]}
-		if _, err := s.Save(ctx, host.Update{Conversation: c}); !errors.Is(err, host.ErrConflict) {
-			t.Fatalf("a shrinking transcript: %v", err)
+		// A save that believes fewer messages are stored is a conflict.
+		stale := c
+		stale.Messages = 1
+		if _, err := s.Save(ctx, host.Update{Conversation: stale, Append: []host.Message{{Role: "user", Content: "x"}}}); !errors.Is(err, host.ErrConflict) {
+			t.Fatalf("a save from a stale count: %v", err)
 		}
 		got, _ = s.Load(ctx, alice, "c")
-		if len(got.Transcript.Messages) != 4 {
-			t.Fatalf("%d messages after a kept and a refused save", len(got.Transcript.Messages))
+		if len(got.Transcript) != 3 {
+			t.Fatalf("%d messages after a refused save", len(got.Transcript))
 		}
 		info, err := s.Info(ctx, alice, "c")
-		if err != nil || info.Transcript != nil || info.Version != got.Version {
+		if err != nil || info.Transcript != nil || info.Version != got.Version || info.Messages != 3 {
 			t.Fatalf("info: %+v %v", info, err)
 		}
 		if _, err := s.Info(ctx, bob, "c"); !errors.Is(err, host.ErrNotFound) {
 			t.Fatalf("another owner's info: %v", err)
 		}
 	}},
-	{"checkpoint set and cleared", func(t *testing.T, s host.Store, _ string) {
+	{"a pause names its request", func(t *testing.T, s host.Store, _ string) {
 		ctx := context.Background()
 		if err := s.Create(ctx, conv("c", alice)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.LoadCheckpoint(ctx, alice, "c"); !errors.Is(err, host.ErrNotFound) {
-			t.Fatalf("no checkpoint yet: %v", err)
-		}
 		c := conv("c", alice)
-		c.State, c.Pending = host.StatePaused, &host.Pending{Question: "deploy?", Tool: "deploy"}
-		cp := []byte(`{"version":1,"id":"cp-1"}`)
-		if _, err := s.Save(ctx, host.Update{Conversation: c, Checkpoint: cp}); err != nil {
+		c.State, c.Pending = host.StatePaused, &host.Pending{Question: "deploy?", Tool: "deploy", Kind: "approval", RequestID: "req-1", TurnID: "run-1"}
+		v, err := s.Save(ctx, host.Update{Conversation: c})
+		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := s.LoadCheckpoint(ctx, alice, "c")
-		if err != nil || string(got) != string(cp) {
-			t.Fatalf("checkpoint: %s %v", got, err)
-		}
-		if _, err := s.LoadCheckpoint(ctx, bob, "c"); !errors.Is(err, host.ErrNotFound) {
-			t.Fatalf("another owner's checkpoint: %v", err)
-		}
 		l, _ := s.Load(ctx, alice, "c")
-		if l.State != host.StatePaused || l.Pending == nil || l.Pending.Question != "deploy?" || l.Pending.Tool != "deploy" {
+		if l.State != host.StatePaused || l.Pending == nil || *l.Pending != *c.Pending {
 			t.Fatalf("paused: %+v", l)
 		}
-		l.State, l.Pending = host.StateOpen, nil
+		l.State, l.Pending, l.Version = host.StateOpen, nil, v
 		if _, err := s.Save(ctx, host.Update{Conversation: l}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.LoadCheckpoint(ctx, alice, "c"); !errors.Is(err, host.ErrNotFound) {
-			t.Fatalf("a cleared checkpoint: %v", err)
+		if l, _ = s.Load(ctx, alice, "c"); l.Pending != nil {
+			t.Fatalf("a cleared pause: %+v", l.Pending)
+		}
+	}},
+	{"a turn-log entry alone keeps the version", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		if err := s.Create(ctx, conv("c", alice)); err != nil {
+			t.Fatal(err)
+		}
+		c := conv("c", alice)
+		v, err := s.Save(ctx, host.Update{Conversation: c, Turn: &host.Turn{Kind: "message", Outcome: host.TurnAnswered}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendTurn(ctx, alice, "c", host.Turn{Kind: "cleanup", Outcome: host.TurnCleanupFailed, Error: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendTurn(ctx, bob, "c", host.Turn{Kind: "cleanup"}); !errors.Is(err, host.ErrNotFound) {
+			t.Fatalf("another owner's entry: %v", err)
+		}
+		c.Version = v
+		if _, err := s.Save(ctx, host.Update{Conversation: c, Turn: &host.Turn{Kind: "close", Outcome: host.TurnClosed}}); err != nil {
+			t.Fatalf("a save after a log-only entry: %v", err)
+		}
+		ts, _ := s.Turns(ctx, alice, "c")
+		if len(ts) != 3 || ts[0].Seq != 1 || ts[1].Seq != 2 || ts[1].Kind != "cleanup" || ts[2].Seq != 3 {
+			t.Fatalf("turn log: %+v", ts)
 		}
 	}},
 	{"list and count by owner", func(t *testing.T, s host.Store, _ string) {
@@ -218,7 +226,7 @@ var storeCases = []struct {
 		if err := s.Create(ctx, conv("b0", bob)); err != nil {
 			t.Fatal(err)
 		}
-		closed, _ := s.Load(ctx, alice, "a1")
+		closed, _ := s.Info(ctx, alice, "a1")
 		closed.State = host.StateClosed
 		if _, err := s.Save(ctx, host.Update{Conversation: closed}); err != nil {
 			t.Fatal(err)
@@ -253,9 +261,8 @@ var storeCases = []struct {
 		if err := s.Create(ctx, c); err != nil {
 			t.Fatal(err)
 		}
-		c.Transcript = &agent.Conversation{Version: 1, Messages: []llm.Message{{Role: llm.RoleUser, Content: "kept"}}}
 		c.Turns = 1
-		if _, err := s.Save(ctx, host.Update{Conversation: c}); err != nil {
+		if _, err := s.Save(ctx, host.Update{Conversation: c, Append: []host.Message{{Role: "user", Content: "kept"}}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -267,7 +274,7 @@ var storeCases = []struct {
 		s2 := openStore(t, dsn)
 		defer s2.Close()
 		got, err := s2.Load(ctx, alice, "c")
-		if err != nil || got.Transcript == nil || got.Transcript.Messages[0].Content != "kept" || got.Version != 1 {
+		if err != nil || len(got.Transcript) != 1 || got.Transcript[0].Content != "kept" || got.Version != 1 {
 			t.Fatalf("after reopen: %+v %v", got, err)
 		}
 	}},
@@ -318,8 +325,7 @@ var storeCases = []struct {
 			wg.Go(func() {
 				c := conv(fmt.Sprintf("g%d", i), alice)
 				c.Turns = 1
-				c.Transcript = &agent.Conversation{Version: 1, Messages: []llm.Message{{Role: llm.RoleUser, Content: fmt.Sprint(i)}}}
-				if v, err := s.Save(ctx, host.Update{Conversation: c, Turn: &host.Turn{Kind: "message", Outcome: host.TurnAnswered}}); err != nil || v != 1 {
+				if v, err := s.Save(ctx, host.Update{Conversation: c, Append: []host.Message{{Role: "user", Content: fmt.Sprint(i)}}, Turn: &host.Turn{Kind: "message", Outcome: host.TurnAnswered}}); err != nil || v != 1 {
 					t.Errorf("save %d: %d %v", i, v, err)
 				}
 			})
@@ -327,7 +333,7 @@ var storeCases = []struct {
 		wg.Wait()
 		for i := range n {
 			got, err := s.Load(ctx, alice, fmt.Sprintf("g%d", i))
-			if err != nil || got.Version != 1 || got.Transcript.Messages[0].Content != fmt.Sprint(i) {
+			if err != nil || got.Version != 1 || got.Transcript[0].Content != fmt.Sprint(i) {
 				t.Fatalf("g%d: %+v %v", i, got, err)
 			}
 		}
@@ -349,7 +355,7 @@ var storeCases = []struct {
 		}
 		s.Close()
 		err := s.Ping(context.Background())
-		var se *host.StoreError
+		var se *sqlstore.Error
 		if !errors.As(err, &se) {
 			t.Fatalf("ping after close: %v", err)
 		}
@@ -383,7 +389,7 @@ func TestStoreRefusesNewerSchema(t *testing.T) {
 				t.Fatal(err)
 			}
 			db.Close()
-			_, err = host.OpenStore(context.Background(), dsn)
+			_, err = openStoreErr(dsn)
 			if err == nil || !strings.Contains(err.Error(), "schema version 99") {
 				t.Fatalf("a newer schema: %v", err)
 			}
@@ -391,15 +397,25 @@ func TestStoreRefusesNewerSchema(t *testing.T) {
 	}
 }
 
+func openStoreErr(dsn string) (*sqlstore.Store, error) {
+	if strings.HasPrefix(dsn, "postgres://") {
+		return postgres.Open(context.Background(), dsn)
+	}
+	return sqlite.Open(context.Background(), dsn)
+}
+
 func TestOpenStoreRefusesBadDSNs(t *testing.T) {
 	for _, dsn := range []string{"", "agentry.db?sync=sometimes", "a#b.db"} {
-		if s, err := host.OpenStore(context.Background(), dsn); err == nil {
+		if s, err := sqlite.Open(context.Background(), dsn); err == nil {
 			s.Close()
 			t.Fatalf("opened %q", dsn)
 		}
 	}
+	if _, err := postgres.Open(context.Background(), "agentry.db"); err == nil {
+		t.Fatal("postgres opened a file path")
+	}
 	// A password in a PostgreSQL DSN never reaches the error.
-	_, err := host.OpenStore(context.Background(), "postgres://agentry:hunter2secret@127.0.0.1:1/none?connect_timeout=1")
+	_, err := postgres.Open(context.Background(), "postgres://agentry:hunter2secret@127.0.0.1:1/none?connect_timeout=1")
 	if err == nil || strings.Contains(err.Error(), "hunter2secret") {
 		t.Fatalf("unreachable postgres: %v", err)
 	}

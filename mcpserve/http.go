@@ -3,12 +3,10 @@ package mcpserve
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -17,15 +15,12 @@ import (
 	"github.com/agentry-dev/agentry/tool"
 )
 
-// ErrBadCredentials is what an [Authenticator] returns for credentials that
-// are present but not accepted: an unknown token, a malformed header.
-var ErrBadCredentials = errors.New("mcpserve: the credentials were not accepted")
-
 // Authenticator proves who is calling from an HTTP request, from its
 // Authorization: Bearer token. It returns (nil, nil) when the request
 // carries no credentials, the identity the credentials prove, or an error
-// (wrap [ErrBadCredentials]) when they are present but not accepted. It is
-// called for every HTTP request and must be safe for concurrent use.
+// when they are present but not accepted. It is called for every HTTP
+// request and must be safe for concurrent use. agentry's tokens file
+// authenticator is host.Tokens: pass its Identity method.
 //
 // The identity reaches tools as tool.Call.Identity exactly as returned. It
 // never comes from anything else the client sends.
@@ -158,59 +153,4 @@ func userID(id *tool.Identity) string {
 	b, _ := json.Marshal([2]string{id.Tenant, id.Principal})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-// BearerToken reads the token from an Authorization header value of the
-// form "Bearer <token>" (the scheme in any case). ok is false when the
-// value is anything else.
-func BearerToken(header string) (token string, ok bool) {
-	scheme, rest, found := strings.Cut(header, " ")
-	if !found || !strings.EqualFold(scheme, "bearer") {
-		return "", false
-	}
-	token = strings.TrimLeft(rest, " ")
-	if token == "" || strings.ContainsAny(token, " \t\r\n") {
-		return "", false
-	}
-	return token, true
-}
-
-// Tokens returns an Authenticator that accepts the given bearer tokens,
-// each proving one identity. It keeps only their SHA-256 digests and
-// compares in constant time. A request with no Authorization header has no
-// credentials; any other token, or a header that is not a bearer token, is
-// refused with [ErrBadCredentials].
-func Tokens(tokens map[string]tool.Identity) Authenticator {
-	type entry struct {
-		sum [sha256.Size]byte
-		id  tool.Identity
-	}
-	entries := make([]entry, 0, len(tokens))
-	for tok, id := range tokens {
-		entries = append(entries, entry{sum: sha256.Sum256([]byte(tok)), id: id})
-	}
-	return func(r *http.Request) (*tool.Identity, error) {
-		h := r.Header.Get("Authorization")
-		if h == "" {
-			return nil, nil
-		}
-		tok, ok := BearerToken(h)
-		if !ok {
-			return nil, ErrBadCredentials
-		}
-		sum := sha256.Sum256([]byte(tok))
-		var found *tool.Identity
-		// No early exit: the time taken says nothing about which token
-		// came close.
-		for i := range entries {
-			if subtle.ConstantTimeCompare(entries[i].sum[:], sum[:]) == 1 {
-				id := entries[i].id
-				found = &id
-			}
-		}
-		if found == nil {
-			return nil, ErrBadCredentials
-		}
-		return found, nil
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/mcpserve"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -28,7 +29,7 @@ func TestHTTPIdentityOnlyWhenProved(t *testing.T) {
 	rec := newRecorder()
 	st := newSessionTool()
 	s := newServer(t, []tool.Tool{probe(), st.tool()}, rec.options(mcpserve.Options{}))
-	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: mcpserve.Tokens(users)})
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: tokensOf(t, users)})
 
 	anon, err := connectHTTP(t, srv, "")
 	if err != nil {
@@ -106,7 +107,7 @@ func (x headers) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestClientCannotClaimAnIdentity(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, []tool.Tool{probe()}, mcpserve.Options{})
-	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: mcpserve.Tokens(users)})
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: tokensOf(t, users)})
 	hc := &http.Client{Transport: headers{next: srv.Client().Transport, h: http.Header{
 		"X-Tenant": {"acme"}, "X-Principal": {"alice"}, "X-Forwarded-User": {"alice"},
 	}}}
@@ -131,7 +132,7 @@ func TestClientCannotClaimAnIdentity(t *testing.T) {
 func TestHTTPRequiredAuthAnswers401(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, []tool.Tool{probe()}, mcpserve.Options{})
-	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: mcpserve.Tokens(users), RequireAuth: true})
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: tokensOf(t, users), RequireAuth: true})
 
 	for _, tc := range []struct {
 		name, header, challenge string
@@ -175,7 +176,7 @@ func TestHTTPRequiredAuthAnswers401(t *testing.T) {
 func TestHTTPSessionIsBoundToItsUser(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, []tool.Tool{probe()}, mcpserve.Options{})
-	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: mcpserve.Tokens(users)})
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: tokensOf(t, users)})
 
 	resp := postInitialize(t, srv, "Bearer tok-alice-7f3a", "")
 	resp.Body.Close()
@@ -238,7 +239,7 @@ func TestHTTPHandlerRefusesAuthWithoutAuthenticator(t *testing.T) {
 
 func TestTokens(t *testing.T) {
 	t.Parallel()
-	auth := mcpserve.Tokens(users)
+	auth := tokensOf(t, users)
 	for _, tc := range []struct {
 		header string
 		want   *tool.Identity
@@ -310,7 +311,7 @@ func postRPC(t *testing.T, srv *httptest.Server, authz, sessionID, body string) 
 func TestHTTPStatelessStillCarriesIdentity(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, []tool.Tool{probe()}, mcpserve.Options{})
-	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: mcpserve.Tokens(users), RequireAuth: true, Stateless: true})
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: tokensOf(t, users), RequireAuth: true, Stateless: true})
 	cs, err := connectHTTP(t, srv, "tok-alice-7f3a")
 	if err != nil {
 		t.Fatal(err)
@@ -388,4 +389,19 @@ func TestHTTPShutdownDrainsAnswersInFlight(t *testing.T) {
 	if closes.Load() != 1 {
 		t.Errorf("cleanup ran %d times", closes.Load())
 	}
+}
+
+// tokensOf admits the given tokens through agentry's one tokens
+// authenticator (host.Tokens), as agentry mcp does.
+func tokensOf(t *testing.T, tokens map[string]tool.Identity) mcpserve.Authenticator {
+	t.Helper()
+	var file strings.Builder
+	for tok, id := range tokens {
+		file.WriteString(host.TokenLine(tok, id) + "\n")
+	}
+	toks, err := host.ParseTokens(strings.NewReader(file.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toks.Identity
 }

@@ -37,7 +37,11 @@ import (
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore"
+	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm/scripted"
+	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
 )
@@ -211,7 +215,7 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 		steps[i] = scripted.Step{Text: "ok"}
 	}
 	router := host.NewRouter()
-	opt := agent.Options{ID: "load", Model: scripted.New(steps...), Routes: []agent.Route{router.Route()}, MaxLiveSessions: 4 * c.sessions}
+	opt := agent.Options{ID: "load", Model: scripted.New(steps...), Routes: []agent.Route{{Sink: router, Filter: router.Filter()}}, MaxLiveSessions: 4 * c.sessions}
 	if c.mode == "interpreter" {
 		lo := local.Options{} // session directories under os.TempDir(), which a jail's user can reach
 		if c.jail {
@@ -220,21 +224,27 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 		opt.Model = scripted.Calculator()
 		opt.Tools = []tool.Tool{code.NewTool(local.NewInterpreter(lo), code.ToolOptions{Scope: toolsession.ScopeSession})}
 	}
-	a, err := agent.New(opt)
-	if err != nil {
-		return nil, nil, err
-	}
 	dsn := c.store
 	if dsn == "" {
 		dsn = filepath.Join(dir, "agentry.db")
 	}
-	st, err := host.OpenStore(ctx, dsn)
+	var st *sqlstore.Store
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		st, err = postgres.Open(ctx, dsn)
+	} else {
+		st, err = sqlite.Open(ctx, dsn)
+	}
 	if err != nil {
+		return nil, nil, err
+	}
+	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), Agent: native.Fixed(opt)})
+	if err != nil {
+		_ = st.Close()
 		return nil, nil, err
 	}
 	var lines, toks []string
 	for i := range max(c.principals, 1) {
-		tok, line, err := host.GenerateToken(host.Owner{Tenant: "load", Principal: fmt.Sprintf("p%03d", i)})
+		tok, line, err := host.GenerateToken(tool.Identity{Tenant: "load", Principal: fmt.Sprintf("p%03d", i)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -244,9 +254,11 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := host.New(host.Options{Engine: a, Store: st, Auth: auth, Router: router,
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Router: router,
 		MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxOpenSessions: c.sessions + 1})
 	if err != nil {
+		_ = reg.Dispose(ctx)
+		_ = st.Close()
 		return nil, nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -262,6 +274,7 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 		_ = h.Shutdown(sctx)
 		_ = srv.Shutdown(sctx)
 		<-done
+		_ = reg.Dispose(sctx)
 		_ = os.RemoveAll(dir)
 	}}, toks, nil
 }

@@ -140,7 +140,7 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 			if t.Len() == 0 {
 				return usageError("--tokens %s admits nobody; add a line \"sha256:<hex digest> <tenant> <principal>\" (agentry token makes one)", o.tokens)
 			}
-			auth = mcpAuthenticator(t)
+			auth = t.Identity
 		}
 	}
 

@@ -17,7 +17,6 @@ import (
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
-	"github.com/agentry-dev/agentry/mcpserve"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -151,7 +150,7 @@ func TestMCPHTTPWithTokens(t *testing.T) {
 	dir := t.TempDir()
 	const token = "agt_test-token-for-alice-0123456789"
 	tokens := filepath.Join(dir, "tokens.txt")
-	file := "# acme\n" + host.TokenLine(token, host.Owner{Tenant: "acme", Principal: "alice"}) + "\n"
+	file := "# acme\n" + host.TokenLine(token, tool.Identity{Tenant: "acme", Principal: "alice"}) + "\n"
 	if err := os.WriteFile(tokens, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -310,42 +309,4 @@ func TestMCPSignalDuringACall(t *testing.T) {
 		t.Fatalf("the interpreter (pid %d) outlived the server: %v", pid, err)
 	}
 	auditClean(t, events, 1)
-}
-
-// The MCP door reads agentry serve's tokens file: a listed token proves
-// its owner; no header is no credentials; anything else is refused.
-func TestMCPAuthenticatorUsesTheHostsTokens(t *testing.T) {
-	alice := tool.Identity{Tenant: "acme", Principal: "alice"}
-	good := host.TokenLine("agt_a", host.Owner{Tenant: "acme", Principal: "alice"}) + "\n\n  # comment\n" +
-		host.TokenLine("agt_b", host.Owner{Tenant: "acme", Principal: "bob"})
-	toks, err := host.ParseTokens(strings.NewReader(good))
-	if err != nil || toks.Len() != 2 {
-		t.Fatalf("%v, %v", toks, err)
-	}
-	auth := mcpAuthenticator(toks)
-	for _, c := range []struct {
-		hdr  []string
-		want *tool.Identity
-		bad  bool
-	}{
-		{nil, nil, false},
-		{[]string{"Bearer agt_a"}, &alice, false},
-		{[]string{"bearer agt_a"}, &alice, false},
-		{[]string{"Bearer agt_c"}, nil, true},
-		{[]string{"Basic agt_a"}, nil, true},
-		{[]string{"Bearer agt_a", "Bearer agt_a"}, nil, true},
-		{[]string{"Bearer " + strings.Repeat("x", 5000)}, nil, true},
-	} {
-		r, _ := http.NewRequest(http.MethodPost, "/mcp", nil)
-		for _, h := range c.hdr {
-			r.Header.Add("Authorization", h)
-		}
-		id, err := auth(r)
-		if (err != nil) != c.bad || (id == nil) != (c.want == nil) || (id != nil && *id != *c.want) {
-			t.Errorf("%q: %v, %v", c.hdr, id, err)
-		}
-		if c.bad && !errors.Is(err, mcpserve.ErrBadCredentials) {
-			t.Errorf("%q: %v, want ErrBadCredentials", c.hdr, err)
-		}
-	}
 }

@@ -18,7 +18,12 @@ import (
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore"
+	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -28,6 +33,7 @@ func init() { commands = append(commands, newServeCmd) }
 // default.
 type serveOptions struct {
 	addr, tokens, store, events, model, runner string
+	agent                                      string
 	drain, teardown, idleEvict                 time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
@@ -62,6 +68,7 @@ flushed. A second signal exits at once.
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "where to listen (host:port)")
+	f.StringVar(&o.agent, "agent", "native", "the agent each conversation talks to: native (agentry's own agent, with --model and --runner)")
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
@@ -111,7 +118,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 			return usageError("refusing to listen on %s without a tokens file: anyone who reaches it would act as the one generated token's owner; "+
 				"pass --tokens FILE (agentry token --tenant T --principal P --tokens FILE adds a line), or listen on 127.0.0.1", o.addr)
 		}
-		tok, line, err := host.GenerateToken(host.Owner{Tenant: "local", Principal: "local"})
+		tok, line, err := host.GenerateToken(tool.Identity{Tenant: "local", Principal: "local"})
 		if err != nil {
 			return failure(err)
 		}
@@ -131,46 +138,70 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		auth = t
 	}
 
+	if o.agent == "" {
+		o.agent = "native"
+	}
+	if o.agent != "native" {
+		return usageError("--agent %q: this build hosts the native agent (--agent native)", o.agent)
+	}
 	deps, err := buildServeDeps(ctx, o, stderr)
 	if err != nil {
 		return err
 	}
+	// One bus for everything: the host's events, the provider's, the
+	// agent's; the events file and the router hear it.
+	bus := event.NewBus(event.BusOptions{OnError: func(err error) { fmt.Fprintf(stderr, "agentry serve: events: %v\n", err) }})
+	for _, sk := range deps.sinks {
+		_ = bus.Add(sk, event.Filter{})
+	}
 	router := host.NewRouter()
-	a, err := agent.New(agent.Options{
-		ID:              "agentry-serve",
-		Model:           deps.model,
-		Tools:           deps.tools,
-		Sinks:           deps.sinks,
-		Routes:          []agent.Route{router.Route()},
-		TeardownTimeout: o.teardown,
-		MaxLiveSessions: o.maxLive,
-	})
+	_ = bus.Add(router, router.Filter())
+	if deps.bind != nil {
+		deps.bind(bus)
+	}
+	st, err := openStore(ctx, o.store)
 	if err != nil {
-		closeSinks(deps.sinks)
+		_ = bus.Close(context.Background())
 		deps.close()
 		return failure(err)
 	}
-	if deps.bind != nil {
-		deps.bind(a.Bus())
-	}
-	st, err := host.OpenStore(ctx, o.store)
+	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), Agent: native.Fixed(agent.Options{
+		ID:              "agentry-serve",
+		Model:           deps.model,
+		Tools:           deps.tools,
+		Routes:          []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
+		TeardownTimeout: o.teardown,
+		MaxLiveSessions: o.maxLive,
+	})}, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
 	if err != nil {
-		_ = a.Shutdown(context.Background())
+		_ = st.Close()
+		_ = bus.Close(context.Background())
+		deps.close()
 		return failure(err)
 	}
+	dispose := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*o.teardown+5*time.Second)
+		defer cancel()
+		if err := reg.Dispose(ctx); err != nil {
+			fmt.Fprintf(stderr, "agentry serve: closing the agent: %v\n", err)
+		}
+		_ = bus.Close(ctx)
+		deps.close()
+	}
 	h, err := host.New(host.Options{
-		Engine: a, Store: st, Auth: auth, Router: router,
+		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
-		IdleEvict: o.idleEvict,
+		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown,
 	})
 	if err != nil {
-		_ = a.Shutdown(context.Background())
 		_ = st.Close()
+		dispose()
 		return usageError("%v", err)
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		_ = h.Shutdown(context.Background())
+		dispose()
 		return failure(fmt.Errorf("listening on %s: %w", o.addr, err))
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
@@ -191,6 +222,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	select {
 	case err := <-served:
 		_ = h.Shutdown(context.Background())
+		dispose()
 		return failure(fmt.Errorf("serving: %w", err))
 	case s := <-sig:
 		h.Drain() // readiness fails from here on
@@ -218,12 +250,25 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		shutErr = errors.Join(shutErr, err)
 	}
-	deps.close()
+	dispose()
 	if shutErr != nil {
 		return failure(shutErr)
 	}
 	fmt.Fprintln(stderr, "agentry serve: stopped; every tool session is closed")
 	return nil
+}
+
+// openStore opens the conversation store a DSN names: a postgres:// (or
+// postgresql://) URL, or a SQLite file path ("sqlite:" in front is
+// allowed).
+func openStore(ctx context.Context, dsn string) (*sqlstore.Store, error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return postgres.Open(ctx, dsn)
+	case dsn == "":
+		return nil, usageError("--store is empty; pass a SQLite file path (agentry.db) or a postgres:// URL")
+	}
+	return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
 }
 
 func describeStore(dsn string) string {

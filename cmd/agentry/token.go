@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 func init() { commands = append(commands, newTokenCmd) }
@@ -23,7 +24,7 @@ without it the line is printed on stderr for you to place.`,
 		Example: `  agentry token --tenant acme --principal alice --tokens tokens.txt`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tok, line, err := host.GenerateToken(host.Owner{Tenant: tenant, Principal: principal})
+			tok, line, err := host.GenerateToken(tool.Identity{Tenant: tenant, Principal: principal})
 			if err != nil {
 				return usageError("%v", err)
 			}

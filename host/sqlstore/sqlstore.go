@@ -1,0 +1,773 @@
+// Package sqlstore is the host's conversation store on database/sql: the
+// schema, its migrations, optimistic concurrency and (for SQLite) group
+// commit, written once for every SQL database. It links no driver: the
+// packages sqlstore/sqlite (modernc.org/sqlite, pure Go) and
+// sqlstore/postgres (github.com/jackc/pgx/v5) open a database and hand it
+// here, so a program links only the driver it uses, and importing host
+// links none.
+//
+// A Store is a host.Store, and also keeps the native provider's
+// conversations (NativeStore), in the same database, so a restarted
+// `agentry serve` resumes every conversation from its stored binding.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/native"
+	"github.com/agentry-dev/agentry/tool"
+)
+
+// SchemaVersion is the version of the tables this build writes.
+const SchemaVersion = 2
+
+// Dialect is what differs between databases.
+type Dialect struct {
+	// Kind names the database in errors ("sqlite", "postgres").
+	Kind string
+	// Rebind rewrites the package's ? placeholders (nil: none needed).
+	Rebind func(string) string
+	// Lock serialises schema changes between processes starting together
+	// (nil: the database does it, as SQLite's immediate transactions do).
+	Lock func(context.Context, *sql.Tx) error
+	// GroupCommit sends every save through one writer goroutine that
+	// commits the saves waiting together in one transaction (SQLite: one
+	// writer at a time anyway).
+	GroupCommit bool
+	// UniqueViolation reports whether err is a unique-key violation.
+	UniqueViolation func(error) bool
+}
+
+// Store is the host's store on one SQL database.
+type Store struct {
+	d      Dialect
+	write  *sql.DB // SQLite: one connection, so writers queue here, not on SQLITE_BUSY
+	read   *sql.DB // may be the same as write
+	rebind func(string) string
+	q      queries
+	stmt   struct{ save, head, insertTurn, insertMsg *sql.Stmt }
+
+	saves      chan *saveReq
+	stopped    chan struct{}
+	writerDone chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ host.Store = (*Store)(nil)
+
+type queries struct {
+	create, load, save, list, listOpen, countOpen, turns, appendTurn, lockRow, insertTurn string
+	messages, head, insertMsg, nativeLoad, nativeSave                                     string
+}
+
+// v1 is the first schema; migrations take it to SchemaVersion. A new
+// database runs the same steps, so old and new databases never differ.
+var v1 = []string{
+	`CREATE TABLE IF NOT EXISTS agentry_meta (
+		key   TEXT PRIMARY KEY,
+		value TEXT NOT NULL
+	)`,
+	`CREATE TABLE IF NOT EXISTS agentry_conversations (
+		id               TEXT PRIMARY KEY,
+		tenant           TEXT NOT NULL,
+		principal        TEXT NOT NULL,
+		state            TEXT NOT NULL,
+		turns            INTEGER NOT NULL,
+		transcript_head  TEXT,
+		messages         BIGINT NOT NULL,
+		pending_question TEXT,
+		pending_tool     TEXT,
+		checkpoint       TEXT,
+		last_run_id      TEXT NOT NULL,
+		created_us       BIGINT NOT NULL,
+		updated_us       BIGINT NOT NULL,
+		version          BIGINT NOT NULL
+	)`,
+	`CREATE INDEX IF NOT EXISTS agentry_conversations_owner
+		ON agentry_conversations (tenant, principal, state, updated_us)`,
+	`CREATE TABLE IF NOT EXISTS agentry_messages (
+		conversation_id TEXT NOT NULL REFERENCES agentry_conversations (id),
+		idx             BIGINT NOT NULL,
+		message         TEXT NOT NULL,
+		PRIMARY KEY (conversation_id, idx)
+	)`,
+	`CREATE TABLE IF NOT EXISTS agentry_turns (
+		conversation_id TEXT NOT NULL REFERENCES agentry_conversations (id),
+		seq             BIGINT NOT NULL,
+		run_id          TEXT NOT NULL,
+		kind            TEXT NOT NULL,
+		outcome         TEXT NOT NULL,
+		error           TEXT NOT NULL,
+		started_us      BIGINT NOT NULL,
+		ended_us        BIGINT NOT NULL,
+		PRIMARY KEY (conversation_id, seq)
+	)`,
+}
+
+// v2 puts conversations on the provider contract: each names its
+// provider and binding; a paused one names the request it waits on; the
+// native provider's conversations get a table of their own.
+var v2 = []string{
+	`ALTER TABLE agentry_conversations ADD COLUMN provider TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE agentry_conversations ADD COLUMN binding TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE agentry_conversations ADD COLUMN pending_request TEXT`,
+	`ALTER TABLE agentry_conversations ADD COLUMN turn_seq BIGINT NOT NULL DEFAULT 0`,
+	`UPDATE agentry_conversations SET turn_seq = COALESCE((SELECT MAX(seq) FROM agentry_turns t WHERE t.conversation_id = agentry_conversations.id), 0)`,
+	`CREATE TABLE IF NOT EXISTS agentry_native (
+		binding    TEXT PRIMARY KEY,
+		record     TEXT NOT NULL,
+		updated_us BIGINT NOT NULL
+	)`,
+}
+
+// New puts a Store on an open database: it creates or migrates the
+// schema (refusing one newer than this build) and prepares its
+// statements. write and read may be the same; the Store closes both.
+func New(ctx context.Context, write, read *sql.DB, d Dialect) (*Store, error) {
+	if d.Rebind == nil {
+		d.Rebind = func(q string) string { return q }
+	}
+	if d.UniqueViolation == nil {
+		d.UniqueViolation = func(error) bool { return false }
+	}
+	s := &Store{d: d, write: write, read: read, rebind: d.Rebind}
+	if err := s.migrate(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	if d.GroupCommit {
+		s.saves = make(chan *saveReq)
+		s.stopped = make(chan struct{})
+		s.writerDone = make(chan struct{})
+		go s.groupCommit()
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	kind := s.d.Kind
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlstore: the %s store cannot be reached: %w", kind, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if s.d.Lock != nil {
+		if err := s.d.Lock(ctx, tx); err != nil {
+			return fmt.Errorf("sqlstore: locking the %s store for its schema: %w", kind, err)
+		}
+	}
+	for _, stmt := range v1 {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlstore: creating the %s store's tables: %w", kind, err)
+		}
+	}
+	var v string
+	version := 0
+	err = tx.QueryRowContext(ctx, s.rebind(`SELECT value FROM agentry_meta WHERE key = ?`), "schema").Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		version = 1 // v1 was just created (or an empty v1 database)
+		if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO agentry_meta (key, value) VALUES (?, ?)`), "schema", "1"); err != nil {
+			return fmt.Errorf("sqlstore: recording the %s store's schema version: %w", kind, err)
+		}
+	case err != nil:
+		return fmt.Errorf("sqlstore: reading the %s store's schema version: %w", kind, err)
+	default:
+		version, _ = strconv.Atoi(v)
+		if version > SchemaVersion {
+			return fmt.Errorf("sqlstore: the %s store has schema version %s and this build reads version %d; run the agentry release that wrote it", kind, v, SchemaVersion)
+		}
+	}
+	if version < 2 {
+		if err := s.toV2(ctx, tx); err != nil {
+			return fmt.Errorf("sqlstore: upgrading the %s store to schema 2: %w", kind, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.rebind(`UPDATE agentry_meta SET value = ? WHERE key = ?`), strconv.Itoa(SchemaVersion), "schema"); err != nil {
+		return fmt.Errorf("sqlstore: recording the %s store's schema version: %w", kind, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlstore: creating the %s store's tables: %w", kind, err)
+	}
+	s.prepareQueries()
+	for _, p := range []struct {
+		to **sql.Stmt
+		q  string
+	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg}} {
+		st, err := s.write.PrepareContext(ctx, p.q)
+		if err != nil {
+			return fmt.Errorf("sqlstore: preparing the %s store's statements: %w", kind, err)
+		}
+		*p.to = st
+	}
+	return nil
+}
+
+func (s *Store) prepareQueries() {
+	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version`
+	s.q = queries{
+		create:    s.rebind(`INSERT INTO agentry_conversations (` + cols + `, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
+		messages:  s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? ORDER BY idx`),
+		head:      s.rebind(`SELECT version, messages, turn_seq FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		insertMsg: s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
+		load:      s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		save: s.rebind(`UPDATE agentry_conversations SET state = ?, turns = ?, messages = ?, pending_question = ?, pending_tool = ?, pending_request = ?,
+			provider = ?, binding = ?, last_run_id = ?, updated_us = ?, version = ?, turn_seq = ?
+			WHERE id = ? AND tenant = ? AND principal = ? AND version = ?`),
+		lockRow:    s.rebind(`UPDATE agentry_conversations SET turn_seq = turn_seq + 1 WHERE id = ? AND tenant = ? AND principal = ?`),
+		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		list: s.rebind(`SELECT ` + cols + `
+			FROM agentry_conversations WHERE tenant = ? AND principal = ? ORDER BY updated_us DESC, id LIMIT ?`),
+		listOpen: s.rebind(`SELECT ` + cols + `
+			FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
+		countOpen: s.rebind(`SELECT COUNT(*) FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed'`),
+		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
+			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
+			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
+		nativeLoad: s.rebind(`SELECT record FROM agentry_native WHERE binding = ?`),
+		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, record, updated_us) VALUES (?, ?, ?)
+			ON CONFLICT (binding) DO UPDATE SET record = excluded.record, updated_us = excluded.updated_us`),
+	}
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// Create stores a new conversation.
+func (s *Store) Create(ctx context.Context, c host.Conversation) error {
+	if err := host.CheckConversation(c); err != nil {
+		return err
+	}
+	if c.Messages != 0 || len(c.Transcript) > 0 {
+		return errors.New("sqlstore: a conversation is created without messages; Save adds them")
+	}
+	pq, pt, pr := pendingCols(c.Pending)
+	_, err := s.write.ExecContext(ctx, s.q.create, c.ID, c.Owner.Tenant, c.Owner.Principal, string(c.State), c.Turns,
+		pq, pt, pr, c.Provider, string(c.Binding), c.LastRunID, micros(c.CreatedAt), micros(c.UpdatedAt), c.Version)
+	if err != nil {
+		if s.d.UniqueViolation(err) {
+			return host.ErrExists
+		}
+		return s.fail("creating a conversation", err)
+	}
+	return nil
+}
+
+// pendingRequest is the pending_request column: what a decision needs to
+// reach the provider's request.
+type pendingRequest struct {
+	Kind      string `json:"kind,omitempty"`
+	RequestID string `json:"requestId,omitempty"`
+	TurnID    string `json:"turnId,omitempty"`
+}
+
+func pendingCols(p *host.Pending) (q, t, r sql.NullString) {
+	if p == nil {
+		return
+	}
+	b, _ := json.Marshal(pendingRequest{Kind: p.Kind, RequestID: p.RequestID, TurnID: p.TurnID}) // strings always marshal
+	return sql.NullString{String: p.Question, Valid: true}, sql.NullString{String: p.Tool, Valid: true}, sql.NullString{String: string(b), Valid: true}
+}
+
+func (s *Store) fail(what string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("sqlstore: %s in the %s store: %w", what, s.d.Kind, err)
+	}
+	return &Error{Op: what, Kind: s.d.Kind, Err: err}
+}
+
+// Error is a failure of the store itself (not a missing or changed
+// conversation).
+type Error struct {
+	Op, Kind string
+	Err      error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("sqlstore: %s in the %s store failed: %v", e.Op, e.Kind, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+type scanner interface{ Scan(...any) error }
+
+func scanConversation(row scanner) (host.Conversation, error) {
+	var (
+		c                 host.Conversation
+		state, lastRun    string
+		prov, binding     string
+		pq, pt, pr        sql.NullString
+		created, updated  int64
+		tenant, principal string
+		n                 int64
+	)
+	if err := row.Scan(&c.ID, &tenant, &principal, &state, &c.Turns, &n, &pq, &pt, &pr, &prov, &binding, &lastRun, &created, &updated, &c.Version); err != nil {
+		return host.Conversation{}, err
+	}
+	c.Owner = tool.Identity{Tenant: tenant, Principal: principal}
+	c.State = host.State(state)
+	c.Messages = int(n)
+	c.Provider, c.Binding = prov, provider.Binding(binding)
+	c.LastRunID = lastRun
+	c.CreatedAt, c.UpdatedAt = fromMicros(created), fromMicros(updated)
+	if pq.Valid {
+		c.Pending = &host.Pending{Question: pq.String, Tool: pt.String}
+		if pr.Valid {
+			var r pendingRequest
+			if err := json.Unmarshal([]byte(pr.String), &r); err != nil {
+				return host.Conversation{}, fmt.Errorf("sqlstore: the stored pending request of %s is not JSON: %w", c.ID, err)
+			}
+			c.Pending.Kind, c.Pending.RequestID, c.Pending.TurnID = r.Kind, r.RequestID, r.TurnID
+		}
+	}
+	return c, nil
+}
+
+// Load returns the conversation with its transcript.
+func (s *Store) Load(ctx context.Context, owner tool.Identity, id string) (host.Conversation, error) {
+	c, err := s.Info(ctx, owner, id)
+	if err != nil || c.Messages == 0 {
+		if err == nil {
+			c.Transcript = []host.Message{}
+		}
+		return c, err
+	}
+	rows, err := s.read.QueryContext(ctx, s.q.messages, id)
+	if err != nil {
+		return host.Conversation{}, s.fail("loading a transcript", err)
+	}
+	defer rows.Close()
+	msgs := make([]host.Message, 0, c.Messages)
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return host.Conversation{}, s.fail("loading a transcript", err)
+		}
+		var m host.Message
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return host.Conversation{}, fmt.Errorf("sqlstore: a stored message of %s is not JSON: %w", id, err)
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return host.Conversation{}, s.fail("loading a transcript", err)
+	}
+	if len(msgs) != c.Messages {
+		return host.Conversation{}, s.fail("loading a transcript", fmt.Errorf("%d messages stored, %d recorded", len(msgs), c.Messages))
+	}
+	c.Transcript = msgs
+	return c, nil
+}
+
+// Info is Load without the transcript.
+func (s *Store) Info(ctx context.Context, owner tool.Identity, id string) (host.Conversation, error) {
+	c, err := scanConversation(s.read.QueryRowContext(ctx, s.q.load, id, owner.Tenant, owner.Principal))
+	if errors.Is(err, sql.ErrNoRows) {
+		return host.Conversation{}, host.ErrNotFound
+	}
+	if err != nil {
+		return host.Conversation{}, s.fail("loading a conversation", err)
+	}
+	return c, nil
+}
+
+// saveReq is one Save, ready to write.
+type saveReq struct {
+	ctx context.Context
+	// native, when set, makes this a native record's upsert instead.
+	native     *nativeWrite
+	c          host.Conversation
+	add        []host.Message
+	pq, pt, pr sql.NullString
+	turn       *host.Turn
+	done       chan saveRes // buffered: the writer never waits on it
+}
+
+type saveRes struct {
+	version int64
+	err     error
+}
+
+// Save writes one turn's changes in one transaction.
+func (s *Store) Save(ctx context.Context, u host.Update) (int64, error) {
+	c := u.Conversation
+	if err := host.CheckConversation(c); err != nil {
+		return 0, err
+	}
+	r := &saveReq{ctx: ctx, c: c, add: u.Append, turn: u.Turn}
+	r.pq, r.pt, r.pr = pendingCols(c.Pending)
+	return s.submit(ctx, r)
+}
+
+type nativeWrite struct {
+	binding, record string
+}
+
+// submit hands r to the group-commit writer, or writes it alone where
+// there is none.
+func (s *Store) submit(ctx context.Context, r *saveReq) (int64, error) {
+	if s.saves == nil {
+		return s.saveAlone(ctx, r)
+	}
+	r.done = make(chan saveRes, 1)
+	select {
+	case s.saves <- r:
+	case <-s.stopped:
+		return 0, s.fail("saving", errors.New("the store is closed"))
+	case <-ctx.Done():
+		return 0, s.fail("saving", ctx.Err())
+	}
+	res := <-r.done
+	return res.version, res.err
+}
+
+// saveAlone writes one save in a transaction of its own.
+func (s *Store) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, s.fail("saving a conversation", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	v, err := s.saveIn(ctx, tx, r)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, s.fail("saving a conversation", err)
+	}
+	return v, nil
+}
+
+// saveIn writes r inside tx. ErrConflict and ErrNotFound leave tx usable
+// (nothing was written); any other error means tx must be rolled back.
+func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, error) {
+	if n := r.native; n != nil {
+		if _, err := tx.ExecContext(ctx, s.q.nativeSave, n.binding, n.record, micros(time.Now())); err != nil {
+			return 0, s.fail("saving a native conversation", err)
+		}
+		return 0, nil
+	}
+	c := r.c
+	var version, stored, seq int64
+	err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version, &stored, &seq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, host.ErrNotFound
+	case err != nil:
+		return 0, s.fail("saving a conversation", err)
+	case version != c.Version, stored != int64(c.Messages):
+		return 0, host.ErrConflict
+	}
+	// The version check in the UPDATE is what decides between concurrent
+	// writers (PostgreSQL re-checks it once the row lock is theirs); only
+	// then are messages appended, so a loser has written nothing.
+	next := c.Version + 1
+	count := stored + int64(len(r.add))
+	if r.turn != nil {
+		seq++
+	}
+	res, err := tx.StmtContext(ctx, s.stmt.save).ExecContext(ctx, string(c.State), c.Turns, count, r.pq, r.pt, r.pr,
+		c.Provider, string(c.Binding), c.LastRunID, micros(c.UpdatedAt), next, seq,
+		c.ID, c.Owner.Tenant, c.Owner.Principal, c.Version)
+	if err != nil {
+		return 0, s.fail("saving a conversation", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, s.fail("saving a conversation", err)
+	} else if n == 0 {
+		return 0, host.ErrConflict
+	}
+	for i, m := range r.add {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return 0, fmt.Errorf("sqlstore: encoding a message: %w", err)
+		}
+		if _, err := tx.StmtContext(ctx, s.stmt.insertMsg).ExecContext(ctx, c.ID, stored+int64(i), string(b)); err != nil {
+			return 0, s.fail("appending to a transcript", err)
+		}
+	}
+	if t := r.turn; t != nil {
+		if err := s.insertTurn(ctx, tx, c.ID, seq, t); err != nil {
+			return 0, err
+		}
+	}
+	return next, nil
+}
+
+func (s *Store) insertTurn(ctx context.Context, tx *sql.Tx, id string, seq int64, t *host.Turn) error {
+	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended)); err != nil {
+		return s.fail("recording a turn", err)
+	}
+	return nil
+}
+
+// AppendTurn adds a turn-log entry and leaves the conversation's version
+// as it is.
+func (s *Store) AppendTurn(ctx context.Context, owner tool.Identity, id string, t host.Turn) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail("recording a turn", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// Taking the row first serialises this with saves of the conversation.
+	res, err := tx.ExecContext(ctx, s.q.lockRow, id, owner.Tenant, owner.Principal)
+	if err != nil {
+		return s.fail("recording a turn", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.fail("recording a turn", err)
+	} else if n == 0 {
+		return host.ErrNotFound
+	}
+	var seq int64
+	if err := tx.QueryRowContext(ctx, s.q.appendTurn, id, owner.Tenant, owner.Principal).Scan(&seq); err != nil {
+		return s.fail("recording a turn", err)
+	}
+	if err := s.insertTurn(ctx, tx, id, seq, &t); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail("recording a turn", err)
+	}
+	return nil
+}
+
+// maxBatch bounds the saves one group commit writes.
+const maxBatch = 128
+
+// groupCommit is SQLite's single writer: it takes the saves waiting at
+// that moment and writes them in one transaction, so concurrent turns
+// share one commit instead of queueing for one each. Each save still
+// stands alone: a conflict refuses only that save; a failure of the
+// batch retries every save in a transaction of its own.
+func (s *Store) groupCommit() {
+	defer close(s.writerDone)
+	for {
+		var first *saveReq
+		select {
+		case first = <-s.saves:
+		case <-s.stopped:
+			return
+		}
+		batch := []*saveReq{first}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-s.saves:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.commitBatch(batch)
+	}
+}
+
+func (s *Store) commitBatch(batch []*saveReq) {
+	live := batch[:0:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- saveRes{err: s.fail("saving a conversation", err)}
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if len(live) == 1 {
+		v, err := s.saveAlone(context.WithoutCancel(live[0].ctx), live[0])
+		live[0].done <- saveRes{version: v, err: err}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make([]saveRes, len(live))
+	ok := func() bool {
+		tx, err := s.write.BeginTx(ctx, nil)
+		if err != nil {
+			return false
+		}
+		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+		for i, r := range live {
+			v, err := s.saveIn(ctx, tx, r)
+			if err != nil && !errors.Is(err, host.ErrConflict) && !errors.Is(err, host.ErrNotFound) {
+				return false
+			}
+			results[i] = saveRes{version: v, err: err}
+		}
+		return tx.Commit() == nil
+	}()
+	if !ok {
+		// Find out which save was at fault: each on its own.
+		for i, r := range live {
+			v, err := s.saveAlone(ctx, r)
+			results[i] = saveRes{version: v, err: err}
+		}
+	}
+	for i, r := range live {
+		r.done <- results[i]
+	}
+}
+
+// List returns the owner's conversations, newest first.
+func (s *Store) List(ctx context.Context, owner tool.Identity, opt host.ListOptions) ([]host.Conversation, error) {
+	limit := opt.Limit
+	if limit <= 0 || limit > host.MaxList {
+		limit = host.MaxList
+	}
+	q := s.q.list
+	if opt.OpenOnly {
+		q = s.q.listOpen
+	}
+	rows, err := s.read.QueryContext(ctx, q, owner.Tenant, owner.Principal, limit)
+	if err != nil {
+		return nil, s.fail("listing conversations", err)
+	}
+	defer rows.Close()
+	var out []host.Conversation
+	for rows.Next() {
+		c, err := scanConversation(rows)
+		if err != nil {
+			return nil, s.fail("listing conversations", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("listing conversations", err)
+	}
+	return out, nil
+}
+
+// CountOpen counts the owner's conversations that are not closed.
+func (s *Store) CountOpen(ctx context.Context, owner tool.Identity) (int, error) {
+	var n int
+	if err := s.read.QueryRowContext(ctx, s.q.countOpen, owner.Tenant, owner.Principal).Scan(&n); err != nil {
+		return 0, s.fail("counting conversations", err)
+	}
+	return n, nil
+}
+
+// Turns returns a conversation's turn log, oldest first.
+func (s *Store) Turns(ctx context.Context, owner tool.Identity, id string) ([]host.Turn, error) {
+	if _, err := s.Info(ctx, owner, id); err != nil {
+		return nil, err
+	}
+	rows, err := s.read.QueryContext(ctx, s.q.turns, id, owner.Tenant, owner.Principal)
+	if err != nil {
+		return nil, s.fail("reading the turn log", err)
+	}
+	defer rows.Close()
+	var out []host.Turn
+	for rows.Next() {
+		var t host.Turn
+		var started, ended int64
+		if err := rows.Scan(&t.Seq, &t.RunID, &t.Kind, &t.Outcome, &t.Error, &started, &ended); err != nil {
+			return nil, s.fail("reading the turn log", err)
+		}
+		t.Started, t.Ended = fromMicros(started), fromMicros(ended)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("reading the turn log", err)
+	}
+	return out, nil
+}
+
+// Ping reports whether the store can be reached.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.read.PingContext(ctx); err != nil {
+		return s.fail("reaching the store", err)
+	}
+	var one int
+	if err := s.read.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return s.fail("reaching the store", err)
+	}
+	return nil
+}
+
+// Close releases the store. Safe to call twice.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if s.stopped != nil {
+			close(s.stopped)
+			<-s.writerDone
+		}
+		var errs []error
+		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg} {
+			if st != nil {
+				errs = append(errs, st.Close())
+			}
+		}
+		if s.read != s.write {
+			errs = append(errs, s.read.Close())
+		}
+		errs = append(errs, s.write.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// NativeStore is where the native provider keeps its conversations
+// (native.Config.Store), in this database.
+func (s *Store) NativeStore() native.Store { return nativeStore{s} }
+
+type nativeStore struct{ s *Store }
+
+func (n nativeStore) Load(ctx context.Context, b provider.Binding) (native.Record, error) {
+	var raw string
+	err := n.s.read.QueryRowContext(ctx, n.s.q.nativeLoad, string(b)).Scan(&raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		return native.Record{}, native.ErrNotStored
+	}
+	if err != nil {
+		return native.Record{}, n.s.fail("loading a native conversation", err)
+	}
+	var r native.Record
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return native.Record{}, fmt.Errorf("sqlstore: a stored native conversation is not JSON: %w", err)
+	}
+	return r, nil
+}
+
+func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Record) error {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("sqlstore: encoding a native conversation: %w", err)
+	}
+	// Through the same writer as the host's saves, so on SQLite the two
+	// writes of a turn share a commit with the other turns'.
+	_, err = n.s.submit(ctx, &saveReq{ctx: ctx, native: &nativeWrite{binding: string(b), record: string(raw)}})
+	return err
+}
+
+// DollarParams rewrites ? placeholders as $1, $2, … (none of the
+// package's SQL has a ? inside a string literal).
+func DollarParams(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,479 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/tool"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+// acquire takes the conversation for one request: 404 for anyone but its
+// owner, 409 while another request holds it. It loads the conversation
+// from the store when it is not in memory.
+func (h *Host) acquire(ctx context.Context, o tool.Identity, id string) (*liveConv, *apiError) {
+	if !validSessionID(id) {
+		return nil, notFound()
+	}
+	h.mu.Lock()
+	lc, ok := h.live[id]
+	h.mu.Unlock()
+	if !ok {
+		c, err := h.store.Info(ctx, o, id)
+		if err != nil {
+			return nil, h.storeError(err)
+		}
+		if c.State == StateClosed {
+			// A closed conversation is not held in memory.
+			return &liveConv{id: id, owner: o, conv: c, busy: true}, nil
+		}
+		h.mu.Lock()
+		if lc, ok = h.live[id]; !ok {
+			lc = &liveConv{id: id, owner: o, lastUsed: h.now(), conv: c}
+			h.live[id] = lc
+		}
+		h.mu.Unlock()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if lc.owner != o {
+		return nil, notFound()
+	}
+	if lc.busy {
+		return nil, newError(http.StatusConflict, CodeSessionBusy, "host: a turn is running on this session; wait for its answer (turns of one session run one at a time)")
+	}
+	lc.busy = true
+	return lc, nil
+}
+
+func (h *Host) release(lc *liveConv) {
+	h.mu.Lock()
+	lc.busy = false
+	lc.lastUsed = h.now()
+	h.mu.Unlock()
+}
+
+// admitTurn takes a turn slot: 429 past the host's bound or the
+// principal's.
+func (h *Host) admitTurn(o tool.Identity) *apiError {
+	h.mu.Lock()
+	switch {
+	case h.turns >= h.opt.MaxTurns:
+		h.mu.Unlock()
+		return h.refuse(o, "turns", h.opt.MaxTurns, 1, CodeTooManyTurns, "host: the host is running as many turns as it allows; retry shortly")
+	case h.byOwner[o] >= h.opt.MaxTurnsPerPrincipal:
+		h.mu.Unlock()
+		return h.refuse(o, "turns_per_principal", h.opt.MaxTurnsPerPrincipal, 1, CodeTooManyTurns,
+			fmt.Sprintf("host: you have %d turns running, the most allowed; wait for one to answer", h.opt.MaxTurnsPerPrincipal))
+	}
+	h.turns++
+	h.byOwner[o]++
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *Host) endTurn(o tool.Identity) {
+	h.mu.Lock()
+	h.turns--
+	if h.byOwner[o]--; h.byOwner[o] <= 0 {
+		delete(h.byOwner, o)
+	}
+	h.mu.Unlock()
+}
+
+// handleTurn runs one message as a provider turn.
+func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, o tool.Identity) {
+	body, ae := h.readBody(w, r)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	msg, err := DecodeTurn(body)
+	if err != nil {
+		writeError(w, asAPIError(err))
+		return
+	}
+	h.runTurn(w, r, o, func(lc *liveConv) *apiError {
+		if c := lc.conv; c.State == StatePaused {
+			return newError(http.StatusConflict, CodeAwaitingDecision,
+				fmt.Sprintf("host: this session waits for a decision on %q (tool %s); answer it with POST /v1/sessions/%s/decision first", c.Pending.Question, c.Pending.Tool, lc.id))
+		}
+		return nil
+	}, func(ctx context.Context, lc *liveConv) *turnRun {
+		t := &turnRun{kind: "message", runID: newRunID(), input: msg.Message}
+		t.seq = lc.sess.RunTurn(ctx, provider.TurnRequest{TurnID: t.runID, Input: msg.Message})
+		return t
+	})
+}
+
+// handleDecision answers what the session waits for: the request of a
+// paused turn (resolved through the provider), or a session interaction.
+func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Identity) {
+	body, ae := h.readBody(w, r)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	dec, err := DecodeDecision(body)
+	if err != nil {
+		writeError(w, asAPIError(err))
+		return
+	}
+	if dec.Interaction != "" {
+		h.answerInteraction(w, r, o, dec)
+		return
+	}
+	h.runTurn(w, r, o, func(lc *liveConv) *apiError {
+		if lc.conv.State != StatePaused {
+			return newError(http.StatusConflict, CodeNoPendingQuestion, "host: this session waits for no decision; send a message instead")
+		}
+		return nil
+	}, func(ctx context.Context, lc *liveConv) *turnRun {
+		p := lc.conv.Pending
+		t := &turnRun{kind: "decision", runID: p.TurnID}
+		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note})
+		return t
+	})
+}
+
+// runTurn is what a message and a decision share: admission, the
+// conversation taken for the request, its provider session opened, the
+// turn run to a stable boundary, its end saved, then answered in JSON or
+// as an event stream. check refuses a conversation in the wrong state;
+// start begins the provider's side.
+func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, check func(*liveConv) *apiError, start func(context.Context, *liveConv) *turnRun) {
+	if ae := h.admitTurn(o); ae != nil {
+		writeError(w, ae)
+		return
+	}
+	defer h.endTurn(o)
+	lc, ae := h.acquire(r.Context(), o, r.PathValue("id"))
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	defer h.release(lc)
+	switch {
+	case lc.conv.State == StateClosed:
+		writeError(w, newError(http.StatusConflict, CodeSessionClosed, "host: this session is closed; open a new one (POST /v1/sessions)"))
+		return
+	case lc.conv.Provider != "" && lc.conv.Provider != h.key:
+		writeError(w, newError(http.StatusConflict, CodeProviderMismatch,
+			fmt.Sprintf("host: this session is held by provider %q and this host drives %q; serve it with that provider, or open a new session", lc.conv.Provider, h.key)))
+		return
+	}
+	if ae := check(lc); ae != nil {
+		writeError(w, ae)
+		return
+	}
+
+	// The turn runs on a context of its own: a client that goes away does
+	// not stop it. The drain bound and the turn timeout interrupt it.
+	stop, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	defer cancel(nil)
+	stop, cancelT := context.WithTimeout(stop, h.opt.TurnTimeout)
+	defer cancelT()
+	ctl := &turnCtl{cancel: cancel}
+	h.mu.Lock()
+	h.running[ctl] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.running, ctl)
+		h.mu.Unlock()
+	}()
+
+	began := time.Now()
+	if ae := h.openSession(stop, lc); ae != nil {
+		writeError(w, ae)
+		return
+	}
+	if wantsStream(r) {
+		h.stream(w, r, lc, stop, began, start)
+		return
+	}
+	t := h.drive(stop, lc, start, nil)
+	_, out := h.settle(r, lc, t, stop, began)
+	if out.Error != nil {
+		writeError(w, out.Error)
+		return
+	}
+	status := http.StatusOK
+	if out.Awaiting != nil {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, out)
+}
+
+// openSession makes sure the conversation has a usable provider session:
+// Create on its first turn, Resume from the stored binding after a
+// restart, an eviction or a quarantine.
+func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
+	if lc.sess != nil {
+		if lc.sess.Err() == nil {
+			return nil
+		}
+		// Quarantined by the contract: close what is left, open afresh.
+		h.closeSession(ctx, lc, provider.CloseRequested, "quarantine")
+	}
+	wd, err := h.opt.WorkingDirectory(lc.owner, lc.id)
+	if err != nil {
+		h.log.Error("host: choosing a session's working directory", "session", lc.id, "err", err)
+		return newError(http.StatusInternalServerError, CodeInternal, "host: the session's working directory could not be prepared")
+	}
+	cfg := h.opt.SessionConfig(lc.owner, lc.id)
+	hb := h.lent.binding(lc.owner, lc.id)
+	var s provider.Session
+	if lc.conv.Binding == "" {
+		s, err = h.prov.Create(ctx, provider.CreateRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb})
+	} else {
+		s, err = h.prov.Resume(ctx, provider.ResumeRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb, Binding: lc.conv.Binding})
+	}
+	if err != nil {
+		return h.openError(lc, err)
+	}
+	vs, ok := s.(*provider.ValidatedSession)
+	if !ok {
+		_ = s.Close(context.WithoutCancel(ctx), provider.CloseContractRejected)
+		return newError(http.StatusInternalServerError, CodeInternal, "host: the provider did not return a validated session")
+	}
+	lc.sess = vs
+	lc.conv.Provider, lc.conv.Binding = h.key, vs.Binding()
+	return nil
+}
+
+// openError maps a refused opening to an answer.
+func (h *Host) openError(lc *liveConv, err error) *apiError {
+	h.metrics.failures.WithLabelValues("open").Inc()
+	h.log.Warn("host: the provider refused to open a session", "session", lc.id, "provider", h.key, "code", string(provider.CodeOf(err)), "err", err)
+	h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: clipMessage("opening the provider session: " + err.Error())}, lc.id, lc.owner)
+	what := "opening"
+	if lc.conv.Binding != "" {
+		what = "re-opening"
+	}
+	msg := fmt.Sprintf("host: %s this session with provider %s failed", what, h.key)
+	if c := provider.CodeOf(err); c != "" {
+		msg += " (" + string(c) + ")"
+	}
+	e := newError(http.StatusServiceUnavailable, CodeProviderUnavailable, msg+"; try again, or open a new session if it keeps failing")
+	e.retryAfter = 1
+	return e
+}
+
+// turnRun is one turn in flight: the provider's outputs and what the host
+// made of them.
+type turnRun struct {
+	kind  string // "message" or "decision"
+	runID string
+	input string // the person's message (kind message)
+	seq   func(func(provider.Output, error) bool)
+
+	answer  strings.Builder // text since the last activity
+	request *provider.Request
+	outcome provider.Outcome
+	failure string // what a failed turn said
+	err     error  // the stream broke, or the provider refused
+}
+
+// drive runs the turn: it pulls the provider's outputs until a stable
+// boundary, handing each to out (the SSE stream) as it comes. The drain
+// bound and the turn timeout become an Interrupt.
+func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Context, *liveConv) *turnRun, out func(provider.Output)) *turnRun {
+	// The provider's context ends only after an interrupt had its chance.
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(stop))
+	defer pcancel()
+	t := start(pctx, lc)
+	sess := lc.sess
+	unwatch := context.AfterFunc(stop, func() {
+		ictx, cancel := context.WithTimeout(context.Background(), h.opt.CutGrace)
+		defer cancel()
+		if err := sess.Interrupt(ictx, t.runID); err != nil {
+			pcancel() // it cannot be interrupted: stop it
+		}
+	})
+	defer unwatch()
+	for o, err := range t.seq {
+		if err != nil {
+			t.err = err
+			break
+		}
+		if out != nil {
+			out(o)
+		}
+		switch o.Kind {
+		case provider.OutputText:
+			t.answer.WriteString(o.Text)
+		case provider.OutputActivity:
+			t.failure = o.Text
+			t.answer.Reset()
+		case provider.OutputRequest:
+			t.request = o.Request
+		case provider.OutputTurnCompleted:
+			t.outcome = o.Outcome
+		}
+	}
+	return t
+}
+
+func wantsStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, _ := mime.ParseMediaType(strings.TrimSpace(part))
+			if mt == "text/event-stream" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// turnResult is the body of a turn's answer: output, or a question.
+type turnResult struct {
+	RunID    string    `json:"runId,omitempty"`
+	Output   *string   `json:"output,omitempty"`
+	Awaiting *Pending  `json:"awaiting,omitempty"`
+	Error    *apiError `json:"error,omitempty"`
+}
+
+// settle records how a turn ended — store first, then the answer — and
+// returns the outcome recorded and the body to send. Nothing is answered
+// that is not saved.
+func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Context, began time.Time) (string, turnResult) {
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	now := h.now().UTC()
+	c := lc.conv
+	if t.kind == "message" {
+		c.Turns++
+	}
+	c.UpdatedAt = now
+	turn := &Turn{RunID: t.runID, Kind: t.kind, Started: now.Add(-time.Since(began)), Ended: now}
+	out := turnResult{RunID: t.runID}
+	var add []Message
+	cut := errors.Is(context.Cause(stop), errCut)
+	failed := func(msg string) {
+		turn.Outcome, turn.Error = TurnFailed, msg
+		out.Error = newError(http.StatusInternalServerError, CodeTurnFailed, clipMessage(msg))
+		if cut {
+			turn.Outcome = TurnCut
+			out.Error = newError(http.StatusServiceUnavailable, CodeTurnCut, "host: the host shut down before the turn finished; the turn was recorded as failed; send the message again")
+			out.Error.retryAfter = 5
+		}
+		if t.kind == "decision" {
+			c.State, c.Pending = StateOpen, nil // the pause is spent: the turn went on and failed
+		}
+		h.metrics.failures.WithLabelValues("turn").Inc()
+		h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: clipMessage(msg)}, lc.id, lc.owner)
+	}
+
+	switch {
+	case t.err != nil && errors.Is(t.err, provider.ErrNotStarted):
+		// Refused before it began: nothing changed.
+		return "", turnResult{Error: newError(http.StatusConflict, CodeSessionBusy, "host: the agent could not start the turn now; try again")}
+	case t.err != nil && provider.HasCode(t.err, provider.CodeConcurrentTurn), t.err != nil && provider.HasCode(t.err, provider.CodeRequestPending):
+		return "", turnResult{Error: newError(http.StatusConflict, CodeSessionBusy, "host: a turn is running on this session; wait for its answer")}
+	case t.err != nil && t.kind == "decision" && provider.HasCode(t.err, provider.CodeRequestResolutionMismatch):
+		// The provider no longer holds the request (it could not bring
+		// the pause back after a restart or an eviction): the pause is
+		// given up, and the person told so.
+		c.State, c.Pending = StateOpen, nil
+		turn.Outcome, turn.Error = TurnAbandoned, "host: the provider no longer holds this pause; it was given up"
+		out.Error = newError(http.StatusConflict, CodeNoPendingQuestion,
+			"host: the agent no longer holds this question (it was restarted or evicted); the pause was given up; send the message again")
+	case t.err != nil:
+		failed(t.err.Error())
+	case t.request != nil:
+		if t.kind == "message" {
+			add = append(add, Message{Role: "user", Content: t.input, RunID: t.runID})
+		}
+		c.State = StatePaused
+		c.Pending = &Pending{Question: t.request.Prompt, Tool: t.request.Tool, Kind: string(t.request.Kind), RequestID: t.request.ID, TurnID: t.runID}
+		c.LastRunID = t.runID
+		turn.Outcome = TurnPaused
+		out.Awaiting = c.Pending
+	case t.outcome == provider.OutcomeCompleted:
+		if t.kind == "message" {
+			add = append(add, Message{Role: "user", Content: t.input, RunID: t.runID})
+		}
+		answer := t.answer.String()
+		add = append(add, Message{Role: "assistant", Content: answer, RunID: t.runID})
+		c.State, c.Pending, c.LastRunID = StateOpen, nil, t.runID
+		turn.Outcome = TurnAnswered
+		out.Output = &answer
+	case t.outcome == provider.OutcomeInterrupted && !cut:
+		turn.Outcome = TurnInterrupted
+		failed("host: the agent ended the turn before it answered")
+		turn.Outcome = TurnInterrupted
+	default:
+		msg := t.failure
+		if msg == "" {
+			msg = "the turn failed"
+		}
+		failed("host: " + msg)
+	}
+
+	v, err := h.store.Save(ctx, Update{Conversation: c, Append: add, Turn: turn})
+	if err != nil {
+		return "", turnResult{Error: h.storeError(err)}
+	}
+	c.Version = v
+	c.Messages += len(add)
+	lc.conv = c
+	h.metrics.turns.WithLabelValues(t.kind, turn.Outcome).Inc()
+	h.metrics.durations.WithLabelValues(t.kind, turn.Outcome).Observe(time.Since(began).Seconds())
+	return turn.Outcome, out
+}
+
+func clipMessage(s string) string {
+	if len(s) <= 1000 {
+		return s
+	}
+	return s[:1000] + "…"
+}
+
+func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identity) {
+	id := r.PathValue("id")
+	lc, ae := h.acquire(r.Context(), o, id)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	if lc.conv.State == StateClosed {
+		w.WriteHeader(http.StatusNoContent) // closing twice is a no-op
+		return
+	}
+	defer h.release(lc)
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	h.dropAsking(lc)
+	n := 0
+	if h.closeSession(ctx, lc, provider.CloseRequested, "close") {
+		n = 1
+	}
+	c := lc.conv
+	outcome := TurnClosed
+	if c.State == StatePaused {
+		outcome = TurnAbandoned
+	}
+	now := h.now().UTC()
+	c.State, c.Pending, c.UpdatedAt = StateClosed, nil, now
+	v, err := h.store.Save(ctx, Update{Conversation: c, Turn: &Turn{RunID: c.LastRunID, Kind: "close", Outcome: outcome, Started: now, Ended: now}})
+	if err != nil {
+		writeError(w, h.storeError(err))
+		return
+	}
+	c.Version = v
+	lc.conv = c
+	h.mu.Lock()
+	delete(h.live, id)
+	h.mu.Unlock()
+	h.emit(event.TypeHostSessionClosed, &event.HostSession{ToolSessionsClosed: n, Reason: string(toolsession.ReasonSessionEnd)}, id, o)
+	w.WriteHeader(http.StatusNoContent)
+}
