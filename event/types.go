@@ -49,6 +49,10 @@ const (
 	TypeHostSessionEvicted   Type = "agentry.host.session_evicted"
 	TypeHostAdmissionRefused Type = "agentry.host.admission_refused"
 	TypeHostTurnFailed       Type = "agentry.host.turn_failed"
+
+	// Code runners' statements about themselves.
+	TypeRunnerLimits Type = "agentry.runner.limits" // what a runner caps, and what it cannot cap here
+	TypeRunnerSwept  Type = "agentry.runner.swept"  // leftovers of dead processes removed at start
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -283,6 +287,35 @@ var payloads = map[Type]func() any{
 	TypeHostSessionEvicted:    func() any { return new(HostSession) },
 	TypeHostAdmissionRefused:  func() any { return new(AdmissionRefused) },
 	TypeHostTurnFailed:        func() any { return new(HostTurnFailed) },
+	TypeRunnerLimits:          func() any { return new(RunnerLimits) },
+	TypeRunnerSwept:           func() any { return new(RunnerSwept) },
+}
+
+// RunnerLimits is a code runner's statement, once at its start, of the
+// limits its sessions get and of those this machine cannot give them.
+type RunnerLimits struct {
+	RunnerID    string     `json:"runnerId"`
+	Description string     `json:"description"`
+	Applied     []string   `json:"applied"`
+	NotApplied  []LimitGap `json:"notApplied,omitempty"`
+}
+
+// LimitGap is one limit a runner cannot apply, and why.
+type LimitGap struct {
+	Limit string `json:"limit"`
+	Why   string `json:"why"`
+}
+
+// RunnerSwept reports one sweep of what processes that no longer exist
+// left behind: session directories, control groups, remote sessions.
+type RunnerSwept struct {
+	RunnerID string `json:"runnerId"`
+	What     string `json:"what"` // "session-dirs", "cgroups", "remote-sessions"
+	Removed  int    `json:"removed"`
+	// Owners are the pids of the dead processes whose leftovers went.
+	Owners []int  `json:"owners,omitempty"`
+	Failed int    `json:"failed,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Types lists every type this package defines, in a stable order.
@@ -297,6 +330,7 @@ func Types() []Type {
 		TypeProviderSessionOpened, TypeProviderSessionClosed, TypeProviderTurnStart, TypeProviderTurnEnd,
 		TypeProviderRequest, TypeProviderCleanupFailed, TypeProviderQuarantined,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
+		TypeRunnerLimits, TypeRunnerSwept,
 	}
 }
 
