@@ -269,7 +269,7 @@ type interpSession struct {
 	watch *dirWatch // nil: walk after every execute
 
 	mu       sync.Mutex
-	seq      uint64 // executes so far
+	seq      uint64               // executes so far
 	snap     map[string]fileStamp // the work directory after the last execute; nil: walk again
 	stopped  bool
 	broken   string // why the session can no longer run code

@@ -204,10 +204,9 @@ func (j *jailSettings) ready(ctx context.Context) error {
 	help, _ := exec.CommandContext(ctx, bw, "--help").CombinedOutput()
 	j.userns = bytes.Contains(help, []byte("--disable-userns"))
 
-
 	// What this machine lets us cap per session.
 	var gaps []Gap
-	cg := sandbox.OpenCgroups()
+	cg := processCgroups()
 	for _, limit := range []string{"memory cap", "process cap", "CPU cap"} {
 		if why, ok := cg.Gaps()[limit]; ok {
 			gaps = append(gaps, Gap{Limit: "session " + limit, Why: why})
@@ -220,7 +219,6 @@ func (j *jailSettings) ready(ctx context.Context) error {
 	}
 	j.cg, j.tmpfs, j.gaps = cg, tmpfs, gaps
 	fail := func(err error) error {
-		cg.Close()
 		j.cg = nil
 		return err
 	}
@@ -262,6 +260,11 @@ func (j *jailSettings) ready(ctx context.Context) error {
 	j.probed = true
 	return nil
 }
+
+// processCgroups is this process's one runner group (per hierarchy), which
+// every jailed runner's sessions share; a later process sweeps it once
+// this one is gone.
+var processCgroups = sync.OnceValue(sandbox.OpenCgroups)
 
 // appliedLimits says, in words, what every session of this jail gets.
 func (j *jailSettings) appliedLimits() []string {

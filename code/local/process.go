@@ -114,9 +114,9 @@ func (p *Process) Start(ctx context.Context, req code.StartRequest) (code.Sessio
 }
 
 type procSession struct {
-	p    *Process
-	id   string
-	lang string
+	p     *Process
+	id    string
+	lang  string
 	dirs  sessionDirs
 	st    *stager
 	group *sandbox.Group // nil: no session caps
