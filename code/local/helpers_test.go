@@ -147,6 +147,21 @@ func jailed(t testing.TB, opt local.Options) local.Options {
 	return opt
 }
 
+// sessionBase is a directory for a test's sessions that a jail's
+// unprivileged user can traverse (t.TempDir's are private to root).
+func sessionBase(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "agentry-test-base-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 var jailAvailable = sync.OnceValue(func() error {
 	err := local.CheckJail(context.Background(), local.Jail{})
 	if err != nil && !errors.Is(err, local.ErrNoJail) {

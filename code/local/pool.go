@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,7 @@ type pool struct {
 
 	mu      sync.Mutex
 	ready   []*interpSession
+	lastErr error // of the latest start, when it failed
 	running bool
 	closed  bool
 	changed chan struct{} // wakes the filler (capacity 1)
@@ -77,7 +79,8 @@ func (p *pool) run() {
 }
 
 // fill keeps the pool full, one start at a time and at most one per
-// refill interval; a failed start backs off (up to 5s) rather than spin.
+// refill interval, the first one interval after the take that made room;
+// a failed start backs off (up to 5s) rather than spin.
 func (p *pool) fill(ctx context.Context) {
 	defer close(p.done)
 	prog, perr := p.r.s.program("python")
@@ -93,6 +96,9 @@ func (p *pool) fill(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-p.changed:
+				// A take: let its first execute have the machine for
+				// one interval before a replacement starts beside it.
+				t.Reset(p.refill)
 				continue
 			}
 		}
@@ -113,6 +119,11 @@ func (p *pool) fill(ctx context.Context) {
 		if err != nil {
 			backoff = min(2*backoff, 5*time.Second)
 			wait = backoff
+			p.mu.Lock()
+			p.lastErr = err
+			close(p.filled)
+			p.filled = make(chan struct{})
+			p.mu.Unlock()
 		} else {
 			backoff = p.refill
 			p.mu.Lock()
@@ -122,6 +133,7 @@ func (p *pool) fill(ctx context.Context) {
 				return
 			}
 			p.ready = append(p.ready, s)
+			p.lastErr = nil
 			close(p.filled)
 			p.filled = make(chan struct{})
 			p.mu.Unlock()
@@ -149,6 +161,12 @@ func (p *pool) warm(ctx context.Context) error {
 		case <-filled:
 		case <-ctx.Done():
 			return context.Cause(ctx)
+		}
+		p.mu.Lock()
+		err := p.lastErr
+		p.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("local: the pool could not start an interpreter: %w", err)
 		}
 	}
 }
