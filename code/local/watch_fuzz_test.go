@@ -19,7 +19,7 @@ func FuzzParseEvents(f *testing.F) {
 	}
 	f.Add(append(rec(1, 2, "a.txt"), rec(3, 0x8000, "")...))
 	f.Add([]byte{1, 2, 3})
-	f.Add(rec(-1, 0x4000, "")[:20])
+	f.Add(rec(-1, 0x4000, "abc")[:20])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		evs := parseEvents(b)
 		if len(evs) > len(b)/16 {
