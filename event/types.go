@@ -58,6 +58,9 @@ const (
 	// retry that finished the cleanup.
 	TypeHostCleanupFailed Type = "agentry.host.cleanup_failed"
 	TypeHostCleanupDone   Type = "agentry.host.cleanup_done"
+	// Code runners' statements about themselves.
+	TypeRunnerLimits Type = "agentry.runner.limits" // what a runner caps, and what it cannot cap here
+	TypeRunnerSwept  Type = "agentry.runner.swept"  // leftovers of dead processes removed at start
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -355,6 +358,35 @@ var payloads = map[Type]func() any{
 	TypeJailStopped:           func() any { return new(JailStopped) },
 	TypeHostCleanupFailed:     func() any { return new(HostCleanup) },
 	TypeHostCleanupDone:       func() any { return new(HostCleanup) },
+	TypeRunnerLimits:          func() any { return new(RunnerLimits) },
+	TypeRunnerSwept:           func() any { return new(RunnerSwept) },
+}
+
+// RunnerLimits is a code runner's statement, once at its start, of the
+// limits its sessions get and of those this machine cannot give them.
+type RunnerLimits struct {
+	RunnerID    string     `json:"runnerId"`
+	Description string     `json:"description"`
+	Applied     []string   `json:"applied"`
+	NotApplied  []LimitGap `json:"notApplied,omitempty"`
+}
+
+// LimitGap is one limit a runner cannot apply, and why.
+type LimitGap struct {
+	Limit string `json:"limit"`
+	Why   string `json:"why"`
+}
+
+// RunnerSwept reports one sweep of what processes that no longer exist
+// left behind: session directories, control groups, remote sessions.
+type RunnerSwept struct {
+	RunnerID string `json:"runnerId"`
+	What     string `json:"what"` // "session-dirs", "cgroups", "remote-sessions"
+	Removed  int    `json:"removed"`
+	// Owners are the pids of the dead processes whose leftovers went.
+	Owners []int  `json:"owners,omitempty"`
+	Failed int    `json:"failed,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Types lists every type this package defines, in a stable order.
@@ -371,6 +403,7 @@ func Types() []Type {
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
 		TypeJailStarted, TypeJailRefused, TypeJailStopped,
 		TypeHostCleanupFailed, TypeHostCleanupDone,
+		TypeRunnerLimits, TypeRunnerSwept,
 	}
 }
 

@@ -27,6 +27,7 @@ func init() { commands = append(commands, newMCPCmd) }
 // mcpOptions are the flags of `agentry mcp`.
 type mcpOptions struct {
 	runner, http, tokens string
+	caps                 sessionCaps
 	drain, teardown      time.Duration
 	sinks                sinkFlags
 
@@ -79,6 +80,7 @@ something failed, 2 for a usage error.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.runner, "runner", "", "where the code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
+	o.caps.add(f)
 	f.StringVar(&o.http, "http", "", "serve streamable HTTP on this host:port (at /mcp) instead of stdio")
 	f.StringVar(&o.tokens, "tokens", "", "with --http: the tokens file whose bearer tokens callers must present (as agentry serve reads it)")
 	f.DurationVar(&o.drain, "drain", 10*time.Second, "on a signal, how long calls in flight may finish before they are cancelled")
@@ -144,10 +146,15 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 		}
 	}
 
-	runner, err := newRunner(ctx, o.runner, local.Options{}, stderr)
+	jail, err := o.caps.jail()
 	if err != nil {
 		return err
 	}
+	runner, err := newRunner(ctx, o.runner, local.Options{Jail: jail}, stderr)
+	if err != nil {
+		return err
+	}
+	stateLimits(runner, false, stderr)
 	fmt.Fprintf(stderr, "agentry mcp: run_code runs in %s, a fresh one per call (scope call)\n", describeRunner(runner))
 
 	sinks, closeSinks, err := o.sinks.open(ctx, stderr)

@@ -26,6 +26,7 @@ func init() { commands = append(commands, newRunCmd) }
 // runOptions are the flags of `agentry run`.
 type runOptions struct {
 	model, runner              string
+	caps                       sessionCaps
 	session, tenant, principal string
 	approve, ask, asJSON       bool
 	sinks                      sinkFlags
@@ -89,6 +90,7 @@ closes every tool session and exits 1.
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", defaultModel, "the model: scripted, anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
 	f.StringVar(&o.runner, "runner", "", "where model-written code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
+	o.caps.add(f)
 	f.StringVar(&o.session, "session", "", "bind the run to this conversation id (it reaches tools and events)")
 	f.StringVar(&o.tenant, "tenant", "", "the tenant the run acts for (identity is sent only when given)")
 	f.StringVar(&o.principal, "principal", "", "the principal the run acts for (identity is sent only when given)")
@@ -160,10 +162,15 @@ func runTurn(ctx context.Context, o runOptions, message string, stdin io.Reader,
 	if o.tenant != "" || o.principal != "" {
 		id = &tool.Identity{Tenant: o.tenant, Principal: o.principal}
 	}
-	runner, err := newRunner(ctx, o.runner, local.Options{}, stderr)
+	jail, err := o.caps.jail()
 	if err != nil {
 		return err
 	}
+	runner, err := newRunner(ctx, o.runner, local.Options{Jail: jail}, stderr)
+	if err != nil {
+		return err
+	}
+	stateLimits(runner, false, stderr)
 	var runCode tool.Tool = code.NewTool(runner, code.ToolOptions{})
 	if o.ask {
 		runCode = tool.WithCheckIn(runCode)

@@ -4,10 +4,56 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
+	"github.com/agentry-dev/agentry/internal/sandbox"
 )
+
+// sessionCaps are the --session-memory and --session-disk flags of run,
+// serve and mcp: what one jailed session may use, all its processes
+// together.
+type sessionCaps struct{ memory, disk string }
+
+func (c *sessionCaps) add(f *pflag.FlagSet) {
+	f.StringVar(&c.memory, "session-memory", "1GiB", "memory cap of one jailed session, all its processes together (e.g. 512MiB, 2GiB)")
+	f.StringVar(&c.disk, "session-disk", "1GiB", "what one jailed session's /work and /tmp may hold together (e.g. 256MiB)")
+}
+
+// jail is the jail these caps configure.
+func (c *sessionCaps) jail() (*local.Jail, error) {
+	j := &local.Jail{}
+	for _, x := range []struct {
+		flag, v string
+		dst     *int64
+	}{{"--session-memory", c.memory, &j.SessionMemory}, {"--session-disk", c.disk, &j.Disk}} {
+		if x.v == "" {
+			continue
+		}
+		n, err := sandbox.ParseSize(x.v)
+		if err != nil {
+			return nil, usageError("%s: %v", x.flag, err)
+		}
+		*x.dst = n
+	}
+	return j, nil
+}
+
+// stateLimits prints what a jailed runner cannot apply here (always) or
+// its whole statement (when all is set), so no cap is missing quietly.
+func stateLimits(r code.Runner, all bool, w io.Writer) {
+	d, ok := r.(interface{ Describe() string })
+	if !ok {
+		return
+	}
+	s := d.Describe()
+	if all || strings.Contains(s, "NOT APPLIED") {
+		fmt.Fprintf(w, "agentry: code runner %s\n", s)
+	}
+}
 
 // Runner kinds for --runner.
 const (

@@ -37,6 +37,8 @@ type serveOptions struct {
 	drain, teardown, idleEvict                 time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
+	caps                                       sessionCaps
+	pool                                       int
 }
 
 func newServeCmd() *cobra.Command {
@@ -74,6 +76,8 @@ flushed. A second signal exits at once.
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.model, "model", defaultModel, "the model: scripted (offline: runs the code in each message), anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
 	f.StringVar(&o.runner, "runner", "", "where model-written code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
+	o.caps.add(f)
+	f.IntVar(&o.pool, "pool", 4, "jailed interpreters kept started ahead of need (0: none); each is bound to a conversation only when taken, and never reused")
 	f.DurationVar(&o.drain, "drain", 30*time.Second, "how long a shutdown lets turns in flight finish before cutting them")
 	f.DurationVar(&o.teardown, "teardown", agent.DefaultTeardownTimeout, "bound on each tool-session cleanup")
 	f.DurationVar(&o.idleEvict, "idle-evict", host.DefaultIdleEvict, "evict conversations idle this long from memory (their tool sessions close)")

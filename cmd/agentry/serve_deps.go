@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
@@ -38,21 +39,42 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		}
 		d.sinks = append(d.sinks, s)
 	}
-	r, err := newRunner(ctx, o.runner, local.Options{}, warn)
+	jail, err := o.caps.jail()
 	if err != nil {
 		closeSinks(d.sinks)
 		return serveDeps{}, err
 	}
-	// code_run events go on the agent's bus, which exists only later.
+	if o.pool < 0 {
+		closeSinks(d.sinks)
+		return serveDeps{}, usageError("--pool %d: give a count of interpreters, or 0 for none", o.pool)
+	}
+	// code_run and runner events go on the agent's bus, which exists only
+	// later.
 	var bus atomic.Pointer[event.Bus]
 	d.bind = bus.Store
-	d.tools = []tool.Tool{code.NewTool(r, code.ToolOptions{
-		Scope: toolsession.ScopeSession,
-		Events: func(e event.Event) {
-			if b := bus.Load(); b != nil {
-				b.Export(e)
+	toBus := func(e event.Event) {
+		if b := bus.Load(); b != nil {
+			b.Export(e)
+		}
+	}
+	r, err := newRunner(ctx, o.runner, local.Options{Jail: jail, Pool: local.Pool{Size: o.pool}, Events: toBus}, warn)
+	if err != nil {
+		closeSinks(d.sinks)
+		return serveDeps{}, err
+	}
+	stateLimits(r, true, warn)
+	if c, ok := r.(interface{ Close(context.Context) error }); ok {
+		d.close = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := c.Close(ctx); err != nil {
+				fmt.Fprintf(warn, "agentry serve: stopping the interpreter pool: %v\n", err)
 			}
-		},
+		}
+	}
+	d.tools = []tool.Tool{code.NewTool(r, code.ToolOptions{
+		Scope:  toolsession.ScopeSession,
+		Events: toBus,
 	})}
 	return d, nil
 }

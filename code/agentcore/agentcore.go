@@ -27,10 +27,14 @@
 package agentcore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -39,6 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/bedrockagentcore/types"
 
 	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/toolsession"
 )
 
@@ -84,6 +89,17 @@ type Options struct {
 	Config *aws.Config
 	// ID names the runner in events; DefaultID when empty.
 	ID string
+	// Ledger is the directory where the runner notes the remote sessions
+	// it holds, so that the first Start of a later process can stop those
+	// a crash left running (default: agentry-agentcore in the temporary
+	// directory). Only sessions noted by processes that no longer exist
+	// are stopped, at most MaxSweep per sweep.
+	Ledger string
+	// MaxSweep bounds one orphan sweep (default DefaultMaxSweep).
+	MaxSweep int
+	// Events, when set, receives agentry.runner.swept for the orphan
+	// sweep. It must not block.
+	Events func(event.Event)
 }
 
 // Runner opens AgentCore Code Interpreter sessions. It is safe for
@@ -96,6 +112,9 @@ type Runner struct {
 	maxChars    int
 	client      *bedrockagentcore.Client
 	creds       aws.CredentialsProvider
+	ledger      *ledger
+	events      func(event.Event)
+	swept       sync.Once
 }
 
 var _ code.Runner = (*Runner)(nil)
@@ -126,6 +145,15 @@ func New(ctx context.Context, opt Options) (*Runner, error) {
 	if r.execTimeout == 0 {
 		r.execTimeout = DefaultExecTimeout
 	}
+	if opt.MaxSweep < 0 {
+		return nil, fmt.Errorf("agentcore: max sweep %d is negative: use a positive number, or zero for %d", opt.MaxSweep, DefaultMaxSweep)
+	}
+	base := opt.Ledger
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "agentry-agentcore")
+	}
+	r.ledger = ledgerAt(base, cmp.Or(opt.MaxSweep, DefaultMaxSweep))
+	r.events = opt.Events
 	if r.maxChars == 0 {
 		r.maxChars = DefaultMaxOutputChars
 	}
@@ -190,6 +218,13 @@ func (r *Runner) Start(ctx context.Context, req code.StartRequest) (code.Session
 	if err := r.checkCredentials(ctx); err != nil {
 		return nil, err
 	}
+	r.swept.Do(func() {
+		p := r.ledger.sweep(ctx, r.client)
+		p.RunnerID = r.id
+		if r.events != nil {
+			r.events(event.Event{Type: event.TypeRunnerSwept, Payload: &p, Meta: event.Meta{Time: time.Now()}})
+		}
+	})
 	name := SessionName(req.Key)
 	out, err := r.client.StartCodeInterpreterSession(ctx, &bedrockagentcore.StartCodeInterpreterSessionInput{
 		CodeInterpreterIdentifier: aws.String(r.identifier),
@@ -202,6 +237,13 @@ func (r *Runner) Start(ctx context.Context, req code.StartRequest) (code.Session
 	id := aws.ToString(out.SessionId)
 	if id == "" {
 		return nil, fmt.Errorf("agentcore: start session %s: the service answered without a session id", name)
+	}
+	if err := r.ledger.note(r.identifier, id); err != nil {
+		// A session nobody could find again after a crash is not opened.
+		_, _ = r.client.StopCodeInterpreterSession(context.WithoutCancel(ctx), &bedrockagentcore.StopCodeInterpreterSessionInput{
+			CodeInterpreterIdentifier: aws.String(r.identifier), SessionId: aws.String(id),
+		})
+		return nil, err
 	}
 	return &Session{
 		runner:  r,

@@ -48,6 +48,9 @@ func setup(t *testing.T, opt agentcore.Options) (*fakeAgentCore, *agentcore.Runn
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	opt.Config = testConfig(srv.URL, srv.Client())
+	if opt.Ledger == "" {
+		opt.Ledger = t.TempDir()
+	}
 	r, err := agentcore.New(context.Background(), opt)
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -228,5 +228,6 @@ func (s *Session) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.gone = true
 	s.mu.Unlock()
+	s.runner.ledger.forget(s.id)
 	return nil
 }

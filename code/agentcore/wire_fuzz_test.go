@@ -22,7 +22,7 @@ func FuzzWireResult(f *testing.F) {
 	fake := newFake(f)
 	srv := httptest.NewServer(fake)
 	f.Cleanup(srv.Close)
-	r, err := agentcore.New(context.Background(), agentcore.Options{MaxOutputChars: limit, Config: testConfig(srv.URL, srv.Client())})
+	r, err := agentcore.New(context.Background(), agentcore.Options{MaxOutputChars: limit, Config: testConfig(srv.URL, srv.Client()), Ledger: f.TempDir()})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -209,3 +209,57 @@ func fieldKB(path, field string) int {
 	}
 	return 0
 }
+
+// BenchmarkSessionStart: what a session's first answer costs — open a
+// session and run print(1) — on a jailed interpreter started cold, and on
+// one taken from a warm pool (refilled between samples, as a pool is at a
+// steady load below its refill rate). first-exec-ms is the mean.
+//
+//	go test -run '^$' -bench SessionStart -benchtime 20x ./code/local/
+func BenchmarkSessionStart(b *testing.B) {
+	opt := jailed(b, options(b))
+	first := func(b *testing.B, r *local.Interpreter, warm bool) {
+		ctx := context.Background()
+		var total time.Duration
+		n := 0
+		for b.Loop() {
+			if warm {
+				b.StopTimer()
+				if err := r.Warm(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			t0 := time.Now()
+			s, err := r.Start(ctx, code.StartRequest{Key: "bench-" + strconv.Itoa(n)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := s.Execute(ctx, code.ExecRequest{Code: "print(1)"})
+			d := time.Since(t0)
+			if err != nil || res.Stdout != "1\n" {
+				b.Fatalf("%v %+v", err, res)
+			}
+			b.StopTimer()
+			s.Stop(ctx)
+			b.StartTimer()
+			total += d
+			n++
+		}
+		b.ReportMetric(float64(total.Microseconds())/1000/float64(n), "first-exec-ms")
+	}
+	b.Run("cold", func(b *testing.B) {
+		r := local.NewInterpreter(opt)
+		if err := r.Warm(context.Background()); err != nil { // the jail's one-time probe
+			b.Fatal(err)
+		}
+		first(b, r, false)
+	})
+	b.Run("pooled", func(b *testing.B) {
+		o := opt
+		o.Pool = local.Pool{Size: 2}
+		r := local.NewInterpreter(o)
+		b.Cleanup(func() { r.Close(context.Background()) })
+		first(b, r, true)
+	})
+}

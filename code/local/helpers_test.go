@@ -130,16 +130,36 @@ type pollFd struct {
 }
 
 // jailed returns a jailed copy of opt, or skips the test — loudly — where
-// bubblewrap cannot run at all. Anywhere it can, the jail tests run.
+// bubblewrap cannot run at all; under CI=true it fails instead, so a CI
+// machine without a working jail cannot pass the escape suite by skipping
+// it. Anywhere bubblewrap can run, the jail tests run.
 func jailed(t testing.TB, opt local.Options) local.Options {
 	t.Helper()
 	opt.Jail = &local.Jail{}
 	if err := jailAvailable(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and the jail cannot run here: %v", err)
+		}
 		msg := fmt.Sprintf("\n%s\nSKIPPING A JAIL TEST: bubblewrap cannot run here: %v\n%s", strings.Repeat("!", 72), err, strings.Repeat("!", 72))
 		fmt.Fprintln(os.Stderr, msg)
 		t.Skip(msg)
 	}
 	return opt
+}
+
+// sessionBase is a directory for a test's sessions that a jail's
+// unprivileged user can traverse (t.TempDir's are private to root).
+func sessionBase(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "agentry-test-base-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
 }
 
 var jailAvailable = sync.OnceValue(func() error {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/internal/sandbox"
 )
 
 //go:embed driver.py
@@ -38,15 +39,56 @@ const MaxFrame = 64 << 20
 // executes. It is not a sandbox unless Options.Jail is set. Safe for
 // concurrent use.
 type Interpreter struct {
-	s   *settings
-	err error
+	s    *settings
+	err  error
+	pool *pool // nil: no pool
 }
 
 // NewInterpreter returns a persistent-interpreter runner (Python). Invalid
-// options are reported by Start.
+// options are reported by Start. With Options.Pool set, the pool starts
+// filling at the first Start or Warm; Close stops it.
 func NewInterpreter(opt Options) *Interpreter {
 	s, err := newSettings(opt)
-	return &Interpreter{s: s, err: err}
+	r := &Interpreter{s: s, err: err}
+	if err == nil && s.pool.Size > 0 {
+		r.pool = newPool(r, s.pool)
+	}
+	return r
+}
+
+// Warm fills the pool and waits until it is full (bounded by ctx); without
+// a pool it only readies the runner.
+func (r *Interpreter) Warm(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
+	}
+	if err := r.s.start(ctx, r.ID()); err != nil {
+		return err
+	}
+	if r.pool == nil {
+		return nil
+	}
+	return r.pool.warm(ctx)
+}
+
+// Pooled is how many started, unused interpreters the pool holds now.
+func (r *Interpreter) Pooled() int {
+	if r.pool == nil {
+		return 0
+	}
+	return r.pool.len()
+}
+
+// Close stops the pool and the interpreters waiting in it, and removes the
+// runner's control groups once its sessions are gone, bounded by ctx.
+// Sessions already handed out are their holders' to stop. Start after
+// Close starts interpreters without a pool.
+func (r *Interpreter) Close(ctx context.Context) error {
+	var err error
+	if r.pool != nil {
+		err = r.pool.close(ctx)
+	}
+	return err
 }
 
 // ID is "local-interpreter", or "local-interpreter+bwrap" when jailed.
@@ -60,9 +102,16 @@ func (r *Interpreter) ID() string {
 // KeepsState is true: variables and imports persist between executes.
 func (r *Interpreter) KeepsState() bool { return true }
 
+// Describe states what this runner's sessions get and what they cannot
+// get on this machine: "local-interpreter+bwrap: jailed with bubblewrap:
+// seccomp filter …; NOT APPLIED: disk cap (…)". It readies the runner
+// first (bounded), as its first Start would.
+func (r *Interpreter) Describe() string { return r.s.describeRunner(r.ID(), r.err) }
+
 // Start launches the interpreter in the session's private directory and
-// waits until it is ready (bounded by ctx and Options.StartTimeout). The
-// interpreter's life is the session's, not ctx's.
+// waits until it is ready (bounded by ctx and Options.StartTimeout), or
+// takes one the pool has ready. The interpreter's life is the session's,
+// not ctx's.
 func (r *Interpreter) Start(ctx context.Context, req code.StartRequest) (code.Session, error) {
 	if r.err != nil {
 		return nil, r.err
@@ -74,17 +123,38 @@ func (r *Interpreter) Start(ctx context.Context, req code.StartRequest) (code.Se
 	if err != nil {
 		return nil, err
 	}
-	if r.s.jail != nil {
-		if err := r.s.jail.ready(ctx); err != nil {
-			return nil, err
+	if err := r.s.start(ctx, r.ID()); err != nil {
+		return nil, err
+	}
+	if r.pool != nil && !r.pool.isClosed() {
+		if s := r.pool.take(); s != nil {
+			if err := s.bind(req.Key); err != nil {
+				s.Stop(context.Background())
+				return nil, err
+			}
+			return s, nil
 		}
 	}
-	d, err := newSessionDirs(r.s.dir, req.Key)
+	return r.open(ctx, req.Key, "", prog)
+}
+
+// open starts a new interpreter session for key (prefix names a pool
+// member's directory instead).
+func (r *Interpreter) open(ctx context.Context, key, prefix, prog string) (*interpSession, error) {
+	d, err := newSessionDirs(r.s.dir, key, r.s.jail, prefix)
 	if err != nil {
 		return nil, err
 	}
-	s, err := r.launch(ctx, d, prog)
+	var g *sandbox.Group
+	if r.s.jail != nil {
+		if g, err = r.s.jail.group(); err != nil {
+			d.remove()
+			return nil, err
+		}
+	}
+	s, err := r.launch(ctx, d, g, prog)
 	if err != nil {
+		g.Remove(context.Background())
 		d.remove()
 		return nil, err
 	}
@@ -98,7 +168,7 @@ func pythonOnly(lang string) error {
 	return fmt.Errorf("%w %q: the persistent interpreter runs python only; use local.New for other languages", ErrUnknownLanguage, lang)
 }
 
-func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*interpSession, error) {
+func (r *Interpreter) launch(ctx context.Context, d sessionDirs, g *sandbox.Group, prog string) (*interpSession, error) {
 	if r.s.jail != nil {
 		if err := r.s.jail.own(d); err != nil {
 			return nil, err
@@ -118,15 +188,19 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, prog string) (*
 	}
 	defer log.Close()
 
-	cmd := r.s.command(d, []string{prog, "-u", "-c", driverSource}, r.s.environ("{}"))
-	cmd.ExtraFiles = []*os.File{theirs}
+	l, err := r.s.prepare(d, []string{prog, "-u", "-c", driverSource}, r.s.environ("{}"), []*os.File{theirs}, g)
+	if err != nil {
+		ctl.close()
+		return nil, err
+	}
+	cmd := l.cmd
 	cmd.Stderr = log
-	if err := cmd.Start(); err != nil {
+	if err := l.start(); err != nil {
 		ctl.close()
 		return nil, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
 	s := &interpSession{
-		r: r, id: filepath.Base(d.root), dirs: d, st: newStager(d, r.s.jail),
+		r: r, id: filepath.Base(d.root), dirs: d, st: newStager(d, r.s.jail), group: g,
 		cmd: cmd, ctl: ctl, exited: make(chan struct{}), turn: make(chan struct{}, 1),
 		watch: newDirWatch(d.work),
 	}
@@ -185,6 +259,7 @@ type interpSession struct {
 	id     string
 	dirs   sessionDirs
 	st     *stager
+	group  *sandbox.Group // nil: no session caps
 	cmd    *exec.Cmd
 	ctl    *control
 	exited chan struct{} // closed once the interpreter's process is reaped
@@ -194,7 +269,7 @@ type interpSession struct {
 	watch *dirWatch // nil: walk after every execute
 
 	mu       sync.Mutex
-	seq      uint64
+	seq      uint64               // executes so far
 	snap     map[string]fileStamp // the work directory after the last execute; nil: walk again
 	stopped  bool
 	broken   string // why the session can no longer run code
@@ -349,6 +424,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	}
 	defer outs.close()
 	before := s.before()
+	oom := s.group.OOMKills()
 
 	// One message: the frame, with the output pipes attached. The
 	// interpreter is idle between executes, so the write does not wait on
@@ -428,6 +504,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		Truncated: truncation(outs.stdout, outs.stderr),
 		Artifacts: artifacts(before, after, s.dirs.work, s.view),
 	}
+	res.Stderr = appendNote(res.Stderr, s.r.s.jail.notes(s.dirs, s.group, oom))
 	if err2 != nil {
 		return res, err2
 	}
@@ -435,17 +512,16 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		if crashed < 0 {
 			crashed = 1
 		}
-		note := fmt.Sprintf("[the interpreter exited with status %d while running this code; the session's state is lost]", crashed)
-		if res.Stderr != "" && !strings.HasSuffix(res.Stderr, "\n") {
-			note = "\n" + note
-		}
-		res.Stderr += note
+		res.Stderr = appendNote(res.Stderr, fmt.Sprintf("[the interpreter exited with status %d while running this code; the session's state is lost]", crashed))
 		res.ExitCode = &crashed
 		return res, nil
 	}
 	exit := rep.exit
 	res.ExitCode = &exit
 	res.OK = rep.ok && exit == 0
+	if !res.OK && id == 1 {
+		res.Stderr = code.NoteFreshState(res.Stderr)
+	}
 	return res, nil
 }
 
@@ -481,7 +557,7 @@ func (s *interpSession) Stop(ctx context.Context) error {
 		s.ctl.close()
 		s.watch.close()
 		<-s.turn
-		s.stopErr = s.dirs.remove()
+		s.stopErr = errors.Join(s.group.Remove(ctx), s.dirs.remove())
 	})
 	return s.stopErr
 }

@@ -366,6 +366,7 @@ func runHelper() int {
 	if os.Getenv(helperEnv) == "jail" {
 		opt.Jail = &local.Jail{}
 	}
+	opt.Dir = os.Getenv("AGENTRY_HELPER_DIR")
 	s, err := local.NewInterpreter(opt).Start(context.Background(), code.StartRequest{Key: "helper"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/event"
 )
 
 // Defaults of [Options] and [Jail].
@@ -25,6 +27,13 @@ const (
 	DefaultJailFileSize  = 1 << 30
 	DefaultJailOpenFiles = 1024
 	DefaultJailID        = 65534 // nobody
+
+	DefaultSessionMemory    = 1 << 30 // bytes, for all of a session's processes together
+	DefaultSessionProcesses = 256
+	DefaultSessionCPUs      = 1.0
+	DefaultSessionDisk      = 1 << 30 // bytes, /work and /tmp together
+
+	DefaultPoolRefill = 20 * time.Millisecond
 	// JailPath is the PATH inside a jail unless Options.Path says otherwise.
 	JailPath = "/usr/local/bin:/usr/bin:/bin"
 )
@@ -55,12 +64,37 @@ type Options struct {
 	StartTimeout time.Duration
 	// Jail, when set, runs every process inside bubblewrap.
 	Jail *Jail
+	// Pool keeps interpreters started ahead of need (NewInterpreter
+	// only). Off unless Pool.Size > 0.
+	Pool Pool
+	// Events, when set, receives what the runner has to say about itself:
+	// agentry.runner.limits once, when its first session starts (what it
+	// caps, and what it cannot cap on this machine), and
+	// agentry.runner.swept for each sweep of what a killed predecessor
+	// left. It must not block.
+	Events func(event.Event)
 }
 
-// Jail configures the bubblewrap jail. Limits are rlimits set inside the
-// jail (with prlimit, from util-linux) on each process: they work without
-// root, without cgroup delegation and in containers. They do not add up
-// across processes; see docs/code.md for what that leaves open.
+// Pool is a bounded pool of pre-started interpreters. A session's Start
+// takes one when one is ready (and starts one itself otherwise); the
+// pool then starts a replacement, at most one per Refill. A pooled
+// interpreter has never run anyone's code, is bound to its session's key
+// only when taken (its directory renamed after the key's digest), and is
+// never returned to the pool: Stop ends it like any other.
+type Pool struct {
+	// Size is how many interpreters are kept ready (0: no pool).
+	Size int
+	// Refill is the least time between two starts that refill the pool
+	// (default 20ms), so a burst of takes does not become a burst of
+	// starts.
+	Refill time.Duration
+}
+
+// Jail configures the bubblewrap jail. Memory, Processes, CPU, FileSize
+// and OpenFiles are rlimits set inside the jail (with prlimit, from
+// util-linux) on each process: they work without root, without cgroup
+// delegation and in containers. The Session fields and Disk cap the
+// session as a whole. Every jail also filters system calls (seccomp).
 type Jail struct {
 	// Bwrap is the bubblewrap program (default "bwrap" on the host's PATH).
 	Bwrap string
@@ -87,6 +121,27 @@ type Jail struct {
 	// (a virtualenv, a data set). The system (/usr, the libraries, a few
 	// files of /etc) is always mounted read-only.
 	ReadOnly []string
+
+	// The session's caps, over all of its processes together, enforced
+	// with a control group per session (cgroup v2 where delegated, v1
+	// otherwise). Where this machine cannot enforce one, the runner says
+	// so at start (see Interpreter.Describe); it does not pretend.
+	//
+	// SessionMemory caps the memory of the session's processes
+	// (default 1 GiB). The kernel counts the files in /work and /tmp as
+	// memory (they live in a tmpfs), so the group's limit is
+	// SessionMemory + Disk: a session whose disk is full keeps its memory.
+	SessionMemory int64
+	// SessionProcesses caps the processes and threads alive at once
+	// (default 256).
+	SessionProcesses int
+	// SessionCPUs caps CPU use in cores (default 1).
+	SessionCPUs float64
+	// Disk caps what /work and /tmp hold together (default 1 GiB): they
+	// are one tmpfs of that size, and a write past it fails with ENOSPC.
+	// Mounting needs root (CAP_SYS_ADMIN); without it the cap is a stated
+	// gap.
+	Disk int64
 }
 
 // languages the local runners know, and the programs they run by default.
@@ -112,6 +167,11 @@ type settings struct {
 	commands     map[string]string
 	startTimeout time.Duration
 	jail         *jailSettings
+	pool         Pool
+	events       func(event.Event)
+
+	sweepOnce  sync.Once
+	statedOnce sync.Once
 }
 
 // ErrUnknownLanguage and ErrInterpreterMissing are wrapped by the errors
@@ -129,6 +189,14 @@ func newSettings(o Options) (*settings, error) {
 		maxChars:     o.MaxOutputChars,
 		startTimeout: o.StartTimeout,
 		commands:     make(map[string]string, len(defaultCommands)),
+		pool:         o.Pool,
+		events:       o.Events,
+	}
+	if s.pool.Size < 0 || s.pool.Refill < 0 {
+		return nil, fmt.Errorf("local: Options.Pool has a negative size or refill; use 0 for no pool")
+	}
+	if s.pool.Refill == 0 {
+		s.pool.Refill = DefaultPoolRefill
 	}
 	for k, v := range defaultCommands {
 		s.commands[k] = v

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/internal/sandbox"
 )
 
 // grace is how long a finished execution waits for output still held by
@@ -89,31 +91,35 @@ func (p *Process) Start(ctx context.Context, req code.StartRequest) (code.Sessio
 	if _, err := p.s.program(lang); err != nil {
 		return nil, err
 	}
-	if p.s.jail != nil {
-		if err := p.s.jail.ready(ctx); err != nil {
-			return nil, err
-		}
+	if err := p.s.start(ctx, p.ID()); err != nil {
+		return nil, err
 	}
-	d, err := newSessionDirs(p.s.dir, req.Key)
+	d, err := newSessionDirs(p.s.dir, req.Key, p.s.jail, "")
 	if err != nil {
 		return nil, err
 	}
+	var g *sandbox.Group
 	if p.s.jail != nil {
 		if err := p.s.jail.own(d); err != nil {
 			d.remove()
 			return nil, err
 		}
+		if g, err = p.s.jail.group(); err != nil {
+			d.remove()
+			return nil, err
+		}
 	}
 	return &procSession{p: p, id: filepath.Base(d.root), lang: lang, dirs: d, st: newStager(d, p.s.jail),
-		running: make(map[*exec.Cmd]struct{})}, nil
+		group: g, running: make(map[*exec.Cmd]struct{})}, nil
 }
 
 type procSession struct {
-	p    *Process
-	id   string
-	lang string
-	dirs sessionDirs
-	st   *stager
+	p     *Process
+	id    string
+	lang  string
+	dirs  sessionDirs
+	st    *stager
+	group *sandbox.Group // nil: no session caps
 
 	mu       sync.Mutex
 	stopped  bool
@@ -185,10 +191,14 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	}
 	defer outs.close()
 
-	cmd := set.command(s.dirs, bootstrap(canonicalLanguage(lang), prog), set.environ(s.st.environ()))
+	l, err := set.prepare(s.dirs, bootstrap(canonicalLanguage(lang), prog), set.environ(s.st.environ()), []*os.File{codeR}, s.group)
+	if err != nil {
+		return code.Result{}, err
+	}
+	cmd := l.cmd
 	cmd.Stdout, cmd.Stderr = outs.out.writer(), outs.err.writer()
-	cmd.ExtraFiles = []*os.File{codeR}
-	if err := cmd.Start(); err != nil {
+	oom := s.group.OOMKills()
+	if err := l.start(); err != nil {
 		return code.Result{}, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
 	closeAll(codeR)
@@ -247,6 +257,7 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	if set.jail != nil && status == 1 && strings.HasPrefix(res.Stderr, "bwrap: ") {
 		return code.Result{}, fmt.Errorf("%w: bubblewrap failed to build the jail: %s", ErrNoJail, strings.TrimSpace(tail(res.Stderr, 400)))
 	}
+	res.Stderr = appendNote(res.Stderr, set.jail.notes(s.dirs, s.group, oom))
 	res.ExitCode = &status
 	res.OK = status == 0
 	return res, nil
@@ -296,7 +307,7 @@ func (s *procSession) Stop(ctx context.Context) error {
 			// The executes were killed; they return on their own. The
 			// directory goes now regardless.
 		}
-		s.stopErr = s.dirs.remove()
+		s.stopErr = errors.Join(s.group.Remove(ctx), s.dirs.remove())
 	})
 	return s.stopErr
 }
@@ -311,20 +322,82 @@ func reap(cmd *exec.Cmd) error {
 	return cmd.Wait()
 }
 
-// command builds the process for argv in session d: jailed with bwrap, or
-// straight in the work directory.
-func (s *settings) command(d sessionDirs, argv, env []string) *exec.Cmd {
-	var cmd *exec.Cmd
-	if s.jail != nil {
-		cmd = exec.Command(s.jail.bwrap, s.jail.args(d, argv)...)
-		cmd.Dir = d.root
-	} else {
-		cmd = exec.Command(argv[0], argv[1:]...)
+// launch is a process ready to start. Jailed, bubblewrap holds the code
+// back (--block-fd) until start has moved it into its session's cgroup,
+// so nothing the code does escapes the session's caps.
+type launch struct {
+	cmd     *exec.Cmd
+	group   *sandbox.Group
+	child   []*os.File // our copies of the descriptors only the child keeps
+	unblock *os.File   // lets the jailed code run; nil when not held back
+}
+
+// prepare builds the process for argv in session d (extra become its
+// descriptors 3, 4, …), jailed with bwrap or straight in the work
+// directory.
+func (s *settings) prepare(d sessionDirs, argv, env []string, extra []*os.File, g *sandbox.Group) (*launch, error) {
+	if s.jail == nil {
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = d.work
+		cmd.Env = env
+		cmd.ExtraFiles = extra
+		cmd.SysProcAttr = s.jail.sysProcAttr()
+		return &launch{cmd: cmd}, nil
 	}
+	return s.jail.prepare(d, argv, env, extra, g)
+}
+
+func (j *jailSettings) prepare(d sessionDirs, argv, env []string, extra []*os.File, g *sandbox.Group) (*launch, error) {
+	sec, err := sandbox.SeccompFile()
+	if err != nil {
+		return nil, err
+	}
+	l := &launch{group: g, child: []*os.File{sec}}
+	files := append(append([]*os.File(nil), extra...), sec)
+	secFD, blockFD := 3+len(extra), -1
+	if g != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			sec.Close()
+			return nil, fmt.Errorf("local: making pipes: %w", err)
+		}
+		l.child, l.unblock = append(l.child, r), w
+		files = append(files, r)
+		blockFD = secFD + 1
+	}
+	cmd := exec.Command(j.bwrap, j.args(d, argv, secFD, blockFD)...)
+	cmd.Dir = d.root
 	cmd.Env = env
-	cmd.SysProcAttr = s.jail.sysProcAttr()
-	return cmd
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = j.sysProcAttr()
+	l.cmd = cmd
+	return l, nil
+}
+
+// start starts the process; jailed, it moves the jail into the session's
+// cgroup before letting the code run. When that fails the jail is killed
+// and reaped here: code never runs outside the caps it was promised.
+func (l *launch) start() error {
+	err := l.cmd.Start()
+	closeAll(l.child...)
+	if err != nil {
+		if l.unblock != nil {
+			l.unblock.Close()
+		}
+		return err
+	}
+	if l.unblock == nil {
+		return nil
+	}
+	if err := l.group.Enter(l.cmd.Process.Pid); err != nil {
+		l.unblock.Close()
+		_ = l.cmd.Process.Kill()
+		_ = reap(l.cmd)
+		return err
+	}
+	_, err = l.unblock.Write([]byte{1})
+	l.unblock.Close()
+	return err
 }
 
 func closeAll(files ...*os.File) {
@@ -334,3 +407,7 @@ func closeAll(files ...*os.File) {
 }
 
 var _ code.Stager = (*procSession)(nil)
+
+// Describe states what this runner's sessions get and what they cannot
+// get on this machine (see Interpreter.Describe).
+func (p *Process) Describe() string { return p.s.describeRunner(p.ID(), p.err) }

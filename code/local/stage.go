@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/internal/sandbox"
 	"github.com/agentry-dev/agentry/toolsession"
 )
 
@@ -65,51 +66,87 @@ func SafeName(name string) string {
 
 // sessionDirs are one session's directories on the host.
 type sessionDirs struct {
-	root string // private; holds the others
+	root string // private; holds the others and the owner marker
+	fs   string // the size-capped tmpfs holding work and tmp; "" when there is none
 	work string // the code's working directory (/work in a jail)
 	tmp  string // the jail's /tmp
 }
 
-func newSessionDirs(base, key string) (sessionDirs, error) {
+// sessionPrefix starts every session directory's name; what follows is
+// the key's digest (or "pool" for a pool member not yet handed out).
+const sessionPrefix = "agentry-"
+
+// newSessionDirs makes a session's directories under base, named after
+// the key's digest (or prefix, when given), marked as this process's so
+// that a crash sweep by a later process can tell them from a live one's.
+// In a jail that can mount, work and tmp live on one tmpfs of the jail's
+// disk cap.
+func newSessionDirs(base, key string, j *jailSettings, prefix string) (sessionDirs, error) {
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return sessionDirs{}, fmt.Errorf("local: making the session base directory: %w; set Options.Dir to a writable directory", err)
 	}
-	root, err := os.MkdirTemp(base, "agentry-"+toolsession.HashKey(key)+"-")
+	if prefix == "" {
+		prefix = sessionPrefix + toolsession.HashKey(key) + "-"
+	}
+	root, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		return sessionDirs{}, fmt.Errorf("local: making the session directory: %w; set Options.Dir to a writable directory", err)
 	}
-	d := sessionDirs{root: root, work: filepath.Join(root, "work"), tmp: filepath.Join(root, "tmp")}
+	d := sessionDirs{root: root}
+	fail := func(err error) (sessionDirs, error) {
+		d.remove()
+		return sessionDirs{}, err
+	}
+	if err := sandbox.Claim(root); err != nil {
+		return fail(err)
+	}
+	parent := root
+	if j != nil && j.tmpfs {
+		d.fs = filepath.Join(root, "fs")
+		if err := os.Mkdir(d.fs, 0o700); err != nil {
+			return fail(fmt.Errorf("local: making the session directory: %w", err))
+		}
+		uid, gid := os.Getuid(), os.Getgid()
+		if j.dropRoot {
+			uid, gid = j.uid, j.gid
+		}
+		if err := sandbox.MountTmpfs(d.fs, j.disk, uid, gid); err != nil {
+			d.fs = ""
+			return fail(fmt.Errorf("local: the session's disk cap: %w", err))
+		}
+		parent = d.fs
+	}
+	d.work, d.tmp = filepath.Join(parent, "work"), filepath.Join(parent, "tmp")
 	for _, p := range []string{d.work, d.tmp} {
 		if err := os.Mkdir(p, 0o700); err != nil {
-			os.RemoveAll(root)
-			return sessionDirs{}, fmt.Errorf("local: making the session directory: %w", err)
+			return fail(fmt.Errorf("local: making the session directory: %w", err))
 		}
 	}
 	return d, nil
 }
 
-// remove deletes the session's directories. Code may have taken the
-// permissions off its own directories; those are restored first, through
-// an os.Root so that no symlink the code planted can turn a chmod onto a
-// host file.
+// renamed is d after its root moved to root.
+func (d sessionDirs) renamed(root string) sessionDirs {
+	move := func(p string) string {
+		if p == "" {
+			return ""
+		}
+		return root + strings.TrimPrefix(p, d.root)
+	}
+	return sessionDirs{root: root, fs: move(d.fs), work: move(d.work), tmp: move(d.tmp)}
+}
+
+// remove unmounts the session's tmpfs and deletes its directories.
 func (d sessionDirs) remove() error {
 	if d.root == "" {
 		return nil
 	}
-	err := os.RemoveAll(d.root)
-	if err == nil || errors.Is(err, fs.ErrNotExist) {
-		return nil
+	if d.fs != "" {
+		if err := sandbox.Unmount(d.fs); err != nil {
+			return fmt.Errorf("local: removing the session directory: %w", err)
+		}
 	}
-	if r, rerr := os.OpenRoot(d.root); rerr == nil {
-		_ = fs.WalkDir(r.FS(), ".", func(p string, e fs.DirEntry, werr error) error {
-			if e != nil && e.IsDir() {
-				_ = r.Chmod(p, 0o700)
-			}
-			return nil
-		})
-		r.Close()
-	}
-	if err := os.RemoveAll(d.root); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := sandbox.RemoveAll(d.root); err != nil {
 		return fmt.Errorf("local: removing the session directory: %w", err)
 	}
 	return nil
@@ -128,6 +165,14 @@ type stager struct {
 
 func newStager(d sessionDirs, j *jailSettings) *stager {
 	return &stager{dirs: d, jail: j, inputs: map[string]string{}, env: "{}"}
+}
+
+// rebase points the stager at a session's directories after they moved
+// (before anything was staged).
+func (s *stager) rebase(d sessionDirs) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dirs = d
 }
 
 func (s *stager) environ() string {
