@@ -92,7 +92,7 @@ func NewDriver(o Options) (*Driver, error) {
 	return &Driver{opt: o}, nil
 }
 
-func (d *Driver) ProviderKey() string            { return d.opt.Key }
+func (d *Driver) ProviderKey() string             { return d.opt.Key }
 func (d *Driver) SupportsMultipleInstances() bool { return true }
 
 // Capabilities is what an instance declares given the agent's
