@@ -29,8 +29,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -47,7 +45,6 @@ const scriptedEnv = "ACP_SCRIPTED_AGENT"
 func runScriptedAgent() {
 	a := &scripted{sessions: map[sdk.SessionId]*scriptedSession{}}
 	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, os.Stdin)
-	a.conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	<-a.conn.Done()
 	os.Exit(0)
 }
@@ -60,7 +57,11 @@ type scripted struct {
 }
 
 type scriptedSession struct {
-	cwd   string
+	// cancel is closed by session/cancel. The SDK cancels a prompt's
+	// context only when the prompt's handler has started, and a cancel
+	// can overtake it; the prompt watches this too.
+	cancel chan struct{}
+	cwd    string
 	mode  string
 	mcp   []sdk.McpServer
 	turns int
@@ -122,7 +123,7 @@ func (a *scripted) NewSession(_ context.Context, p sdk.NewSessionRequest) (sdk.N
 	_, _ = rand.Read(b[:])
 	id := sdk.SessionId("scripted-" + hex.EncodeToString(b[:]))
 	a.mu.Lock()
-	a.sessions[id] = &scriptedSession{cwd: p.Cwd, mode: "default", mcp: p.McpServers}
+	a.sessions[id] = &scriptedSession{cwd: p.Cwd, mode: "default", mcp: p.McpServers, cancel: make(chan struct{})}
 	a.mu.Unlock()
 	if err := os.MkdirAll(filepath.Join(p.Cwd, ".scripted"), 0o755); err != nil {
 		return sdk.NewSessionResponse{}, err
@@ -139,7 +140,7 @@ func (a *scripted) reopen(cwd string, id sdk.SessionId, servers []sdk.McpServer)
 		return nil, errors.New("no such session")
 	}
 	n, _ := strconv.Atoi(string(b))
-	s := &scriptedSession{cwd: cwd, mode: "default", mcp: servers, turns: n}
+	s := &scriptedSession{cwd: cwd, mode: "default", mcp: servers, turns: n, cancel: make(chan struct{})}
 	a.mu.Lock()
 	a.sessions[id] = s
 	a.mu.Unlock()
@@ -197,7 +198,18 @@ func (a *scripted) CloseSession(_ context.Context, p sdk.CloseSessionRequest) (s
 	return sdk.CloseSessionResponse{}, nil
 }
 
-func (a *scripted) Cancel(context.Context, sdk.CancelNotification) error { return nil }
+func (a *scripted) Cancel(_ context.Context, p sdk.CancelNotification) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.sessions[p.SessionId]; s != nil {
+		select {
+		case <-s.cancel:
+		default:
+			close(s.cancel)
+		}
+	}
+	return nil
+}
 
 func (a *scripted) ListSessions(context.Context, sdk.ListSessionsRequest) (sdk.ListSessionsResponse, error) {
 	return sdk.ListSessionsResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionList)
@@ -219,7 +231,23 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 	a.mu.Lock()
 	s.turns++
 	n := s.turns
+	cancelled := s.cancel
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		s.cancel = make(chan struct{})
+		a.mu.Unlock()
+	}()
+	var stop func()
+	ctx, stop = context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-cancelled:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	_ = os.WriteFile(stateFile(s.cwd, p.SessionId), []byte(strconv.Itoa(n)), 0o644)
 
 	text := ""

@@ -299,8 +299,13 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 		cl = r.client
 	}
 	pw := &promptWatch{w: proc.Stdin()}
-	conn := sdk.NewClientSideConnection(cl, pw, proc.Stdout())
+	// The connection's reader starts at once, and SetLogger is not safe
+	// to call once it runs: the reader waits at the gate until the logger
+	// is set.
+	gate := &gated{r: proc.Stdout(), open: make(chan struct{})}
+	conn := sdk.NewClientSideConnection(cl, pw, gate)
 	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	close(gate.open)
 	ag := &agentProc{proc: proc, conn: conn, prompt: pw}
 	if err := ag.handshake(ctx, in); err != nil {
 		return ag, err
@@ -452,4 +457,15 @@ func checkWorkspace(root, dir string) error {
 		return errors.New("acp: the session's working directory is not a directory")
 	}
 	return nil
+}
+
+// gated is a reader whose reads wait until open is closed.
+type gated struct {
+	r    io.Reader
+	open chan struct{}
+}
+
+func (g *gated) Read(p []byte) (int, error) {
+	<-g.open
+	return g.r.Read(p)
 }

@@ -246,19 +246,23 @@ func (p *process) watch() {
 	rerr := os.RemoveAll(p.home)
 
 	st := &event.ACPAgentStopped{Label: p.spec.Label, HeldMs: event.Ms(time.Since(p.began)), Forced: p.forced.Load()}
+	ours := false // it ended the way a stop ends it
 	if ps := p.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			st.Signal = ws.Signal().String()
+			ours = ws.Signal() == syscall.SIGTERM || ws.Signal() == syscall.SIGKILL
 		} else {
 			code := ps.ExitCode()
 			st.ExitCode = &code
+			ours = code == 0 || code == 128+int(syscall.SIGTERM)
 		}
 	}
-	asked := p.asked.Load()
+	// A stop that raced an exit of its own is told apart by how the
+	// process ended: a failure status we did not cause is a crash.
 	switch {
-	case asked:
+	case p.asked.Load() && ours:
 		st.Reason = "stopped"
-		werr = nil // a signal we sent is how it was meant to end
+		werr = nil
 	case werr == nil:
 		st.Reason = "exited"
 	default:
