@@ -62,9 +62,9 @@ type scriptedSession struct {
 	// can overtake it; the prompt watches this too.
 	cancel chan struct{}
 	cwd    string
-	mode  string
-	mcp   []sdk.McpServer
-	turns int
+	mode   string
+	mcp    []sdk.McpServer
+	turns  int
 }
 
 var (
@@ -309,7 +309,7 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 			req.Cwd, args = sdk.Ptr(args[0]), args[1:]
 		}
 		req.Command, req.Args = args[0], args[1:]
-		if req.Command == "sh" && len(req.Args) > 1 { // sh -c 'a script with spaces'
+		if filepath.Base(req.Command) == "sh" && len(req.Args) > 1 { // sh -c 'a script with spaces'
 			req.Args = []string{req.Args[0], strings.Join(req.Args[1:], " ")}
 		}
 		t, err := a.conn.CreateTerminal(ctx, req)

@@ -147,6 +147,12 @@ func ParseConfig(raw []byte) (Config, error) {
 }
 
 func (c *Config) check() error {
+	if len(c.Env) == 0 {
+		c.Env = nil
+	}
+	if len(c.AllowHosts) == 0 {
+		c.AllowHosts = nil
+	}
 	if len(c.Command) == 0 {
 		return bad("command", "it is empty; give the agent's argv, such as [\"claude-code-acp\"]")
 	}
@@ -360,11 +366,7 @@ func describeJSON(err error) string {
 		}
 		return fmt.Sprintf("field %q has the wrong JSON type", te.Field)
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		f := strings.TrimPrefix(err.Error(), "json: unknown field ")
-		if len(f) <= 66 && checkText(f, 66, false) == nil {
-			return "it has an unknown field " + f
-		}
-		return "it has an unknown field"
+		return "it has a field Config does not define (check the spelling)"
 	case strings.Contains(err.Error(), "duration"):
 		return `a duration is a string such as "30s"`
 	}
