@@ -61,6 +61,13 @@ const (
 	// Code runners' statements about themselves.
 	TypeRunnerLimits Type = "agentry.runner.limits" // what a runner caps, and what it cannot cap here
 	TypeRunnerSwept  Type = "agentry.runner.swept"  // leftovers of dead processes removed at start
+
+	// acp: external coding agents behind provider/acp — their processes
+	// and the client calls they make.
+	TypeACPAgentStarted Type = "agentry.acp.agent_started"
+	TypeACPAgentStopped Type = "agentry.acp.agent_stopped"
+	TypeACPFile         Type = "agentry.acp.file"
+	TypeACPTerminal     Type = "agentry.acp.terminal"
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -323,6 +330,61 @@ type HostCleanup struct {
 	Retrying bool `json:"retrying,omitempty"`
 }
 
+// ACPAgentStarted reports an agent process a launcher started for one
+// session.
+type ACPAgentStarted struct {
+	// Label is the launcher's non-secret name for the process (a hash).
+	Label string `json:"label"`
+	// Launcher names the launcher ("unjailed", "jail").
+	Launcher string `json:"launcher"`
+	// Confined is false when nothing but the process's own user stands
+	// between the agent and the machine (the unjailed launcher).
+	Confined bool    `json:"confined"`
+	Pid      int     `json:"pid,omitempty"`
+	TookMs   float64 `json:"tookMs"`
+}
+
+// ACPAgentStopped reports an agent process that ended.
+type ACPAgentStopped struct {
+	Label string `json:"label"`
+	// Reason is "stopped" (asked to), "exited" (on its own) or "crashed"
+	// (on its own, with a failure).
+	Reason string `json:"reason"`
+	// Forced is true when it had to be killed after the grace period.
+	Forced   bool    `json:"forced,omitempty"`
+	ExitCode *int    `json:"exitCode,omitempty"`
+	Signal   string  `json:"signal,omitempty"`
+	HeldMs   float64 `json:"heldMs"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// ACPFile reports one fs/read_text_file or fs/write_text_file call an
+// agent made. Path is relative to the session's workspace; a refused
+// path is not repeated.
+type ACPFile struct {
+	Op      string `json:"op"` // read, write
+	Path    string `json:"path,omitempty"`
+	Bytes   int    `json:"bytes"`
+	Refused bool   `json:"refused,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ACPTerminal reports one terminal/* call an agent made. Command is the
+// program's base name only, never its arguments; Cwd is relative to the
+// workspace.
+type ACPTerminal struct {
+	Op         string `json:"op"` // create, output, wait_for_exit, kill, release
+	TerminalID string `json:"terminalId,omitempty"`
+	Command    string `json:"command,omitempty"`
+	Cwd        string `json:"cwd,omitempty"`
+	ExitCode   *int   `json:"exitCode,omitempty"`
+	Signal     string `json:"signal,omitempty"`
+	Bytes      int    `json:"bytes,omitempty"`
+	Truncated  bool   `json:"truncated,omitempty"`
+	Refused    bool   `json:"refused,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
 var payloads = map[Type]func() any{
 	TypeTurnStart:             func() any { return new(TurnStart) },
 	TypeTurnEnd:               func() any { return new(TurnEnd) },
@@ -360,6 +422,10 @@ var payloads = map[Type]func() any{
 	TypeHostCleanupDone:       func() any { return new(HostCleanup) },
 	TypeRunnerLimits:          func() any { return new(RunnerLimits) },
 	TypeRunnerSwept:           func() any { return new(RunnerSwept) },
+	TypeACPAgentStarted:       func() any { return new(ACPAgentStarted) },
+	TypeACPAgentStopped:       func() any { return new(ACPAgentStopped) },
+	TypeACPFile:               func() any { return new(ACPFile) },
+	TypeACPTerminal:           func() any { return new(ACPTerminal) },
 }
 
 // RunnerLimits is a code runner's statement, once at its start, of the
@@ -404,6 +470,7 @@ func Types() []Type {
 		TypeJailStarted, TypeJailRefused, TypeJailStopped,
 		TypeHostCleanupFailed, TypeHostCleanupDone,
 		TypeRunnerLimits, TypeRunnerSwept,
+		TypeACPAgentStarted, TypeACPAgentStopped, TypeACPFile, TypeACPTerminal,
 	}
 }
 

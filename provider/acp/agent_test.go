@@ -1,0 +1,406 @@
+package acp_test
+
+// The scripted ACP agent: the test binary, re-executed with
+// ACP_SCRIPTED_AGENT=1, speaks ACP on stdio through the SDK's agent side.
+// What it does is chosen by the prompt's last text block:
+//
+//	hello              thought, two message chunks, a plan, a tool call and its update, usage
+//	ask                a permission request; "chose <option>"; allowed → writes notes.txt
+//	forever            runs until cancelled
+//	crash              a message chunk, then exits with status 3
+//	read PATH          fs/read_text_file
+//	write PATH TEXT    fs/write_text_file
+//	term ARGV...       terminal/create, wait_for_exit, output, release
+//	termcwd DIR ARGV…  the same, in DIR
+//	tool TEXT          calls the host tool conformance_echo over MCP
+//	mode               says the session's mode
+//	turns              says how many prompts the session has had
+//	fail               answers session/prompt with an error
+//	maxtokens          stops with max_tokens
+//
+// Knobs (environment): ACP_SCRIPTED_RESUME=load|resume|none (default
+// load), ACP_SCRIPTED_AUTH=env (an env-var method needing SCRIPTED_KEY),
+// ACP_SCRIPTED_VERSION=N (default 1), ACP_SCRIPTED_NO_MCP=1.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const scriptedEnv = "ACP_SCRIPTED_AGENT"
+
+func runScriptedAgent() {
+	a := &scripted{sessions: map[sdk.SessionId]*scriptedSession{}}
+	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	<-a.conn.Done()
+	os.Exit(0)
+}
+
+type scripted struct {
+	conn *sdk.AgentSideConnection
+
+	mu       sync.Mutex
+	sessions map[sdk.SessionId]*scriptedSession
+}
+
+type scriptedSession struct {
+	// cancel is closed by session/cancel. The SDK cancels a prompt's
+	// context only when the prompt's handler has started, and a cancel
+	// can overtake it; the prompt watches this too.
+	cancel chan struct{}
+	cwd    string
+	mode   string
+	mcp    []sdk.McpServer
+	turns  int
+}
+
+var (
+	_ sdk.Agent       = (*scripted)(nil)
+	_ sdk.AgentLoader = (*scripted)(nil)
+)
+
+func resumeKind() string {
+	if k := os.Getenv("ACP_SCRIPTED_RESUME"); k != "" {
+		return k
+	}
+	return "load"
+}
+
+func (a *scripted) Initialize(context.Context, sdk.InitializeRequest) (sdk.InitializeResponse, error) {
+	version := 1
+	if v, err := strconv.Atoi(os.Getenv("ACP_SCRIPTED_VERSION")); err == nil {
+		version = v
+	}
+	caps := sdk.AgentCapabilities{
+		LoadSession:         resumeKind() == "load",
+		McpCapabilities:     sdk.McpCapabilities{Http: os.Getenv("ACP_SCRIPTED_NO_MCP") == ""},
+		SessionCapabilities: sdk.SessionCapabilities{Close: &sdk.SessionCloseCapabilities{}},
+	}
+	if resumeKind() == "resume" {
+		caps.SessionCapabilities.Resume = &sdk.SessionResumeCapabilities{}
+	}
+	resp := sdk.InitializeResponse{ProtocolVersion: sdk.ProtocolVersion(version), AgentCapabilities: caps, AuthMethods: []sdk.AuthMethod{}}
+	if os.Getenv("ACP_SCRIPTED_AUTH") == "env" {
+		resp.AuthMethods = []sdk.AuthMethod{{EnvVar: &sdk.AuthMethodEnvVarInline{Id: "scripted-key", Name: "Scripted key", Type: "env_var",
+			Vars: []sdk.AuthEnvVar{{Name: "SCRIPTED_KEY"}}}}}
+	}
+	return resp, nil
+}
+
+func (a *scripted) Authenticate(_ context.Context, p sdk.AuthenticateRequest) (sdk.AuthenticateResponse, error) {
+	if p.MethodId != "scripted-key" || os.Getenv("SCRIPTED_KEY") != "right" {
+		return sdk.AuthenticateResponse{}, errors.New("wrong key")
+	}
+	return sdk.AuthenticateResponse{}, nil
+}
+
+func modes(current string) *sdk.SessionModeState {
+	return &sdk.SessionModeState{CurrentModeId: sdk.SessionModeId(current),
+		AvailableModes: []sdk.SessionMode{{Id: "default", Name: "Default"}, {Id: "plan", Name: "Plan"}}}
+}
+
+// stateFile keeps a session's turn count in its workspace, so a new
+// process can load it.
+func stateFile(cwd string, id sdk.SessionId) string {
+	return filepath.Join(cwd, ".scripted", string(id))
+}
+
+func (a *scripted) NewSession(_ context.Context, p sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := sdk.SessionId("scripted-" + hex.EncodeToString(b[:]))
+	a.mu.Lock()
+	a.sessions[id] = &scriptedSession{cwd: p.Cwd, mode: "default", mcp: p.McpServers, cancel: make(chan struct{})}
+	a.mu.Unlock()
+	if err := os.MkdirAll(filepath.Join(p.Cwd, ".scripted"), 0o755); err != nil {
+		return sdk.NewSessionResponse{}, err
+	}
+	if err := os.WriteFile(stateFile(p.Cwd, id), []byte("0"), 0o644); err != nil {
+		return sdk.NewSessionResponse{}, err
+	}
+	return sdk.NewSessionResponse{SessionId: id, Modes: modes("default")}, nil
+}
+
+func (a *scripted) reopen(cwd string, id sdk.SessionId, servers []sdk.McpServer) (*scriptedSession, error) {
+	b, err := os.ReadFile(stateFile(cwd, id))
+	if err != nil {
+		return nil, errors.New("no such session")
+	}
+	n, _ := strconv.Atoi(string(b))
+	s := &scriptedSession{cwd: cwd, mode: "default", mcp: servers, turns: n, cancel: make(chan struct{})}
+	a.mu.Lock()
+	a.sessions[id] = s
+	a.mu.Unlock()
+	return s, nil
+}
+
+func (a *scripted) LoadSession(ctx context.Context, p sdk.LoadSessionRequest) (sdk.LoadSessionResponse, error) {
+	s, err := a.reopen(p.Cwd, p.SessionId, p.McpServers)
+	if err != nil {
+		return sdk.LoadSessionResponse{}, err
+	}
+	// Replay the history, as session/load does.
+	for i := range s.turns {
+		_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: p.SessionId, Update: sdk.UpdateUserMessageText(fmt.Sprintf("prompt %d", i+1))})
+		_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: p.SessionId, Update: sdk.UpdateAgentMessageText(fmt.Sprintf("replayed answer %d", i+1))})
+	}
+	return sdk.LoadSessionResponse{Modes: modes("default")}, nil
+}
+
+func (a *scripted) ResumeSession(_ context.Context, p sdk.ResumeSessionRequest) (sdk.ResumeSessionResponse, error) {
+	if resumeKind() != "resume" {
+		return sdk.ResumeSessionResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionResume)
+	}
+	if _, err := a.reopen(p.Cwd, p.SessionId, p.McpServers); err != nil {
+		return sdk.ResumeSessionResponse{}, err
+	}
+	return sdk.ResumeSessionResponse{Modes: modes("default")}, nil
+}
+
+func (a *scripted) session(id sdk.SessionId) (*scriptedSession, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.sessions[id]
+	if s == nil {
+		return nil, errors.New("no such session")
+	}
+	return s, nil
+}
+
+func (a *scripted) SetSessionMode(_ context.Context, p sdk.SetSessionModeRequest) (sdk.SetSessionModeResponse, error) {
+	s, err := a.session(p.SessionId)
+	if err != nil {
+		return sdk.SetSessionModeResponse{}, err
+	}
+	a.mu.Lock()
+	s.mode = string(p.ModeId)
+	a.mu.Unlock()
+	return sdk.SetSessionModeResponse{}, nil
+}
+
+func (a *scripted) CloseSession(_ context.Context, p sdk.CloseSessionRequest) (sdk.CloseSessionResponse, error) {
+	a.mu.Lock()
+	delete(a.sessions, p.SessionId)
+	a.mu.Unlock()
+	return sdk.CloseSessionResponse{}, nil
+}
+
+func (a *scripted) Cancel(_ context.Context, p sdk.CancelNotification) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.sessions[p.SessionId]; s != nil {
+		select {
+		case <-s.cancel:
+		default:
+			close(s.cancel)
+		}
+	}
+	return nil
+}
+
+func (a *scripted) ListSessions(context.Context, sdk.ListSessionsRequest) (sdk.ListSessionsResponse, error) {
+	return sdk.ListSessionsResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionList)
+}
+
+func (a *scripted) SetSessionConfigOption(context.Context, sdk.SetSessionConfigOptionRequest) (sdk.SetSessionConfigOptionResponse, error) {
+	return sdk.SetSessionConfigOptionResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionSetConfigOption)
+}
+
+func (a *scripted) say(ctx context.Context, id sdk.SessionId, u sdk.SessionUpdate) {
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: id, Update: u})
+}
+
+func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResponse, error) {
+	s, err := a.session(p.SessionId)
+	if err != nil {
+		return sdk.PromptResponse{}, err
+	}
+	a.mu.Lock()
+	s.turns++
+	n := s.turns
+	cancelled := s.cancel
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		s.cancel = make(chan struct{})
+		a.mu.Unlock()
+	}()
+	var stop func()
+	ctx, stop = context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-cancelled:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	_ = os.WriteFile(stateFile(s.cwd, p.SessionId), []byte(strconv.Itoa(n)), 0o644)
+
+	text := ""
+	if l := len(p.Prompt); l > 0 && p.Prompt[l-1].Text != nil {
+		text = p.Prompt[l-1].Text.Text
+	}
+	cmd, rest, _ := strings.Cut(text, " ")
+	id := p.SessionId
+	answer := func(s string) (sdk.PromptResponse, error) {
+		a.say(ctx, id, sdk.UpdateAgentMessageText(s))
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
+	}
+	switch cmd {
+	case "ask":
+		a.say(ctx, id, sdk.StartToolCall("call-1", "Write notes.txt", sdk.WithStartKind(sdk.ToolKindEdit), sdk.WithStartStatus(sdk.ToolCallStatusPending)))
+		resp, err := a.conn.RequestPermission(ctx, sdk.RequestPermissionRequest{SessionId: id,
+			ToolCall: sdk.ToolCallUpdate{ToolCallId: "call-1", Title: sdk.Ptr("Write notes.txt")},
+			Options: []sdk.PermissionOption{
+				{OptionId: "yes", Name: "Allow", Kind: sdk.PermissionOptionKindAllowOnce},
+				{OptionId: "yes-always", Name: "Always allow", Kind: sdk.PermissionOptionKindAllowAlways},
+				{OptionId: "no", Name: "Reject", Kind: sdk.PermissionOptionKindRejectOnce},
+				{OptionId: "no-never", Name: "Never", Kind: sdk.PermissionOptionKindRejectAlways},
+			}})
+		if err != nil {
+			return sdk.PromptResponse{}, err
+		}
+		if resp.Outcome.Cancelled != nil {
+			return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil
+		}
+		chosen := string(resp.Outcome.Selected.OptionId)
+		if strings.HasPrefix(chosen, "yes") {
+			if _, err := a.conn.WriteTextFile(ctx, sdk.WriteTextFileRequest{SessionId: id, Path: filepath.Join(s.cwd, "notes.txt"), Content: "approved\n"}); err != nil {
+				return answer("write failed: " + err.Error())
+			}
+		}
+		return answer("chose " + chosen)
+	case "forever":
+		<-ctx.Done()
+		return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil
+	case "crash":
+		a.say(ctx, id, sdk.UpdateAgentMessageText("about to crash"))
+		os.Exit(3)
+	case "read":
+		r, err := a.conn.ReadTextFile(ctx, sdk.ReadTextFileRequest{SessionId: id, Path: rest})
+		if err != nil {
+			return answer("error: " + err.Error())
+		}
+		return answer("content: " + r.Content)
+	case "write":
+		path, content, _ := strings.Cut(rest, " ")
+		if _, err := a.conn.WriteTextFile(ctx, sdk.WriteTextFileRequest{SessionId: id, Path: path, Content: content}); err != nil {
+			return answer("error: " + err.Error())
+		}
+		return answer("wrote")
+	case "term", "termcwd":
+		args := strings.Fields(rest)
+		req := sdk.CreateTerminalRequest{SessionId: id}
+		if cmd == "termcwd" {
+			req.Cwd, args = sdk.Ptr(args[0]), args[1:]
+		}
+		req.Command, req.Args = args[0], args[1:]
+		if filepath.Base(req.Command) == "sh" && len(req.Args) > 1 { // sh -c 'a script with spaces'
+			req.Args = []string{req.Args[0], strings.Join(req.Args[1:], " ")}
+		}
+		t, err := a.conn.CreateTerminal(ctx, req)
+		if err != nil {
+			return answer("error: " + err.Error())
+		}
+		w, err := a.conn.WaitForTerminalExit(ctx, sdk.WaitForTerminalExitRequest{SessionId: id, TerminalId: t.TerminalId})
+		if err != nil {
+			return answer("error: " + err.Error())
+		}
+		o, err := a.conn.TerminalOutput(ctx, sdk.TerminalOutputRequest{SessionId: id, TerminalId: t.TerminalId})
+		if err != nil {
+			return answer("error: " + err.Error())
+		}
+		if _, err := a.conn.ReleaseTerminal(ctx, sdk.ReleaseTerminalRequest{SessionId: id, TerminalId: t.TerminalId}); err != nil {
+			return answer("error: " + err.Error())
+		}
+		code := -1
+		if w.ExitCode != nil {
+			code = *w.ExitCode
+		}
+		return answer(fmt.Sprintf("exit=%d truncated=%v output=%s", code, o.Truncated, o.Output))
+	case "tool":
+		out, err := callHostTool(ctx, s.mcp, rest)
+		if err != nil {
+			return answer("tool error: " + err.Error())
+		}
+		return answer("tool said: " + out)
+	case "mode":
+		a.mu.Lock()
+		m := s.mode
+		a.mu.Unlock()
+		return answer("mode " + m)
+	case "turns":
+		return answer(fmt.Sprintf("turns %d", n))
+	case "fail":
+		return sdk.PromptResponse{}, sdk.NewInternalError(map[string]any{"error": "scripted failure"})
+	case "maxtokens":
+		a.say(ctx, id, sdk.UpdateAgentMessageText("cut"))
+		return sdk.PromptResponse{StopReason: sdk.StopReasonMaxTokens}, nil
+	}
+	a.say(ctx, id, sdk.UpdateAgentThoughtText("considering"))
+	a.say(ctx, id, sdk.UpdateAgentMessageText("hello "))
+	a.say(ctx, id, sdk.UpdateAgentMessageText("back"))
+	a.say(ctx, id, sdk.UpdatePlan(sdk.PlanEntry{Content: "greet", Status: sdk.PlanEntryStatusCompleted, Priority: sdk.PlanEntryPriorityHigh}))
+	a.say(ctx, id, sdk.StartToolCall("call-9", "Look around", sdk.WithStartKind(sdk.ToolKindRead), sdk.WithStartStatus(sdk.ToolCallStatusInProgress)))
+	a.say(ctx, id, sdk.UpdateToolCall("call-9", sdk.WithUpdateStatus(sdk.ToolCallStatusCompleted)))
+	a.say(ctx, id, sdk.SessionUpdate{UsageUpdate: &sdk.SessionUsageUpdate{Used: 120, Size: 200000}})
+	return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: &sdk.Usage{InputTokens: 100, OutputTokens: 20, TotalTokens: 120}}, nil
+}
+
+// headers adds fixed headers to every request.
+type headers struct {
+	h  []sdk.HttpHeader
+	rt http.RoundTripper
+}
+
+func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for _, x := range h.h {
+		r.Header.Set(x.Name, x.Value)
+	}
+	return h.rt.RoundTrip(r)
+}
+
+func callHostTool(ctx context.Context, servers []sdk.McpServer, text string) (string, error) {
+	if len(servers) == 0 || servers[0].Http == nil {
+		return "", errors.New("no MCP server was given")
+	}
+	srv := servers[0].Http
+	tr := &mcp.StreamableClientTransport{Endpoint: srv.Url,
+		HTTPClient: &http.Client{Transport: headers{h: srv.Headers, rt: http.DefaultTransport}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "scripted", Version: "1"}, nil).Connect(ctx, tr, nil)
+	if err != nil {
+		return "", err
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "conformance_echo", Arguments: map[string]any{"text": text}})
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	out := strings.Join(parts, "")
+	if res.IsError {
+		return "", errors.New(out)
+	}
+	b, _ := json.Marshal(out)
+	return string(b), nil
+}

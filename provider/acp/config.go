@@ -1,0 +1,374 @@
+package acp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Config is a definition's configuration (provider.Definition.Config): the
+// agent an instance runs, one process per session. It is JSON, read
+// strictly by [ParseConfig]:
+//
+//	{
+//	  "command": ["claude-code-acp"],
+//	  "env": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL=http://127.0.0.1:8080", "PATH"],
+//	  "home": "/etc/agentry/claude-home",
+//	  "mode": "acceptEdits",
+//	  "allowHosts": ["api.anthropic.com:443"],
+//	  "workspaceRoot": "/srv/agentry/workspaces",
+//	  "limits": {"startTimeout": "60s", "stopTimeout": "5s"}
+//	}
+type Config struct {
+	// Command is the agent's argv. Required.
+	Command []string `json:"command"`
+	// Env is everything the agent sees besides HOME: NAME=VALUE, or NAME
+	// alone to copy the host's value when the instance is materialised (a
+	// NAME the host does not have is left out, and readiness says so when
+	// the agent needs it). HOME is the launcher's and may not be set.
+	Env []string `json:"env,omitempty"`
+	// Home is a template directory (absolute) copied into each session's
+	// private HOME: how an agent's own configuration file reaches it.
+	Home string `json:"home,omitempty"`
+	// Mode is the ACP session mode new sessions start in
+	// (session/set_mode); empty keeps the agent's default.
+	Mode string `json:"mode,omitempty"`
+	// AllowHosts are the host:port pairs the agent may reach, passed to the
+	// launcher (the jail enforces them; the unjailed launcher cannot).
+	AllowHosts []string `json:"allowHosts,omitempty"`
+	// WorkspaceRoot (absolute) holds every session's working directory: a
+	// session whose working directory is not at or under it is refused.
+	// Required.
+	WorkspaceRoot string `json:"workspaceRoot"`
+	// Limits bound what one session may do.
+	Limits Limits `json:"limits,omitzero"`
+}
+
+// Limits bound one session. Zero values are the defaults.
+type Limits struct {
+	// StartTimeout bounds starting an agent: launch, initialize,
+	// authenticate, session/new (or load, resume) and set_mode (default
+	// 60s, at most 10m).
+	StartTimeout Duration `json:"startTimeout,omitempty"`
+	// StopTimeout is how long a stopping agent has between SIGTERM and
+	// SIGKILL (default 5s, at most 1m).
+	StopTimeout Duration `json:"stopTimeout,omitempty"`
+	// MaxTerminals bounds the terminals one session holds at once
+	// (default 8, at most 64).
+	MaxTerminals int `json:"maxTerminals,omitempty"`
+	// TerminalOutputBytes caps the output a terminal keeps; an agent may
+	// ask for less, never more (default 1 MiB, at most 16 MiB).
+	TerminalOutputBytes int `json:"terminalOutputBytes,omitempty"`
+	// MaxFileBytes bounds one fs/read_text_file or fs/write_text_file
+	// (default 8 MiB, at most 64 MiB).
+	MaxFileBytes int `json:"maxFileBytes,omitempty"`
+}
+
+// Limit defaults and ceilings.
+const (
+	DefaultStartTimeout        = 60 * time.Second
+	MaxStartTimeout            = 10 * time.Minute
+	DefaultStopTimeout         = 5 * time.Second
+	MaxStopTimeout             = time.Minute
+	DefaultMaxTerminals        = 8
+	MaxMaxTerminals            = 64
+	DefaultTerminalOutputBytes = 1 << 20
+	MaxTerminalOutputBytes     = 16 << 20
+	DefaultMaxFileBytes        = 8 << 20
+	MaxMaxFileBytes            = 64 << 20
+)
+
+// Duration is a time.Duration written in JSON as a string ("30s").
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New(`a duration is a string such as "30s"`)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New(`a duration is a string such as "30s"`)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ConfigError refuses a configuration. It names the field and the
+// problem, never the value (an env entry may hold a key).
+type ConfigError struct {
+	Field   string
+	Problem string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Field == "" {
+		return "acp: the configuration is unusable: " + e.Problem
+	}
+	return "acp: the configuration's " + e.Field + " is unusable: " + e.Problem
+}
+
+func bad(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// ParseConfig reads a definition's configuration: one JSON object with at
+// most the fields of [Config] (unknown fields are refused, so a misspelt
+// field cannot quietly drop a limit), checked, with zero limits given
+// their defaults. NAME-only env entries are kept as they are; the driver
+// resolves them.
+func ParseConfig(raw []byte) (Config, error) {
+	var c Config
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] != '{' {
+		return Config{}, bad("", "it is not a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, &ConfigError{Problem: describeJSON(err)}
+	}
+	if dec.More() {
+		return Config{}, bad("", "it holds more than one JSON value")
+	}
+	if err := c.check(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func (c *Config) check() error {
+	if len(c.Env) == 0 {
+		c.Env = nil
+	}
+	if len(c.AllowHosts) == 0 {
+		c.AllowHosts = nil
+	}
+	if len(c.Command) == 0 {
+		return bad("command", "it is empty; give the agent's argv, such as [\"claude-code-acp\"]")
+	}
+	if len(c.Command) > 256 {
+		return bad("command", "it has more than 256 arguments")
+	}
+	for i, a := range c.Command {
+		if err := checkText(a, 4096, i > 0); err != nil {
+			return bad(fmt.Sprintf("command[%d]", i), "%v", err)
+		}
+	}
+	seen := map[string]bool{}
+	if len(c.Env) > 256 {
+		return bad("env", "it has more than 256 entries")
+	}
+	for i, kv := range c.Env {
+		name, value, hasValue := strings.Cut(kv, "=")
+		field := fmt.Sprintf("env[%d]", i)
+		if err := checkEnvName(name); err != nil {
+			return bad(field, "%v", err)
+		}
+		if name == "HOME" {
+			return bad(field, "HOME is the launcher's (a private copy of home); set home instead")
+		}
+		if seen[name] {
+			return bad(field, "the variable %s is listed twice", name)
+		}
+		seen[name] = true
+		if hasValue {
+			if len(value) > 32<<10 || strings.IndexByte(value, 0) >= 0 {
+				return bad(field, "a value is at most 32 KiB with no NUL byte")
+			}
+		}
+	}
+	if c.Home != "" {
+		if err := checkDir(c.Home); err != nil {
+			return bad("home", "%v", err)
+		}
+	}
+	if c.Mode != "" {
+		if err := checkText(c.Mode, 128, false); err != nil {
+			return bad("mode", "%v", err)
+		}
+	}
+	hosts := map[string]bool{}
+	if len(c.AllowHosts) > 256 {
+		return bad("allowHosts", "it has more than 256 entries")
+	}
+	for i, hp := range c.AllowHosts {
+		field := fmt.Sprintf("allowHosts[%d]", i)
+		if err := checkHostPort(hp); err != nil {
+			return bad(field, "%v", err)
+		}
+		if hosts[hp] {
+			return bad(field, "it is listed twice")
+		}
+		hosts[hp] = true
+	}
+	if c.WorkspaceRoot == "" {
+		return bad("workspaceRoot", "it is missing; name the directory that holds the sessions' workspaces")
+	}
+	if err := checkDir(c.WorkspaceRoot); err != nil {
+		return bad("workspaceRoot", "%v", err)
+	}
+	return c.Limits.normalise()
+}
+
+func (l *Limits) normalise() error {
+	dur := func(field string, d *Duration, def, max time.Duration) error {
+		switch {
+		case *d == 0:
+			*d = Duration(def)
+		case *d < 0 || time.Duration(*d) > max:
+			return bad("limits."+field, "it must be positive and at most %s", max)
+		}
+		return nil
+	}
+	num := func(field string, n *int, def, max int) error {
+		switch {
+		case *n == 0:
+			*n = def
+		case *n < 0 || *n > max:
+			return bad("limits."+field, "it must be between 1 and %d", max)
+		}
+		return nil
+	}
+	return errors.Join(
+		dur("startTimeout", &l.StartTimeout, DefaultStartTimeout, MaxStartTimeout),
+		dur("stopTimeout", &l.StopTimeout, DefaultStopTimeout, MaxStopTimeout),
+		num("maxTerminals", &l.MaxTerminals, DefaultMaxTerminals, MaxMaxTerminals),
+		num("terminalOutputBytes", &l.TerminalOutputBytes, DefaultTerminalOutputBytes, MaxTerminalOutputBytes),
+		num("maxFileBytes", &l.MaxFileBytes, DefaultMaxFileBytes, MaxMaxFileBytes),
+	)
+}
+
+// checkText accepts 1..max bytes of UTF-8 without control characters
+// (empty too when mayBeEmpty).
+func checkText(s string, max int, mayBeEmpty bool) error {
+	switch {
+	case s == "" && !mayBeEmpty:
+		return errors.New("it is empty")
+	case len(s) > max:
+		return fmt.Errorf("it is longer than %d bytes", max)
+	case !utf8.ValidString(s):
+		return errors.New("it is not UTF-8")
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("it holds a control character")
+		}
+	}
+	return nil
+}
+
+func checkEnvName(name string) error {
+	if name == "" || len(name) > 256 {
+		return errors.New("a variable name is 1 to 256 characters")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return errors.New("a variable name has only letters, digits and '_', and does not start with a digit")
+		}
+	}
+	return nil
+}
+
+func checkDir(p string) error {
+	if err := checkText(p, 4096, false); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return errors.New("it must be an absolute, clean path")
+	}
+	return nil
+}
+
+func checkHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil || host == "" {
+		return errors.New("it is not host:port")
+	}
+	if checkText(host, 253, false) != nil || strings.ContainsAny(host, " /?#@") {
+		return errors.New("the host is malformed")
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+		return errors.New("the port must be a number from 1 to 65535")
+	}
+	return nil
+}
+
+// resolveEnv turns NAME-only entries into NAME=VALUE from lookup,
+// leaving out those lookup does not have; it returns the names left out.
+func resolveEnv(env []string, lookup func(string) (string, bool)) (out, missing []string) {
+	for _, kv := range env {
+		if strings.Contains(kv, "=") {
+			out = append(out, kv)
+			continue
+		}
+		if v, ok := lookup(kv); ok {
+			out = append(out, kv+"="+v)
+		} else {
+			missing = append(missing, kv)
+		}
+	}
+	return out, missing
+}
+
+// SessionConfig is what a session's configuration
+// (CreateRequest.Configuration, and Resume's) may say: empty, or a JSON
+// object with at most these fields.
+type SessionConfig struct {
+	// Mode overrides the definition's mode for this session.
+	Mode string `json:"mode,omitempty"`
+}
+
+// ParseSessionConfig reads a session's configuration, strictly.
+func ParseSessionConfig(raw []byte) (SessionConfig, error) {
+	var c SessionConfig
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return c, nil
+	}
+	if t[0] != '{' {
+		return SessionConfig{}, errors.New(`acp: the session configuration is not a JSON object; pass empty, or {"mode":"..."}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || dec.More() {
+		return SessionConfig{}, errors.New(`acp: the session configuration is unusable; pass empty, or {"mode":"..."}`)
+	}
+	if c.Mode != "" {
+		if err := checkText(c.Mode, 128, false); err != nil {
+			return SessionConfig{}, fmt.Errorf("acp: the session configuration's mode is unusable: %v", err)
+		}
+	}
+	return c, nil
+}
+
+// describeJSON names a decoding problem without quoting the input.
+func describeJSON(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("it is not valid JSON (at byte %d)", se.Offset)
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return "it is not a JSON object"
+		}
+		return fmt.Sprintf("field %q has the wrong JSON type", te.Field)
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return "it has a field Config does not define (check the spelling)"
+	case strings.Contains(err.Error(), "duration"):
+		return `a duration is a string such as "30s"`
+	}
+	return "it is not valid JSON"
+}

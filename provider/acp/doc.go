@@ -1,0 +1,54 @@
+// Package acp puts external coding agents — Claude Code, Codex, Gemini
+// CLI, OpenCode, anything that speaks the Agent Client Protocol (ACP 1,
+// JSON-RPC over stdio) natively or through an adapter — behind the
+// agent-provider contract, on the Go ACP SDK (github.com/coder/acp-go-sdk).
+//
+// A [Driver] materialises instances from definitions whose configuration
+// is a [Config] (the agent's argv, the environment it may see, a HOME
+// template, the mode sessions start in, the hosts it may reach, the root
+// of the sessions' workspaces, bounds). What an instance promises:
+//
+//   - One agent process per session, started by the driver's [Launcher]
+//     at Create or Resume and stopped at Close, at eviction and when the
+//     instance is disposed: SIGTERM, then SIGKILL of its process group
+//     after the stop timeout. No agent process outlives Dispose. There is
+//     no default launcher: the jail (provider/acp/jail) confines agents
+//     for hosts that serve several people, and [Unjailed] is the explicit
+//     single-user choice.
+//   - initialize advertises fs read/write and terminals; an env-var
+//     authentication method the agent lists is used when the definition
+//     gives its variables. Readiness is missing_executable,
+//     missing_credentials, unsupported_version or unavailable when the
+//     agent cannot be started, authenticated or understood.
+//   - Create is session/new (the ACP session id is the binding); Resume is
+//     session/load or session/resume, whichever the agent offers, and is
+//     not declared when it offers neither; Close sends session/close when
+//     the agent offers it. A definition's (or session's) mode is set with
+//     session/set_mode, refused by name when the agent does not offer it.
+//   - A turn is session/prompt: its session/update notifications become
+//     text (message chunks) and activities (thoughts, tool calls and their
+//     updates, plans, usage), and its stop reason ends the turn (completed;
+//     cancelled is interrupted; the others are failed). A permission
+//     request is an approval request; Resolve answers it with the option
+//     the agent offered (allow_once, or reject_once; a note of "always"
+//     picks the *_always option). Interrupt is session/cancel, and answers
+//     a pending permission request cancelled.
+//   - The agent's fs/read_text_file and fs/write_text_file are confined to
+//     the session's working directory through an os.Root: "..", absolute
+//     paths elsewhere and symbolic links out are refused, each call an
+//     event (agentry.acp.file, paths relative to the workspace). Its
+//     terminal/* commands run through the launcher's confinement
+//     (Process.Command) with capped output (truncation is flagged), each
+//     call an event (agentry.acp.terminal).
+//   - The tools a host binding lends are served to the agent as an MCP
+//     server (streamable HTTP on a per-session loopback listener that
+//     answers only the session's secret) named in session/new; the
+//     binding bounds and validates every call.
+//   - An agent that exits on its own is reported (agentry.acp.agent_stopped,
+//     reason exited or crashed), and its session fails its next call with
+//     a broken stream, so the validated wrapper quarantines it
+//     (session_unusable).
+//
+// The package passes provider/conformance against a scripted ACP agent
+// (the test binary, re-executed); see docs/acp.md.
+package acp

@@ -1,0 +1,714 @@
+package acp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+// outputBuffer is how many outputs an agent may get ahead of its host
+// before its session/update notifications wait for the host to pull.
+const outputBuffer = 16
+
+// hostToolsName names the host-tools listener in LaunchSpec.Expose.
+const hostToolsName = "host-tools"
+
+// adapter is an instance's provider.Adapter; resumer adds the Resumer
+// port for agents that offer session/load or session/resume.
+type adapter struct{ in *instance }
+
+type resumer struct{ adapter }
+
+var (
+	_ provider.Adapter = adapter{}
+	_ provider.Resumer = resumer{}
+)
+
+func (a adapter) Create(ctx context.Context, req provider.CreateRequest) (provider.Session, error) {
+	s, err := a.in.open(ctx, req.SessionID, req.WorkingDirectory, req.Configuration, req.HostTools, "")
+	if err != nil {
+		return nil, err
+	}
+	req.OnBinding(s.binding)
+	return s, nil
+}
+
+func (r resumer) Resume(ctx context.Context, req provider.ResumeRequest) (provider.Session, error) {
+	return r.in.open(ctx, req.SessionID, req.WorkingDirectory, req.Configuration, req.HostTools, req.Binding)
+}
+
+// session is one ACP session in its own agent process.
+type session struct {
+	in            *instance
+	id            string // the host's session id
+	label         string
+	ws            *workspace
+	terms         *terminals
+	hosts         *hostServer
+	ag            *agentProc
+	closeDeclared bool
+	// life ends when the session closes: the agent's calls waiting on the
+	// session give up.
+	life    context.Context
+	endLife context.CancelFunc
+
+	mu      sync.Mutex
+	binding provider.Binding
+	instr   string // host-binding instructions, for the next prompt
+	turn    *turn
+	reqN    int
+	closing bool
+	closed  bool
+}
+
+var (
+	_ provider.Session     = (*session)(nil)
+	_ provider.Interrupter = (*session)(nil)
+)
+
+func (s *session) Binding() provider.Binding { return s.binding }
+
+func (s *session) boundTo() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.binding)
+}
+
+func (s *session) setBinding(b provider.Binding) {
+	s.mu.Lock()
+	s.binding = b
+	s.mu.Unlock()
+}
+
+func (s *session) emit(t event.Type, payload any) { s.in.emit(s.id, t, payload) }
+
+// open starts an agent process and opens (or reopens, when resume is
+// set) its session.
+func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg []byte, ht provider.HostTools, resume provider.Binding) (*session, error) {
+	if r, perr := in.currentReadiness(); r != provider.Ready {
+		if perr != nil {
+			return nil, fmt.Errorf("%w (%s): %w", ErrNotReady, r, perr)
+		}
+		return nil, fmt.Errorf("%w (%s)", ErrNotReady, r)
+	}
+	scfg, err := ParseSessionConfig(rawCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkWorkspace(in.cfg.WorkspaceRoot, workDir); err != nil {
+		return nil, err
+	}
+	mode := in.cfg.Mode
+	if scfg.Mode != "" {
+		mode = scfg.Mode
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(in.cfg.Limits.StartTimeout))
+	defer cancel()
+
+	ws, err := openWorkspace(workDir, in.cfg.Limits.MaxFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{in: in, id: sessionID, label: toolsession.HashKey("acp/" + in.id + "/" + sessionID), ws: ws}
+	s.life, s.endLife = context.WithCancel(context.Background())
+	s.terms = newTerminals(nil, ws, in.env, in.cfg.Limits.TerminalOutputBytes, in.cfg.Limits.MaxTerminals, s.emit)
+	fail := func(err error) (*session, error) {
+		if cerr := s.teardown(context.WithoutCancel(ctx)); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, err
+	}
+
+	var expose []Exposed
+	if ht != nil {
+		s.hosts, err = startHostServer(ht, in.forward(sessionID))
+		if err != nil {
+			return fail(err)
+		}
+		expose = []Exposed{{Name: hostToolsName, Listener: s.hosts.ln}}
+		if instr := ht.Instructions(); instr != nil {
+			s.instr = instr.Text
+		}
+	}
+	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(sessionID),
+		expose: expose, client: &client{s}})
+	if err != nil {
+		return fail(err)
+	}
+	s.terms.setProcess(s.ag.proc)
+	servers := []sdk.McpServer{}
+	if s.hosts != nil {
+		addr := s.ag.proc.Addr(hostToolsName)
+		if addr == "" {
+			return fail(errors.New("acp: the launcher did not make the host-tools server reachable from inside the agent's confinement"))
+		}
+		servers = append(servers, s.hosts.server(addr))
+	}
+
+	caps := s.ag.init.AgentCapabilities
+	var modes *sdk.SessionModeState
+	switch {
+	case resume == "":
+		resp, err := s.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: workDir, McpServers: servers})
+		if err != nil {
+			return fail(s.ag.failure("session/new", err))
+		}
+		s.setBinding(provider.Binding(resp.SessionId))
+		modes = resp.Modes
+	case caps.LoadSession:
+		s.setBinding(resume)
+		resp, err := s.ag.conn.LoadSession(ctx, sdk.LoadSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
+		if err != nil {
+			return fail(s.ag.failure("session/load", err))
+		}
+		modes = resp.Modes
+	case caps.SessionCapabilities.Resume != nil:
+		s.setBinding(resume)
+		resp, err := s.ag.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
+		if err != nil {
+			return fail(s.ag.failure("session/resume", err))
+		}
+		modes = resp.Modes
+	default:
+		return fail(errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session"))
+	}
+	if mode != "" {
+		if err := s.setMode(ctx, modes, mode); err != nil {
+			return fail(err)
+		}
+	}
+	s.closeDeclared = caps.SessionCapabilities.Close != nil
+	if !in.register(s) {
+		return fail(ErrDisposed)
+	}
+	return s, nil
+}
+
+// setMode switches the new session to mode, refusing a mode the agent
+// does not offer.
+func (s *session) setMode(ctx context.Context, modes *sdk.SessionModeState, mode string) error {
+	if modes == nil || len(modes.AvailableModes) == 0 {
+		return errors.New("acp: the configuration names a mode but the agent offers no session modes; remove mode")
+	}
+	ids := make([]string, 0, len(modes.AvailableModes))
+	found := false
+	for _, m := range modes.AvailableModes {
+		ids = append(ids, string(m.Id))
+		found = found || string(m.Id) == mode
+	}
+	if !found {
+		return fmt.Errorf("acp: the agent offers no mode %q; it offers %s", mode, strings.Join(ids, ", "))
+	}
+	if string(modes.CurrentModeId) == mode {
+		return nil
+	}
+	if _, err := s.ag.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: sdk.SessionId(s.binding), ModeId: sdk.SessionModeId(mode)}); err != nil {
+		return s.ag.failure("session/set_mode", err)
+	}
+	return nil
+}
+
+// item is one output on its way to the host; perm is set when the output
+// is a permission request.
+type item struct {
+	out  provider.Output
+	perm *permission
+}
+
+// permission is a session/request_permission waiting for the host.
+type permission struct {
+	id      string
+	options []sdk.PermissionOption
+	answer  chan sdk.RequestPermissionOutcome // buffered: one answer
+}
+
+func (p *permission) cancel() {
+	select {
+	case p.answer <- sdk.RequestPermissionOutcome{Cancelled: &sdk.RequestPermissionOutcomeCancelled{}}:
+	default:
+	}
+}
+
+// turn is one session/prompt and the outputs its updates produced.
+type turn struct {
+	id       string
+	out      chan item
+	gone     chan struct{} // closed when nobody will pull again
+	goneOnce sync.Once
+	done     chan struct{} // closed when session/prompt returned
+	resp     sdk.PromptResponse
+	err      error
+
+	mu          sync.Mutex
+	pending     *permission // yielded to the host, not answered
+	waiting     bool        // the host holds the request; nobody pulls
+	interrupted bool
+}
+
+func (t *turn) stop() {
+	t.goneOnce.Do(func() { close(t.gone) })
+	t.mu.Lock()
+	p := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	if p != nil {
+		p.cancel()
+	}
+}
+
+func (t *turn) isInterrupted() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.interrupted
+}
+
+func (s *session) current() *turn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.turn
+}
+
+func (s *session) output(kind provider.OutputKind, turnID string, set func(*provider.Output)) provider.Output {
+	o := provider.Output{Kind: kind, SessionID: s.id, TurnID: turnID}
+	if set != nil {
+		set(&o)
+	}
+	return o
+}
+
+// push hands an item to the turn's puller, waiting while the host has
+// not pulled what came before.
+func (s *session) push(ctx context.Context, t *turn, it item) bool {
+	select {
+	case t.out <- it:
+		return true
+	case <-t.gone:
+	case <-s.life.Done():
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// update maps one session/update to an output of the active turn. With
+// no active turn (a session/load replaying history) it is dropped.
+func (s *session) update(ctx context.Context, u sdk.SessionUpdate) {
+	text, act := describeUpdate(u)
+	if text == "" && act == "" {
+		return
+	}
+	t := s.current()
+	if t == nil {
+		return
+	}
+	kind, body := provider.OutputText, text
+	if text == "" {
+		kind, body = provider.OutputActivity, act
+	}
+	s.push(ctx, t, item{out: s.output(kind, t.id, func(o *provider.Output) { o.Text = body })})
+}
+
+var cancelled = sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{Cancelled: &sdk.RequestPermissionOutcomeCancelled{}}}
+
+// permission raises an approval request in the active turn and waits for
+// the host's answer. Without a turn, or once the turn is interrupted or
+// abandoned, the answer is cancelled.
+func (s *session) permission(ctx context.Context, p sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
+	t := s.current()
+	if t == nil || t.isInterrupted() {
+		return cancelled
+	}
+	s.mu.Lock()
+	s.reqN++
+	id := "permission-" + strconv.Itoa(s.reqN)
+	s.mu.Unlock()
+	perm := &permission{id: id, options: p.Options, answer: make(chan sdk.RequestPermissionOutcome, 1)}
+	tool := ""
+	if p.ToolCall.Title != nil {
+		tool = *p.ToolCall.Title
+	} else if p.ToolCall.Kind != nil {
+		tool = string(*p.ToolCall.Kind)
+	}
+	req := &provider.Request{ID: id, Kind: provider.RequestApproval, Prompt: permissionPrompt(tool, p.Options), Tool: tool}
+	if !s.push(ctx, t, item{out: s.output(provider.OutputRequest, t.id, func(o *provider.Output) { o.Request = req }), perm: perm}) {
+		return cancelled
+	}
+	select {
+	case o := <-perm.answer:
+		return sdk.RequestPermissionResponse{Outcome: o}
+	case <-ctx.Done():
+	case <-t.gone:
+	case <-s.life.Done():
+	}
+	return cancelled
+}
+
+func permissionPrompt(tool string, opts []sdk.PermissionOption) string {
+	var b strings.Builder
+	b.WriteString("The agent asks permission")
+	if tool != "" {
+		b.WriteString(" for: " + tool)
+	}
+	b.WriteString(". It offers:")
+	for _, o := range opts {
+		b.WriteString(" " + string(o.Kind) + " (" + o.Name + ")")
+	}
+	return b.String()
+}
+
+// choose maps a resolution to one of the options the agent offered:
+// approve picks allow_once, reject picks reject_once (else
+// reject_always); a note of "always" picks the *_always option instead.
+// An approval the agent offers no matching option for is answered
+// cancelled: a person's "yes, once" never becomes "always".
+func choose(opts []sdk.PermissionOption, res provider.Resolution) (sdk.RequestPermissionOutcome, string) {
+	always := strings.EqualFold(strings.TrimSpace(res.Note), "always")
+	var prefs []sdk.PermissionOptionKind
+	switch {
+	case res.Approve && always:
+		prefs = []sdk.PermissionOptionKind{sdk.PermissionOptionKindAllowAlways}
+	case res.Approve:
+		prefs = []sdk.PermissionOptionKind{sdk.PermissionOptionKindAllowOnce}
+	case always:
+		prefs = []sdk.PermissionOptionKind{sdk.PermissionOptionKindRejectAlways, sdk.PermissionOptionKindRejectOnce}
+	default:
+		prefs = []sdk.PermissionOptionKind{sdk.PermissionOptionKindRejectOnce, sdk.PermissionOptionKindRejectAlways}
+	}
+	for _, k := range prefs {
+		for _, o := range opts {
+			if o.Kind == k {
+				return sdk.RequestPermissionOutcome{Selected: &sdk.RequestPermissionOutcomeSelected{OptionId: o.OptionId, Outcome: "selected"}}, string(k)
+			}
+		}
+	}
+	return sdk.RequestPermissionOutcome{Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}}, "cancelled"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func notStarted(format string, args ...any) error {
+	return fmt.Errorf("%w: acp: "+format, append([]any{provider.ErrNotStarted}, args...)...)
+}
+
+func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Seq2[provider.Output, error] {
+	return func(yield func(provider.Output, error) bool) {
+		s.mu.Lock()
+		switch {
+		case s.closing || s.closed:
+			s.mu.Unlock()
+			yield(provider.Output{}, notStarted("the session is closing"))
+			return
+		case s.turn != nil:
+			s.mu.Unlock()
+			yield(provider.Output{}, notStarted("a turn is active in this session"))
+			return
+		}
+		if s.ag.exited() {
+			s.mu.Unlock()
+			// Not ErrNotStarted: the session cannot be trusted any more.
+			yield(provider.Output{}, s.ag.failure("session/prompt", ErrAgentExited))
+			return
+		}
+		t := &turn{id: req.TurnID, out: make(chan item, outputBuffer), gone: make(chan struct{}), done: make(chan struct{})}
+		s.turn = t
+		blocks := []sdk.ContentBlock{}
+		if s.instr != "" {
+			blocks = append(blocks, sdk.TextBlock(s.instr))
+			s.instr = ""
+		}
+		blocks = append(blocks, sdk.TextBlock(req.Input))
+		binding := s.binding
+		s.mu.Unlock()
+
+		sent := s.ag.prompt.expect()
+		go func() {
+			defer close(t.done)
+			t.resp, t.err = s.ag.conn.Prompt(s.life, sdk.PromptRequest{SessionId: sdk.SessionId(binding), Prompt: blocks})
+		}()
+		// turn.started once the prompt is on its way: an interrupt from
+		// here on reaches the agent after it.
+		select {
+		case <-sent:
+		case <-t.done:
+		}
+		if !yield(s.output(provider.OutputTurnStarted, t.id, nil), nil) {
+			s.abandon(t)
+			return
+		}
+		s.pull(ctx, t, yield)
+	}
+}
+
+func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq2[provider.Output, error] {
+	return func(yield func(provider.Output, error) bool) {
+		t := s.current()
+		if t == nil || t.id != res.TurnID {
+			yield(provider.Output{}, notStarted("no turn with that id is waiting"))
+			return
+		}
+		t.mu.Lock()
+		p := t.pending
+		if p == nil || p.id != res.RequestID {
+			t.mu.Unlock()
+			yield(provider.Output{}, notStarted("no request with that id is pending"))
+			return
+		}
+		t.pending, t.waiting = nil, false
+		t.mu.Unlock()
+		outcome, chosen := choose(p.options, res)
+		p.answer <- outcome
+		if !yield(s.output(provider.OutputActivity, t.id, func(o *provider.Output) { o.Text = "answered " + p.id + ": " + chosen }), nil) {
+			s.abandon(t)
+			return
+		}
+		s.pull(ctx, t, yield)
+	}
+}
+
+// pull hands the turn's outputs to the host until the turn ends or raises
+// a request.
+func (s *session) pull(ctx context.Context, t *turn, yield func(provider.Output, error) bool) {
+	for {
+		select {
+		case it := <-t.out:
+			if !s.deliver(t, it, yield) {
+				return
+			}
+			continue
+		case <-t.done:
+		case <-ctx.Done():
+			s.abandon(t)
+			yield(provider.Output{}, fmt.Errorf("acp: the turn's context ended: %w", context.Cause(ctx)))
+			return
+		}
+		break
+	}
+	// session/prompt returned; what its updates produced is all here.
+	for more := true; more; {
+		select {
+		case it := <-t.out:
+			if it.perm != nil {
+				it.perm.cancel() // raised as the turn ended: nobody can answer
+				continue
+			}
+			if !yield(it.out, nil) {
+				s.abandon(t)
+				return
+			}
+		default:
+			more = false
+		}
+	}
+	outs, err := s.conclude(t)
+	for _, o := range outs {
+		if !yield(o, nil) {
+			return
+		}
+	}
+	if err != nil {
+		yield(provider.Output{}, err)
+	}
+}
+
+// deliver yields one item; it reports whether pulling goes on.
+func (s *session) deliver(t *turn, it item, yield func(provider.Output, error) bool) bool {
+	if it.perm != nil {
+		t.mu.Lock()
+		if t.interrupted {
+			t.mu.Unlock()
+			it.perm.cancel()
+			return true
+		}
+		t.pending, t.waiting = it.perm, true
+		t.mu.Unlock()
+		yield(it.out, nil)
+		return false // the turn waits for Resolve or Interrupt
+	}
+	if !yield(it.out, nil) {
+		s.abandon(t)
+		return false
+	}
+	return true
+}
+
+// abandon gives up a turn nobody pulls: the agent is told to cancel and
+// every pending question is answered cancelled. The validated wrapper
+// quarantines the session.
+func (s *session) abandon(t *turn) {
+	t.stop()
+	_ = s.ag.conn.Cancel(context.WithoutCancel(s.life), sdk.CancelNotification{SessionId: sdk.SessionId(s.boundTo())})
+}
+
+// conclude maps how session/prompt ended to the turn's last outputs, or
+// to an error when the agent is gone.
+func (s *session) conclude(t *turn) ([]provider.Output, error) {
+	s.mu.Lock()
+	if s.turn == t {
+		s.turn = nil
+	}
+	s.mu.Unlock()
+	completed := func(outcome provider.Outcome) provider.Output {
+		return s.output(provider.OutputTurnCompleted, t.id, func(o *provider.Output) { o.Outcome = outcome })
+	}
+	activity := func(text string) provider.Output {
+		return s.output(provider.OutputActivity, t.id, func(o *provider.Output) { o.Text = text })
+	}
+	if t.err != nil {
+		if s.ag.exited() {
+			return nil, s.ag.failure("session/prompt", t.err)
+		}
+		if t.isInterrupted() {
+			return []provider.Output{completed(provider.OutcomeInterrupted)}, nil
+		}
+		var re *sdk.RequestError
+		if errors.As(t.err, &re) {
+			return []provider.Output{activity(fmt.Sprintf("the agent failed the turn (JSON-RPC error %d)", re.Code)), completed(provider.OutcomeFailed)}, nil
+		}
+		return nil, fmt.Errorf("acp: session/prompt: %w", t.err)
+	}
+	var outs []provider.Output
+	if u := t.resp.Usage; u != nil {
+		outs = append(outs, activity(fmt.Sprintf("usage: %d input, %d output, %d total tokens", u.InputTokens, u.OutputTokens, u.TotalTokens)))
+	}
+	switch t.resp.StopReason {
+	case sdk.StopReasonEndTurn:
+		outs = append(outs, completed(provider.OutcomeCompleted))
+	case sdk.StopReasonCancelled:
+		outs = append(outs, completed(provider.OutcomeInterrupted))
+	default:
+		outs = append(outs, activity("the agent stopped: "+stopReasonText(t.resp.StopReason)), completed(provider.OutcomeFailed))
+	}
+	return outs, nil
+}
+
+func stopReasonText(r sdk.StopReason) string {
+	switch r {
+	case sdk.StopReasonMaxTokens:
+		return "it reached its token limit"
+	case sdk.StopReasonMaxTurnRequests:
+		return "it reached its limit of model requests for one turn"
+	case sdk.StopReasonRefusal:
+		return "it refused"
+	}
+	return "for a reason it did not name"
+}
+
+// Interrupt sends session/cancel. A running turn then ends at
+// turn.completed (interrupted); a waiting one has its request answered
+// cancelled and ends here, once the agent has ended the prompt.
+func (s *session) Interrupt(ctx context.Context, turnID string) error {
+	t := s.current()
+	if t == nil || t.id != turnID {
+		return nil // not begun, or over: turn ids are never reused
+	}
+	t.mu.Lock()
+	t.interrupted = true
+	p, waiting := t.pending, t.waiting
+	t.pending, t.waiting = nil, false
+	t.mu.Unlock()
+	err := s.ag.conn.Cancel(ctx, sdk.CancelNotification{SessionId: sdk.SessionId(s.boundTo())})
+	if p != nil {
+		p.cancel()
+	}
+	if err != nil && !s.ag.exited() {
+		return fmt.Errorf("acp: sending session/cancel: %w", err)
+	}
+	if !waiting {
+		return nil
+	}
+	for {
+		select {
+		case it := <-t.out:
+			if it.perm != nil {
+				it.perm.cancel()
+			}
+		case <-t.done:
+			s.mu.Lock()
+			if s.turn == t {
+				s.turn = nil
+			}
+			s.mu.Unlock()
+			if t.err != nil && s.ag.exited() {
+				return s.ag.failure("session/prompt", t.err)
+			}
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("acp: the agent did not end the cancelled turn before the interrupt's deadline: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// Close ends the session: its terminals are killed, session/close is sent
+// when the agent offers it, the agent process is stopped (SIGTERM, then
+// SIGKILL after the stop timeout), and the host-tools server shut down.
+func (s *session) Close(ctx context.Context, _ provider.CloseReason) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	t := s.turn
+	s.mu.Unlock()
+	if t != nil {
+		t.stop()
+	}
+	if err := s.teardown(ctx); err != nil {
+		s.mu.Lock()
+		s.closing = false
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Lock()
+	s.closed, s.closing = true, false
+	s.mu.Unlock()
+	s.in.forget(s)
+	return nil
+}
+
+// teardown frees what the session holds; it is safe on a session whose
+// opening failed half way, and to call again after it failed.
+func (s *session) teardown(ctx context.Context) error {
+	var errs []error
+	if err := s.terms.closeAll(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	grace := time.Duration(s.in.cfg.Limits.StopTimeout)
+	if s.ag != nil {
+		if b := s.boundTo(); s.closeDeclared && !s.ag.exited() && b != "" {
+			cctx, cancel := context.WithTimeout(ctx, grace)
+			_, _ = s.ag.conn.CloseSession(cctx, sdk.CloseSessionRequest{SessionId: sdk.SessionId(b)})
+			cancel()
+		}
+		if err := s.ag.shutdown(ctx, grace); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.endLife()
+	if t := s.current(); t != nil {
+		select {
+		case <-t.done:
+		case <-ctx.Done():
+			errs = append(errs, errors.New("acp: the turn did not end before the close's deadline"))
+		}
+	}
+	if s.hosts != nil {
+		if err := s.hosts.close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		_ = s.ws.close()
+	}
+	return errors.Join(errs...)
+}
