@@ -25,6 +25,9 @@ const (
 	TypeSessionClosed      Type = "agentry.tools.session_closed"
 	TypeSessionCloseFailed Type = "agentry.tools.session_close_failed"
 	TypeCodeRun            Type = "agentry.tools.code_run"
+	// TypeSessionCapacity: an opener found every live session busy, and
+	// either waited for room or was refused.
+	TypeSessionCapacity Type = "agentry.tools.session_capacity"
 
 	// pause: check-ins.
 	TypePauseRequest Type = "agentry.pause.request"
@@ -134,6 +137,23 @@ type ToolSession struct {
 	RunnerID string `json:"runnerId,omitempty"`
 	Label    string `json:"label,omitempty"`
 	Calls    int    `json:"calls"`
+}
+
+// Capacity outcomes, in ToolSessionCapacity.Outcome.
+const (
+	CapacityAdmitted = "admitted" // room appeared while it waited
+	CapacityRefused  = "refused"  // none did within the bound
+)
+
+// ToolSessionCapacity is the payload of session_capacity: a new session
+// found all MaxLive live sessions with a call in flight.
+type ToolSessionCapacity struct {
+	Tool     string  `json:"tool"`
+	Scope    string  `json:"scope"`
+	KeyHash  string  `json:"keyHash"`
+	MaxLive  int     `json:"maxLive"`
+	WaitedMs float64 `json:"waitedMs"`
+	Outcome  string  `json:"outcome"`
 }
 
 // ToolSessionClosed is the payload of session_closed and
@@ -267,6 +287,7 @@ var payloads = map[Type]func() any{
 	TypeSessionClosed:         func() any { return new(ToolSessionClosed) },
 	TypeSessionCloseFailed:    func() any { return new(ToolSessionClosed) },
 	TypeCodeRun:               func() any { return new(CodeRun) },
+	TypeSessionCapacity:       func() any { return new(ToolSessionCapacity) },
 	TypePauseRequest:          func() any { return new(PauseRequest) },
 	TypePauseResume:           func() any { return new(PauseResume) },
 	TypeFatal:                 func() any { return new(Fatal) },
@@ -291,7 +312,7 @@ func Types() []Type {
 		TypeTurnStart, TypeTurnEnd,
 		TypeLLMStart, TypeLLMEnd, TypeLLMDelta, TypeLLMMessage,
 		TypeToolStart, TypeToolEnd,
-		TypeSessionStarted, TypeSessionReused, TypeSessionClosed, TypeSessionCloseFailed, TypeCodeRun,
+		TypeSessionStarted, TypeSessionReused, TypeSessionClosed, TypeSessionCloseFailed, TypeCodeRun, TypeSessionCapacity,
 		TypePauseRequest, TypePauseResume,
 		TypeFatal, TypeToolPanic,
 		TypeProviderSessionOpened, TypeProviderSessionClosed, TypeProviderTurnStart, TypeProviderTurnEnd,
