@@ -52,6 +52,9 @@ const (
 	TypeHostSessionEvicted   Type = "agentry.host.session_evicted"
 	TypeHostAdmissionRefused Type = "agentry.host.admission_refused"
 	TypeHostTurnFailed       Type = "agentry.host.turn_failed"
+
+	// door: how a command serves others.
+	TypeUnjailedServing Type = "agentry.door.unjailed"
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -273,6 +276,18 @@ type HostTurnFailed struct {
 	Error string `json:"error"`
 }
 
+// UnjailedServing records a door started with --allow-unjailed: several
+// principals, or a listener beyond loopback, with model code unjailed.
+type UnjailedServing struct {
+	Command        string `json:"command"`
+	RunnerID       string `json:"runnerId"`
+	Principals     int    `json:"principals"`
+	Addr           string `json:"addr"`
+	BeyondLoopback bool   `json:"beyondLoopback"`
+	// Why says why the code is not jailed.
+	Why string `json:"why"`
+}
+
 var payloads = map[Type]func() any{
 	TypeTurnStart:             func() any { return new(TurnStart) },
 	TypeTurnEnd:               func() any { return new(TurnEnd) },
@@ -304,6 +319,7 @@ var payloads = map[Type]func() any{
 	TypeHostSessionEvicted:    func() any { return new(HostSession) },
 	TypeHostAdmissionRefused:  func() any { return new(AdmissionRefused) },
 	TypeHostTurnFailed:        func() any { return new(HostTurnFailed) },
+	TypeUnjailedServing:       func() any { return new(UnjailedServing) },
 }
 
 // Types lists every type this package defines, in a stable order.
@@ -318,6 +334,7 @@ func Types() []Type {
 		TypeProviderSessionOpened, TypeProviderSessionClosed, TypeProviderTurnStart, TypeProviderTurnEnd,
 		TypeProviderRequest, TypeProviderCleanupFailed, TypeProviderQuarantined,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
+		TypeUnjailedServing,
 	}
 }
 

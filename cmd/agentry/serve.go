@@ -31,6 +31,10 @@ type serveOptions struct {
 	drain, teardown, idleEvict                 time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
+	allowUnjailed                              bool
+
+	// reach is whom the door admits, worked out from --addr and --tokens.
+	reach exposure
 }
 
 func newServeCmd() *cobra.Command {
@@ -73,7 +77,8 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
 	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
 	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
-	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest is closed (reason evicted)")
+	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
+	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
 	return cmd
 }
 
@@ -130,6 +135,14 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		}
 		auth = t
 	}
+	o.reach = exposure{command: "serve", addr: o.addr, beyond: !loopback(o.addr), tokens: o.tokens, principals: 1}
+	if o.tokens != "" {
+		n, err := tokenPrincipals(o.tokens)
+		if err != nil {
+			return usageError("--tokens: %v", err)
+		}
+		o.reach.principals = n
+	}
 
 	deps, err := buildServeDeps(ctx, o, stderr)
 	if err != nil {
@@ -152,6 +165,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	if deps.bind != nil {
 		deps.bind(a.Bus())
+	}
+	if deps.unjailed != nil {
+		a.Bus().Export(event.Event{Type: event.TypeUnjailedServing, Payload: deps.unjailed})
 	}
 	st, err := host.OpenStore(ctx, o.store)
 	if err != nil {
@@ -238,6 +254,8 @@ type serveDeps struct {
 	model llm.Model
 	tools []tool.Tool
 	sinks []event.Sink // the agent flushes and closes them at Shutdown
+	// unjailed, when set, is the --allow-unjailed override to record.
+	unjailed *event.UnjailedServing
 	// bind, when set, is given the agent's bus once the agent exists.
 	bind func(*event.Bus)
 	// close releases what building them opened, once the agent is done.

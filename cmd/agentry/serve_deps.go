@@ -38,11 +38,12 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		}
 		d.sinks = append(d.sinks, s)
 	}
-	r, err := newRunner(ctx, o.runner, local.Options{}, warn)
+	r, unjailed, err := doorRunner(ctx, o.runner, local.Options{}, o.reach, o.allowUnjailed, warn)
 	if err != nil {
 		closeSinks(d.sinks)
 		return serveDeps{}, err
 	}
+	d.unjailed = unjailed
 	// code_run events go on the agent's bus, which exists only later.
 	var bus atomic.Pointer[event.Bus]
 	d.bind = bus.Store
