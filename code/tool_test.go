@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -411,6 +412,14 @@ func TestNothingPrinted(t *testing.T) {
 	d.tier.FireShutdown(ctx)
 }
 
+func manyArtifacts(n int) []code.Artifact {
+	out := make([]code.Artifact, n)
+	for i := range out {
+		out[i] = code.Artifact{Name: fmt.Sprintf("f%03d.csv", i), Bytes: 1}
+	}
+	return out
+}
+
 func TestCutsAreStated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -437,6 +446,24 @@ func TestCutsAreStated(t *testing.T) {
 			result: code.Result{OK: true, ExitCode: &zero, Stderr: strings.Repeat("w", 30),
 				Truncated: &code.Truncation{Stderr: true, OfChars: 500}},
 			want: []string{"stderr:\n" + strings.Repeat("w", 10) + "\n[truncated: showing 10 of 500 characters of stderr"},
+		},
+		{
+			name: "the tool cuts the artifact list",
+			result: code.Result{OK: true, ExitCode: &zero, Stdout: "ok",
+				Artifacts: manyArtifacts(60)},
+			want: []string{"[artifact: f049.csv, 1 bytes]\n[artifacts cut: showing 50 of 60 files", "list, count or filter"},
+		},
+		{
+			name: "only the runner cut the artifact list",
+			result: code.Result{OK: true, ExitCode: &zero, Stdout: "ok", Artifacts: manyArtifacts(50),
+				Truncated: &code.Truncation{Artifacts: true, OfArtifacts: 73}},
+			want: []string{"[artifacts cut: showing 50 of 73 files"},
+		},
+		{
+			name: "the runner cut the list and did not count",
+			result: code.Result{OK: true, ExitCode: &zero, Stdout: "ok", Artifacts: manyArtifacts(3),
+				Truncated: &code.Truncation{Artifacts: true}},
+			want: []string{"[artifacts cut: showing 3 of more than 3 files"},
 		},
 		{
 			name:   "no cut, no marker",

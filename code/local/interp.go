@@ -426,8 +426,8 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		Stdout:    outs.stdout.String(),
 		Stderr:    outs.stderr.String(),
 		Truncated: truncation(outs.stdout, outs.stderr),
-		Artifacts: artifacts(before, after, s.dirs.work, s.view),
 	}
+	res.Artifacts, res.Truncated = artifacts(before, after, s.dirs.work, s.view, res.Truncated)
 	if err2 != nil {
 		return res, err2
 	}
