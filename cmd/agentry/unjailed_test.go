@@ -204,3 +204,29 @@ func checkUnjailedEvent(t *testing.T, path, command string, principals int) {
 		t.Fatalf("%s events in %s: %+v; want one for %s with %d principals", event.TypeUnjailedServing, path, found, command, principals)
 	}
 }
+
+// tokenPrincipals reads only files host.ParseTokens accepted; for those it
+// never counts more principals than tokens, and counts at least one when
+// there is a token.
+func FuzzTokenPrincipals(f *testing.F) {
+	a := host.TokenLine("agt_a", host.Owner{Tenant: "acme", Principal: "alice"})
+	b := host.TokenLine("agt_b", host.Owner{Tenant: "acme", Principal: "bob"})
+	a2 := host.TokenLine("agt_a2", host.Owner{Tenant: "acme", Principal: "alice"})
+	for _, seed := range []string{"", "# none\n", a + "\n" + b + "\n", a + "\n" + a2 + "\n", "\n  " + a + "  \r\n# x\n" + b} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, file string) {
+		tok, err := host.ParseTokens(strings.NewReader(file))
+		if err != nil {
+			return
+		}
+		p := filepath.Join(t.TempDir(), "tokens.txt")
+		if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n, err := tokenPrincipals(p)
+		if err != nil || n > tok.Len() || (tok.Len() > 0) != (n > 0) {
+			t.Fatalf("%d principals (%v) for %d tokens in %q", n, err, tok.Len(), file)
+		}
+	})
+}
