@@ -187,8 +187,9 @@ type CodeRun struct {
 	StagedInputs int     `json:"stagedInputs"`
 	ShapeHash    string  `json:"shapeHash"`
 	DurationMs   float64 `json:"durationMs"`
-	// StateLost is true when a broken persistent session was replaced by a
-	// fresh one for this run.
+	// StateLost is true when the session was lost before or while running
+	// this code (it broke or was closed): the model was told the code may
+	// or may not have run, and it was not run again.
 	StateLost bool   `json:"stateLost,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
