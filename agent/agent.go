@@ -52,9 +52,15 @@ type Options struct {
 	// SessionIdle is how long an untouched tool session lives before the
 	// lazy idle sweep closes it (default 15m; negative turns the sweep off).
 	SessionIdle time.Duration
-	// MaxLiveSessions bounds live tool sessions; past it the coldest is
-	// evicted (default 64).
+	// MaxLiveSessions bounds live tool sessions; past it the coldest idle
+	// one is evicted (default 64). A session with a call in flight is never
+	// evicted.
 	MaxLiveSessions int
+	// SessionWait bounds how long a tool call that needs a new session
+	// waits for room when every live one has a call in flight (default
+	// toolsession.DefaultWait, 10s; negative refuses at once). Then the run
+	// ends with an error matching toolsession.ErrCapacity.
+	SessionWait time.Duration
 	// MaxParallelTools bounds how many tool calls of one model response run
 	// at once (default 8).
 	MaxParallelTools int
@@ -87,6 +93,7 @@ type Agent struct {
 	teardown  time.Duration
 	idle      time.Duration
 	maxLive   int
+	wait      time.Duration
 	now       func() time.Time
 	cpKey     []byte
 	bus       *event.Bus
@@ -153,6 +160,7 @@ func New(opt Options) (*Agent, error) {
 		teardown:  opt.TeardownTimeout,
 		idle:      opt.SessionIdle,
 		maxLive:   opt.MaxLiveSessions,
+		wait:      opt.SessionWait,
 		now:       opt.Now,
 		cpKey:     slices.Clone(opt.CheckpointKey),
 		runs:      make(map[*run]struct{}),
@@ -265,6 +273,7 @@ func (a *Agent) tierFor() *toolsession.Tier {
 			Timeout: a.teardown,
 			Idle:    a.idle,
 			MaxLive: a.maxLive,
+			Wait:    a.wait,
 			Now:     a.now,
 			Report:  a.reportClose,
 		}))

@@ -91,6 +91,7 @@ type run struct {
 	iter     int // model calls across the run, pauses included
 	turnIter int // model calls in this turn
 	register tool.Registrar
+	hold     tool.Holder
 }
 
 // Run runs one turn: the model, the tools it calls, until an answer, an
@@ -159,6 +160,7 @@ func (a *Agent) begin(ctx context.Context, runID, session string, identity *tool
 		}
 	}
 	r.register = r.registerTeardown
+	r.hold = r.holdSession
 	return r, nil
 }
 
@@ -195,6 +197,18 @@ func (r *run) registerTeardown(o toolsession.Origin, cleanup func(context.Contex
 	e.Meta = r.meta
 	r.a.bus.Export(e)
 	return out
+}
+
+// holdSession is the door's holder: a tool pins the session a call uses,
+// or reserves room for a new one. Waiting for room, and a refusal, are
+// announced with the run's meta.
+func (r *run) holdSession(ctx context.Context, o toolsession.Origin, opt toolsession.Options) (*toolsession.Lease, error) {
+	l, err := r.a.tierFor().Hold(ctx, o, opt)
+	if e, ok := tool.CapacityEvent(o, opt, l, err); ok {
+		e.Meta = r.meta
+		r.a.bus.Export(e)
+	}
+	return l, err
 }
 
 // turn runs the loop (after settling a resumed batch) and handles how it
@@ -255,6 +269,8 @@ func errorClass(err error) string {
 		return "max_iterations"
 	case errors.Is(err, ErrShutdown):
 		return "shutdown"
+	case errors.Is(err, toolsession.ErrCapacity):
+		return "capacity"
 	}
 	return "model"
 }
@@ -287,6 +303,9 @@ func (r *run) loop(b *batch, d *Decision) (string, *Pause, error) {
 			return resp.Text, nil, nil
 		}
 		b := r.start(calls)
+		if b.fatal != nil {
+			return "", nil, b.fatal
+		}
 		if p, err := r.settle(b, nil); p != nil || err != nil {
 			return "", p, err
 		}
@@ -403,6 +422,8 @@ type batch struct {
 	calls   []llm.ToolCall
 	results []*CheckpointResult // nil until settled
 	waiting []CheckpointWait    // calls waiting for a person, by index
+	// fatal ends the run: a call found no room for its session.
+	fatal error
 }
 
 // outcome is what one execution of a tool call came to.
@@ -410,6 +431,9 @@ type outcome struct {
 	res      *CheckpointResult
 	asked    bool
 	question string
+	// fatal is an error that ends the run rather than one the model is
+	// told: every live session was busy (toolsession.ErrCapacity).
+	fatal error
 }
 
 // start runs the calls that need nobody's approval, concurrently (bounded),
@@ -445,6 +469,9 @@ func (r *run) start(calls []llm.ToolCall) *batch {
 		wg.Wait()
 	}
 	for _, i := range exec {
+		if outs[i].fatal != nil && b.fatal == nil {
+			b.fatal = outs[i].fatal
+		}
 		if outs[i].asked {
 			b.waiting = append(b.waiting, CheckpointWait{Index: i, Question: outs[i].question, Asked: true})
 		} else {
@@ -477,6 +504,9 @@ func (r *run) settle(b *batch, d *Decision) (*Pause, error) {
 		c := b.calls[w.Index]
 		if d.Approve {
 			out := r.exec(r.lookup(c.Name), c, d)
+			if out.fatal != nil {
+				return nil, out.fatal
+			}
 			if out.asked {
 				b.waiting[0] = CheckpointWait{Index: w.Index, Question: out.question, Asked: true}
 				d = nil
@@ -558,6 +588,7 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	}
 	start := time.Now()
 	var res *CheckpointResult
+	var capErr error
 	if err := e.valid.Validate(c.Args); err != nil {
 		res = &CheckpointResult{Content: err.Error(), IsError: true, ErrorClass: "invalid_arguments"}
 	} else {
@@ -566,7 +597,7 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 			ctx = context.WithValue(ctx, decisionKey{}, *d)
 		}
 		call := tool.NewCall(c.Name, id, r.id, r.session, cloneIdentity(r.identity), allScopes(), r.register).
-			WithEvents(r.toolEvent)
+			WithEvents(r.toolEvent).WithHolder(r.hold)
 		out, err, panicked := invoke(ctx, e.tool, call, c.Args)
 		var ask *CheckInRequest
 		switch {
@@ -575,6 +606,11 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 			a.emit(event.TypeToolPanic, &event.ToolPanic{Tool: c.Name, ToolCallID: id, Panic: clip(fmt.Sprint(panicked), 500)}, r.meta)
 		case errors.As(err, &ask):
 			return outcome{asked: true, question: fmt.Sprintf("The tool %q asks: %s", c.Name, ask.Question)}
+		case errors.Is(err, toolsession.ErrCapacity):
+			// Not the model's to fix: the run ends, and its caller (a host
+			// answering 429) can tell the person to retry.
+			capErr = fmt.Errorf("agent: tool %s could not open a session: %w", c.Name, err)
+			res = &CheckpointResult{Content: capErr.Error(), IsError: true, ErrorClass: "capacity"}
 		case err != nil:
 			class := "tool_error"
 			if tool.IsArgumentError(err) {
@@ -594,7 +630,7 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
 			DurationMs: event.Ms(took), IsError: res.IsError, ErrorClass: res.ErrorClass}})
 	}
-	return outcome{res: res}
+	return outcome{res: res, fatal: capErr}
 }
 
 func invoke(ctx context.Context, t tool.Tool, c *tool.Call, args json.RawMessage) (res tool.Result, err error, panicked any) {

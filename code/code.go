@@ -112,12 +112,17 @@ type Artifact struct {
 	URI   string
 }
 
-// Truncation says which streams were cut and how long the output was.
+// Truncation says what was cut: which streams and how long the output
+// was, and whether the artifact list was cut and from how many.
 type Truncation struct {
 	Stdout, Stderr bool
 	// OfChars is the original length, in characters, of the longest cut
 	// stream.
 	OfChars int
+	// Artifacts is true when Result.Artifacts lists only some of what the
+	// code produced; OfArtifacts is how many there were (0: unknown).
+	Artifacts   bool
+	OfArtifacts int
 }
 
 // InputsEnv is the environment variable that maps staged input names to

@@ -23,6 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type door struct {
 	tier   *toolsession.Tier
 	scopes []toolsession.Scope
+	// noHold makes a door that cannot pin sessions (no tool.Holder).
+	noHold bool
+	// cleanupGate, when set, holds every registered cleanup until it is
+	// closed: the window between the tier claiming a registration and the
+	// tool hearing of it.
+	cleanupGate chan struct{}
 
 	mu       sync.Mutex
 	regs     []reg
@@ -37,12 +43,19 @@ type reg struct {
 }
 
 func newDoor(scopes ...toolsession.Scope) *door {
+	return newDoorWith(toolsession.Config{}, scopes...)
+}
+
+// newDoorWith is newDoor over a tier configured by cfg (its Report is the
+// door's).
+func newDoorWith(cfg toolsession.Config, scopes ...toolsession.Scope) *door {
 	d := &door{scopes: scopes}
-	d.tier = toolsession.NewTier(toolsession.Config{Report: func(r toolsession.Report) {
+	cfg.Report = func(r toolsession.Report) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		d.closures = append(d.closures, r)
-	}})
+	}
+	d.tier = toolsession.NewTier(cfg)
 	return d
 }
 
@@ -51,6 +64,10 @@ func allScopes() []toolsession.Scope {
 }
 
 func (d *door) register(o toolsession.Origin, cleanup func(context.Context) error, opt toolsession.Options) toolsession.Outcome {
+	if gate := d.cleanupGate; gate != nil {
+		inner := cleanup
+		cleanup = func(ctx context.Context) error { <-gate; return inner(ctx) }
+	}
 	out := d.tier.Register(o, cleanup, opt)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -87,6 +104,9 @@ func (d *door) registrations() []reg {
 func (d *door) call(ctx context.Context, tl tool.Tool, callID, runID, sessionID string, id *tool.Identity, src string) (tool.Result, error) {
 	args, _ := json.Marshal(map[string]string{"code": src})
 	c := tool.NewCall(tl.Spec().Name, callID, runID, sessionID, id, d.scopes, d.register).WithEvents(d.emit)
+	if !d.noHold {
+		c.WithHolder(d.tier.Hold)
+	}
 	return tl.Call(ctx, c, args)
 }
 
@@ -98,10 +118,21 @@ type memRunner struct {
 	failing error         // when set, Start fails with it (after the gate)
 	noStage bool
 	result  func(src string) (code.Result, error)
+	// block, when set, is what Execute of the code "block" waits for;
+	// entered is told when it starts waiting.
+	block   chan struct{}
+	entered chan string
 
 	mu       sync.Mutex
 	starts   int
+	execs    int // Execute calls that ran code
 	sessions []*memSession
+}
+
+func (r *memRunner) execCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.execs
 }
 
 func (r *memRunner) ID() string { return "mem" }
@@ -160,9 +191,28 @@ func (s *memSession) Execute(_ context.Context, req code.ExecRequest) (code.Resu
 	if s.broken {
 		return code.Result{}, fmt.Errorf("mem: session %s broken: %w", s.id, code.ErrBroken)
 	}
-	if req.Code == "hang" {
+	s.r.mu.Lock()
+	s.r.execs++
+	s.r.mu.Unlock()
+	switch req.Code {
+	case "hang":
 		s.broken = true
 		return code.Result{Stdout: "partial"}, fmt.Errorf("mem: timed out: %w", code.ErrTimeout)
+	case "lose":
+		// The session dies under the code, after it may have done
+		// something.
+		s.broken = true
+		return code.Result{Stdout: "half"}, fmt.Errorf("mem: session %s died mid-execute: %w", s.id, code.ErrBroken)
+	case "block":
+		s.mu.Unlock()
+		if s.r.entered != nil {
+			s.r.entered <- s.id
+		}
+		<-s.r.block
+		s.mu.Lock()
+		if s.stopped {
+			return code.Result{}, fmt.Errorf("mem: session %s stopped mid-execute: %w", s.id, code.ErrStopped)
+		}
 	}
 	if s.r.result != nil {
 		return s.r.result(req.Code)

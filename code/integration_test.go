@@ -76,13 +76,13 @@ print(sorted(Counter(r["region"] for r in rows).items()))`)
 		t.Fatalf("timeout:\n%s", res.Content)
 	}
 	res = call("c5", "print(len(rows))")
-	if !strings.HasPrefix(res.Content, "[state lost:") || !strings.Contains(res.Content, "NameError") ||
+	if !strings.HasPrefix(res.Content, "[new session:") || !strings.Contains(res.Content, "NameError") ||
 		!strings.Contains(res.Content, "[inputs staged") {
 		t.Fatalf("after the timeout the model must learn its state is gone (and its inputs are back):\n%s", res.Content)
 	}
 
 	runs := d.codeRuns()
-	if len(runs) != 5 || !runs[2].Truncated || runs[3].OK || !runs[4].StateLost || runs[0].StagedInputs != 1 ||
+	if len(runs) != 5 || !runs[2].Truncated || runs[3].OK || runs[4].StagedInputs != 1 || runs[0].StagedInputs != 1 ||
 		runs[0].RunnerID != "local-interpreter" {
 		t.Fatalf("code_run events: %+v", runs)
 	}

@@ -19,6 +19,10 @@ func Cut(s string, max int) (kept string, chars int) {
 	return s, n
 }
 
+// maxArtifactLines bounds the artifact lines shown to the model; a longer
+// list is cut, and the cut stated.
+const maxArtifactLines = 50
+
 // rendering is what the tool shows the model for one execution.
 type rendering struct {
 	content string
@@ -89,14 +93,30 @@ func render(notes []string, res Result, max int, timedOut bool) rendering {
 		}
 		lines = append(lines, fmt.Sprintf("[exit %s] the code failed: read stderr above, fix the code and run it again.", code))
 	}
-	for _, a := range res.Artifacts {
+	arts := res.Artifacts
+	if len(arts) > maxArtifactLines {
+		arts = arts[:maxArtifactLines]
+	}
+	for _, a := range arts {
 		if a.URI != "" {
 			lines = append(lines, fmt.Sprintf("[artifact: %s, %d bytes, %s]", a.Name, a.Bytes, a.URI))
 		} else {
 			lines = append(lines, fmt.Sprintf("[artifact: %s, %d bytes]", a.Name, a.Bytes))
 		}
 	}
-	if !timedOut && res.OK && res.Stdout == "" && res.Stderr == "" && len(res.Artifacts) == 0 && !tr.Stdout && !tr.Stderr {
+	if tr.Artifacts || len(arts) < len(res.Artifacts) {
+		cut = true
+		of := fmt.Sprintf("%d", len(res.Artifacts))
+		switch {
+		case tr.Artifacts && tr.OfArtifacts > len(res.Artifacts):
+			of = fmt.Sprintf("%d", tr.OfArtifacts)
+		case tr.Artifacts:
+			of = fmt.Sprintf("more than %d", len(res.Artifacts))
+		}
+		lines = append(lines, fmt.Sprintf("[artifacts cut: showing %d of %s files the code created or changed. "+
+			"Do not rely on this list: have the code list, count or filter the files it needs.]", len(arts), of))
+	}
+	if !timedOut && res.OK && res.Stdout == "" && res.Stderr == "" && len(res.Artifacts) == 0 && !tr.Stdout && !tr.Stderr && !tr.Artifacts {
 		lines = append(lines, "[the code printed nothing: print the value you want to see, e.g. print(result)]")
 	}
 	content := strings.Join(lines, "\n")

@@ -19,8 +19,8 @@ const (
 	DefaultToolName       = "run_code"
 	DefaultLanguage       = "python"
 	DefaultMaxOutputChars = 4000
-	// DefaultStopTimeout bounds stopping a broken session before a fresh
-	// one replaces it.
+	// DefaultStopTimeout bounds stopping a session the tool discards
+	// (broken, timed out or lost).
 	DefaultStopTimeout = 5 * time.Second
 )
 
@@ -54,8 +54,8 @@ type ToolOptions struct {
 	// runner or the tool cut a stream, ShapeHash is [ShapeHash] of the code;
 	// the code and its output never travel in events.
 	Events func(event.Event)
-	// StopTimeout bounds stopping a broken session before a fresh one is
-	// opened in its place (default 5s).
+	// StopTimeout bounds stopping a session the tool discards because it
+	// broke, timed out or was lost (default 5s).
 	StopTimeout time.Duration
 }
 
@@ -69,8 +69,14 @@ type ToolOptions struct {
 // every one of them and is not cached) and registers its cleanup with the
 // door — remove the session from the tool, then Stop it — under {scope,
 // key, runner id, language}. Later calls reuse it and register again,
-// which is the touch that keeps it alive. A session that turns out broken
-// is replaced by a fresh one, and the model is told its state was lost.
+// which is the touch that keeps it alive. Every call pins its session (or
+// reserves room for a new one) for as long as it runs, through
+// [tool.Call.Hold], so eviction never cuts code in flight; when every live
+// session is busy the call waits, then fails with an error matching
+// toolsession.ErrCapacity. The tool never runs the model's code twice: a
+// session lost before or while running it is reported to the model as
+// lost — the code may or may not have run — and the next call opens a new
+// session, saying so.
 func NewTool(r Runner, opt ToolOptions) tool.Tool {
 	if r == nil {
 		panic("code.NewTool: nil Runner") // a programming error, found at start-up
@@ -153,13 +159,18 @@ type codeTool struct {
 	slots map[string]*slot
 }
 
-// slot holds the session for one key. It outlives a broken session (the
-// replacement goes into the same slot) and ends with the cleanup.
+// slot holds the session for one key under one registration. It outlives
+// a lost session (the next call opens a new one in the same slot) and
+// ends with its registration's cleanup.
 type slot struct {
+	gen    uint64 // the registration's generation (Lease.Gen); 0 when the door cannot pin
 	sess   Session
 	staged []Staged
 	flight *flight // non-nil while a Start is under way
-	closed bool    // the cleanup ran: nothing may start here any more
+	// registered: a teardown was registered for this slot, so it must stay
+	// until that cleanup runs. lost: its last session was discarded.
+	registered, lost bool
+	closed           bool // the cleanup ran: nothing may start here any more
 }
 
 // flight is one Start that every concurrent caller under the key waits for.
@@ -264,41 +275,55 @@ func (t *codeTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage)
 	run := event.CodeRun{Tool: t.name(c), RunnerID: t.runner.ID(), Language: t.opt.Language,
 		ShapeHash: ShapeHash(t.opt.Language, in.Code)}
 
-	sess, staged, fresh, err := t.acquire(ctx, c, key, nil)
+	// Pin the session for the whole call, or reserve room for a new one
+	// before anything starts: a session with code running is never
+	// evicted. When every live session is busy this waits, then refuses.
+	lease, err := c.Hold(ctx, t.options(key))
+	if err != nil {
+		run.Error = err.Error()
+		t.emit(c, &run, began)
+		return tool.Result{}, fmt.Errorf("tool %s: %w", t.name(c), err)
+	}
+	defer lease.Release()
+
+	h, err := t.acquire(ctx, c, key, lease.Gen())
 	if err != nil {
 		run.Error = err.Error()
 		t.emit(c, &run, began)
 		return tool.Result{}, err
 	}
-	req := ExecRequest{Code: in.Code, Language: t.opt.Language, Timeout: t.opt.Timeout}
-	res, execErr := sess.Execute(ctx, req)
-
 	var notes []string
-	if errors.Is(execErr, ErrBroken) || (errors.Is(execErr, ErrStopped) && ctx.Err() == nil) {
-		// The session died before running this code (an earlier timeout or
-		// crash, or a teardown that raced this call): open a fresh one,
-		// say so, and run the code there.
-		why := "it had crashed or timed out"
-		if errors.Is(execErr, ErrStopped) {
-			why = "it was closed"
-		}
-		sess, staged, fresh, err = t.acquire(ctx, c, key, sess)
-		if err != nil {
-			run.Error = err.Error()
-			t.emit(c, &run, began)
-			return tool.Result{}, err
-		}
-		run.StateLost = true
-		notes = append(notes, fmt.Sprintf("[state lost: the previous session was replaced by a fresh one because %s; "+
-			"variables, imports and files from earlier calls are gone, so recreate what you need]", why))
-		res, execErr = sess.Execute(ctx, req)
+	if h.reopened {
+		notes = append(notes, "[new session: the previous session was lost (it crashed, timed out or was closed), "+
+			"so variables, imports and files from earlier calls are gone; recreate what you need]")
 	}
-	if fresh {
-		notes = append(notes, stagedNote(staged))
+	if h.fresh {
+		notes = append(notes, stagedNote(h.staged))
 	}
-	run.StagedInputs = len(staged)
+	run.StagedInputs = len(h.staged)
+
+	req := ExecRequest{Code: in.Code, Language: t.opt.Language, Timeout: t.opt.Timeout}
+	res, execErr := h.sess.Execute(ctx, req)
 
 	timedOut := errors.Is(execErr, ErrTimeout)
+	lost := errors.Is(execErr, ErrBroken) || errors.Is(execErr, ErrStopped)
+	if lost || ctx.Err() != nil || (timedOut && t.keepsState()) {
+		// This session cannot be trusted with more code. Drop it; the next
+		// call opens a new one. The code is never run again on our own
+		// initiative: it may have had effects before the session was lost.
+		t.discard(ctx, h)
+	}
+	if lost && ctx.Err() == nil {
+		run.StateLost = true
+		run.Error = execErr.Error()
+		notes = append(notes, "[session lost: the session broke or was closed before or while running this code, "+
+			"so the code may or may not have run. It was not run again. Check for its effects (files, external changes) "+
+			"before repeating anything; the next call opens a new session, and variables, imports and files from earlier calls are gone]")
+		out := render(notes, res, t.opt.MaxOutputChars, true)
+		run.OutputChars, run.Truncated = out.chars, out.cut
+		t.emit(c, &run, began)
+		return tool.Result{Content: out.content, IsError: true}, nil
+	}
 	if execErr != nil && !timedOut {
 		run.Error = execErr.Error()
 		t.emit(c, &run, began)
@@ -310,7 +335,7 @@ func (t *codeTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage)
 	content := out.content
 	if timedOut {
 		msg := "[timed out: the code did not finish in time and was stopped"
-		if k, ok := t.runner.(StateKeeper); !ok || k.KeepsState() {
+		if t.keepsState() {
 			msg += "; the session's state is lost and the next call starts fresh"
 		}
 		msg += ". Make it faster: work on a sample, or aggregate instead of looping in Python.]"
@@ -323,6 +348,15 @@ func (t *codeTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage)
 	run.Truncated = out.cut
 	t.emit(c, &run, began)
 	return tool.Result{Content: content, IsError: !run.OK}, nil
+}
+
+func (t *codeTool) keepsState() bool {
+	k, ok := t.runner.(StateKeeper)
+	return !ok || k.KeepsState()
+}
+
+func (t *codeTool) options(key string) toolsession.Options {
+	return toolsession.Options{Scope: t.opt.Scope, Key: key, RunnerID: t.runner.ID(), Label: t.opt.Language}
 }
 
 func (t *codeTool) name(c *tool.Call) string {
@@ -347,15 +381,32 @@ func (t *codeTool) emit(c *tool.Call, run *event.CodeRun, began time.Time) {
 	t.opt.Events(e)
 }
 
-// acquire returns the session for key, starting one when there is none or
-// when the one there is stale (broken). fresh reports that this call's
-// acquire started it. It registers the teardown (or touches it) before it
-// returns.
-func (t *codeTool) acquire(ctx context.Context, c *tool.Call, key string, stale Session) (sess Session, staged []Staged, fresh bool, err error) {
+// held is the session one call runs on.
+type held struct {
+	s      *slot
+	sess   Session
+	staged []Staged
+	// fresh: this call started the session; reopened: it replaces one
+	// that was lost under the same registration.
+	fresh, reopened bool
+}
+
+// acquire returns the session for key, starting one when there is none.
+// gen is the generation of the registration the call's lease pins (0 when
+// the door cannot pin): a slot bound to another generation belongs to a
+// registration the tier already claimed, whose cleanup is on the way, so
+// it is never handed out. acquire registers the teardown (or touches it)
+// before it returns.
+func (t *codeTool) acquire(ctx context.Context, c *tool.Call, key string, gen uint64) (held, error) {
 	t.mu.Lock()
 	s := t.slots[key]
+	if s != nil && gen != 0 && s.gen != gen {
+		// Detached, not stopped: its own cleanup stops what it holds.
+		delete(t.slots, key)
+		s = nil
+	}
 	if s == nil {
-		s = &slot{}
+		s = &slot{gen: gen}
 		t.slots[key] = s
 	}
 	if f := s.flight; f != nil {
@@ -363,31 +414,23 @@ func (t *codeTool) acquire(ctx context.Context, c *tool.Call, key string, stale 
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return nil, nil, false, context.Cause(ctx)
+			return held{}, context.Cause(ctx)
 		}
 		if f.err != nil {
-			return nil, nil, false, f.err
+			return held{}, f.err
 		}
-		return f.sess, f.staged, false, t.register(c, key)
+		return held{s: s, sess: f.sess, staged: f.staged}, t.register(c, key, s)
 	}
-	if s.sess != nil && s.sess != stale {
-		sess, staged = s.sess, s.staged
+	if s.sess != nil {
+		h := held{s: s, sess: s.sess, staged: s.staged}
 		t.mu.Unlock()
-		return sess, staged, false, t.register(c, key)
+		return h, t.register(c, key, s)
 	}
 	f := &flight{done: make(chan struct{})}
 	s.flight = f
-	old := s.sess
-	s.sess, s.staged = nil, nil
+	reopened := s.lost
 	t.mu.Unlock()
 
-	if old != nil {
-		// The broken session goes first; a failure to stop it is not this
-		// call's failure, and "already gone" is success by contract.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.StopTimeout)
-		_ = old.Stop(sctx)
-		cancel()
-	}
 	f.sess, f.staged, f.err = t.start(ctx, c, key)
 
 	t.mu.Lock()
@@ -395,15 +438,19 @@ func (t *codeTool) acquire(ctx context.Context, c *tool.Call, key string, stale 
 	closed := s.closed
 	switch {
 	case f.err != nil:
-		// Cache nothing: the next call tries again from scratch.
-		if t.slots[key] == s {
-			delete(t.slots, key)
+		// Cache nothing: the next call tries again from scratch. A slot
+		// with a registration stays, so that registration's cleanup still
+		// covers whatever the next call starts in it.
+		if !s.registered {
+			if t.slots[key] == s {
+				delete(t.slots, key)
+			}
+			s.closed = true
 		}
-		s.closed = true
 	case closed:
 		f.err = fmt.Errorf("tool %s: the session's teardown ran while it was starting; call again: %w", t.name(c), ErrStopped)
 	default:
-		s.sess, s.staged = f.sess, f.staged
+		s.sess, s.staged, s.lost = f.sess, f.staged, false
 	}
 	t.mu.Unlock()
 	if closed && f.sess != nil {
@@ -414,12 +461,30 @@ func (t *codeTool) acquire(ctx context.Context, c *tool.Call, key string, stale 
 	}
 	close(f.done)
 	if f.err != nil {
-		return nil, nil, false, f.err
+		return held{}, f.err
 	}
-	if err := t.register(c, key); err != nil {
-		return nil, nil, false, err
+	if err := t.register(c, key, s); err != nil {
+		return held{}, err
 	}
-	return f.sess, f.staged, true, nil
+	return held{s: s, sess: f.sess, staged: f.staged, fresh: true, reopened: reopened}, nil
+}
+
+// discard drops a session that can no longer be trusted with code and
+// stops it. The slot and its registration stay, so the next call under
+// the key opens a new session there and says the old one was lost.
+func (t *codeTool) discard(ctx context.Context, h held) {
+	t.mu.Lock()
+	mine := h.s.sess == h.sess
+	if mine {
+		h.s.sess, h.s.staged, h.s.lost = nil, nil, true
+	}
+	t.mu.Unlock()
+	if !mine {
+		return // another call already discarded it
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.StopTimeout)
+	defer cancel()
+	_ = h.sess.Stop(sctx) // "already gone" is success by contract
 }
 
 // start opens and stages one session.
@@ -470,31 +535,33 @@ func (e *NoStagingError) Error() string {
 		"use a runner that stages (code/local) or drop ToolOptions.Inputs", e.Tool, e.RunnerID)
 }
 
-// register hands the door the cleanup for key, or touches the one it holds.
-func (t *codeTool) register(c *tool.Call, key string) error {
-	_, err := c.OnTeardown(func(ctx context.Context) error { return t.cleanup(ctx, key) },
-		toolsession.Options{Scope: t.opt.Scope, Key: key, RunnerID: t.runner.ID(), Label: t.opt.Language})
+// register hands the door the cleanup for the session in s, or touches
+// the one it holds. The cleanup is bound to s: a slot detached from the
+// map is still stopped by its own registration, and never by another's.
+func (t *codeTool) register(c *tool.Call, key string, s *slot) error {
+	_, err := c.OnTeardown(func(ctx context.Context) error { return t.closeSlot(ctx, key, s) }, t.options(key))
 	if err != nil {
 		// refuse checked the scope and the facts, so this is a door that
 		// changed its mind: release what we hold rather than leak it.
 		sctx, cancel := context.WithTimeout(context.Background(), t.opt.StopTimeout)
 		defer cancel()
-		_ = t.cleanup(sctx, key)
+		_ = t.closeSlot(sctx, key, s)
 		return fmt.Errorf("tool %s: registering the session's teardown: %w", t.name(c), err)
 	}
+	t.mu.Lock()
+	s.registered = true
+	t.mu.Unlock()
 	return nil
 }
 
-// cleanup removes whatever session the tool holds under key, then stops
-// it. A Start under way when it runs is stopped by its starter.
-func (t *codeTool) cleanup(ctx context.Context, key string) error {
+// closeSlot is the cleanup: it removes s from the tool (when it is still
+// the slot for key), then stops the session it holds. A Start under way
+// when it runs is stopped by its starter.
+func (t *codeTool) closeSlot(ctx context.Context, key string, s *slot) error {
 	t.mu.Lock()
-	s := t.slots[key]
-	if s == nil {
-		t.mu.Unlock()
-		return nil
+	if t.slots[key] == s {
+		delete(t.slots, key)
 	}
-	delete(t.slots, key)
 	s.closed = true
 	sess := s.sess
 	s.sess, s.staged = nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -316,7 +317,7 @@ func TestFailedStartReachesEveryWaiterAndIsNotCached(t *testing.T) {
 	})
 }
 
-func TestBrokenSessionIsReplacedAndTheModelIsTold(t *testing.T) {
+func TestAfterATimeoutTheNextCallOpensANewSessionAndSaysSo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	r := &memRunner{}
@@ -331,28 +332,35 @@ func TestBrokenSessionIsReplacedAndTheModelIsTold(t *testing.T) {
 		!strings.Contains(res.Content, "state is lost") || strings.Contains(res.Content, "[exit") {
 		t.Fatalf("timeout rendering:\n%s", res.Content)
 	}
+	if !r.sessions[0].isStopped() {
+		t.Fatal("the timed-out session was kept for the next call")
+	}
 	res, err = d.call(ctx, tl, "c2", "run-1", "", nil, "print(x)")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(res.Content, "[state lost:") || !strings.Contains(res.Content, "mem-2:print(x)") {
-		t.Fatalf("the call after a broken session must run on a fresh one and say state was lost:\n%s", res.Content)
+	if !strings.HasPrefix(res.Content, "[new session:") || !strings.Contains(res.Content, "mem-2:print(x)") {
+		t.Fatalf("the call after a timeout must run on a new session and say the old one was lost:\n%s", res.Content)
 	}
-	if !r.sessions[0].isStopped() {
-		t.Fatal("the broken session was not stopped")
+	if r.execCount() != 2 {
+		t.Fatalf("%d executions for two calls; the tool ran code on its own", r.execCount())
 	}
 	runs := d.codeRuns()
-	if len(runs) != 2 || runs[0].OK || runs[0].Error == "" || runs[0].StateLost || !runs[1].StateLost || !runs[1].OK {
+	if len(runs) != 2 || runs[0].OK || runs[0].Error == "" || !runs[1].OK {
 		t.Fatalf("code_run events: %+v %+v", runs[0], runs[1])
 	}
-	// The replacement lives under the same registration: one teardown
+	res, err = d.call(ctx, tl, "c3", "run-1", "", nil, "print(y)")
+	if err != nil || strings.Contains(res.Content, "[new session") || res.Content != "mem-2:print(y)" {
+		t.Fatalf("the note is said once, then the new session is reused: %q, %v", res.Content, err)
+	}
+	// The new session lives under the same registration: one teardown
 	// closes it.
 	if d.tier.Live() != 1 {
 		t.Fatalf("%d live registrations", d.tier.Live())
 	}
 	d.tier.FireRun(ctx, "run-1")
 	if !r.sessions[1].isStopped() {
-		t.Fatal("run end did not stop the replacement session")
+		t.Fatal("run end did not stop the new session")
 	}
 }
 
@@ -404,6 +412,14 @@ func TestNothingPrinted(t *testing.T) {
 	d.tier.FireShutdown(ctx)
 }
 
+func manyArtifacts(n int) []code.Artifact {
+	out := make([]code.Artifact, n)
+	for i := range out {
+		out[i] = code.Artifact{Name: fmt.Sprintf("f%03d.csv", i), Bytes: 1}
+	}
+	return out
+}
+
 func TestCutsAreStated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -430,6 +446,24 @@ func TestCutsAreStated(t *testing.T) {
 			result: code.Result{OK: true, ExitCode: &zero, Stderr: strings.Repeat("w", 30),
 				Truncated: &code.Truncation{Stderr: true, OfChars: 500}},
 			want: []string{"stderr:\n" + strings.Repeat("w", 10) + "\n[truncated: showing 10 of 500 characters of stderr"},
+		},
+		{
+			name: "the tool cuts the artifact list",
+			result: code.Result{OK: true, ExitCode: &zero, Stdout: "ok",
+				Artifacts: manyArtifacts(60)},
+			want: []string{"[artifact: f049.csv, 1 bytes]\n[artifacts cut: showing 50 of 60 files", "list, count or filter"},
+		},
+		{
+			name: "only the runner cut the artifact list",
+			result: code.Result{OK: true, ExitCode: &zero, Stdout: "ok", Artifacts: manyArtifacts(50),
+				Truncated: &code.Truncation{Artifacts: true, OfArtifacts: 73}},
+			want: []string{"[artifacts cut: showing 50 of 73 files"},
+		},
+		{
+			name: "the runner cut the list and did not count",
+			result: code.Result{OK: true, ExitCode: &zero, Stdout: "ok", Artifacts: manyArtifacts(3),
+				Truncated: &code.Truncation{Artifacts: true}},
+			want: []string{"[artifacts cut: showing 3 of more than 3 files"},
 		},
 		{
 			name:   "no cut, no marker",

@@ -25,6 +25,9 @@ const (
 	TypeSessionClosed      Type = "agentry.tools.session_closed"
 	TypeSessionCloseFailed Type = "agentry.tools.session_close_failed"
 	TypeCodeRun            Type = "agentry.tools.code_run"
+	// TypeSessionCapacity: an opener found every live session busy, and
+	// either waited for room or was refused.
+	TypeSessionCapacity Type = "agentry.tools.session_capacity"
 
 	// pause: check-ins.
 	TypePauseRequest Type = "agentry.pause.request"
@@ -49,6 +52,9 @@ const (
 	TypeHostSessionEvicted   Type = "agentry.host.session_evicted"
 	TypeHostAdmissionRefused Type = "agentry.host.admission_refused"
 	TypeHostTurnFailed       Type = "agentry.host.turn_failed"
+
+	// door: how a command serves others.
+	TypeUnjailedServing Type = "agentry.door.unjailed"
 
 	// jail: jailed agent processes (provider/acp/jail).
 	TypeJailStarted Type = "agentry.jail.started"
@@ -155,6 +161,23 @@ type ToolSession struct {
 	Calls    int    `json:"calls"`
 }
 
+// Capacity outcomes, in ToolSessionCapacity.Outcome.
+const (
+	CapacityAdmitted = "admitted" // room appeared while it waited
+	CapacityRefused  = "refused"  // none did within the bound
+)
+
+// ToolSessionCapacity is the payload of session_capacity: a new session
+// found all MaxLive live sessions with a call in flight.
+type ToolSessionCapacity struct {
+	Tool     string  `json:"tool"`
+	Scope    string  `json:"scope"`
+	KeyHash  string  `json:"keyHash"`
+	MaxLive  int     `json:"maxLive"`
+	WaitedMs float64 `json:"waitedMs"`
+	Outcome  string  `json:"outcome"`
+}
+
 // ToolSessionClosed is the payload of session_closed and
 // session_close_failed.
 type ToolSessionClosed struct {
@@ -183,8 +206,9 @@ type CodeRun struct {
 	StagedInputs int     `json:"stagedInputs"`
 	ShapeHash    string  `json:"shapeHash"`
 	DurationMs   float64 `json:"durationMs"`
-	// StateLost is true when a broken persistent session was replaced by a
-	// fresh one for this run.
+	// StateLost is true when the session was lost before or while running
+	// this code (it broke or was closed): the model was told the code may
+	// or may not have run, and it was not run again.
 	StateLost bool   `json:"stateLost,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
@@ -385,6 +409,18 @@ type ACPTerminal struct {
 	Error      string `json:"error,omitempty"`
 }
 
+// UnjailedServing records a door started with --allow-unjailed: several
+// principals, or a listener beyond loopback, with model code unjailed.
+type UnjailedServing struct {
+	Command        string `json:"command"`
+	RunnerID       string `json:"runnerId"`
+	Principals     int    `json:"principals"`
+	Addr           string `json:"addr"`
+	BeyondLoopback bool   `json:"beyondLoopback"`
+	// Why says why the code is not jailed.
+	Why string `json:"why"`
+}
+
 var payloads = map[Type]func() any{
 	TypeTurnStart:             func() any { return new(TurnStart) },
 	TypeTurnEnd:               func() any { return new(TurnEnd) },
@@ -399,6 +435,7 @@ var payloads = map[Type]func() any{
 	TypeSessionClosed:         func() any { return new(ToolSessionClosed) },
 	TypeSessionCloseFailed:    func() any { return new(ToolSessionClosed) },
 	TypeCodeRun:               func() any { return new(CodeRun) },
+	TypeSessionCapacity:       func() any { return new(ToolSessionCapacity) },
 	TypePauseRequest:          func() any { return new(PauseRequest) },
 	TypePauseResume:           func() any { return new(PauseResume) },
 	TypeFatal:                 func() any { return new(Fatal) },
@@ -415,6 +452,7 @@ var payloads = map[Type]func() any{
 	TypeHostSessionEvicted:    func() any { return new(HostSession) },
 	TypeHostAdmissionRefused:  func() any { return new(AdmissionRefused) },
 	TypeHostTurnFailed:        func() any { return new(HostTurnFailed) },
+	TypeUnjailedServing:       func() any { return new(UnjailedServing) },
 	TypeJailStarted:           func() any { return new(JailStarted) },
 	TypeJailRefused:           func() any { return new(JailRefused) },
 	TypeJailStopped:           func() any { return new(JailStopped) },
@@ -461,12 +499,13 @@ func Types() []Type {
 		TypeTurnStart, TypeTurnEnd,
 		TypeLLMStart, TypeLLMEnd, TypeLLMDelta, TypeLLMMessage,
 		TypeToolStart, TypeToolEnd,
-		TypeSessionStarted, TypeSessionReused, TypeSessionClosed, TypeSessionCloseFailed, TypeCodeRun,
+		TypeSessionStarted, TypeSessionReused, TypeSessionClosed, TypeSessionCloseFailed, TypeCodeRun, TypeSessionCapacity,
 		TypePauseRequest, TypePauseResume,
 		TypeFatal, TypeToolPanic,
 		TypeProviderSessionOpened, TypeProviderSessionClosed, TypeProviderTurnStart, TypeProviderTurnEnd,
 		TypeProviderRequest, TypeProviderCleanupFailed, TypeProviderQuarantined,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
+		TypeUnjailedServing,
 		TypeJailStarted, TypeJailRefused, TypeJailStopped,
 		TypeHostCleanupFailed, TypeHostCleanupDone,
 		TypeRunnerLimits, TypeRunnerSwept,

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // apiErr is what every decoder error must be: a coded client error.
@@ -145,6 +146,34 @@ func FuzzAuthorizationHeader(f *testing.F) {
 			if !strings.Contains(h, tok) {
 				t.Fatalf("%q proved alice without her token", h)
 			}
+		}
+	})
+}
+
+// Owners never lists more owners than tokens, lists one at least when
+// there is a token, and never the same owner twice.
+func FuzzTokensOwners(f *testing.F) {
+	a := host.TokenLine("agt_a", tool.Identity{Tenant: "acme", Principal: "alice"})
+	b := host.TokenLine("agt_b", tool.Identity{Tenant: "acme", Principal: "bob"})
+	a2 := host.TokenLine("agt_a2", tool.Identity{Tenant: "acme", Principal: "alice"})
+	for _, seed := range []string{"", "# none\n", a + "\n" + b + "\n", a + "\n" + a2 + "\n", "\n  " + a + "  \r\n# x\n" + b} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, file string) {
+		tok, err := host.ParseTokens(strings.NewReader(file))
+		if err != nil {
+			return
+		}
+		owners := tok.Owners()
+		if len(owners) > tok.Len() || (tok.Len() > 0) != (len(owners) > 0) {
+			t.Fatalf("%d owners for %d tokens in %q", len(owners), tok.Len(), file)
+		}
+		seen := map[tool.Identity]bool{}
+		for _, o := range owners {
+			if seen[o] || o.Tenant == "" || o.Principal == "" || o.ConversationID != "" {
+				t.Fatalf("owner %+v repeated or malformed in %q", o, file)
+			}
+			seen[o] = true
 		}
 	})
 }

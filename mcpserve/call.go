@@ -30,6 +30,7 @@ const (
 	classToolError        = "tool_error"
 	classPanic            = "panic"
 	classDeclined         = "declined"
+	classCapacity         = "capacity"
 )
 
 // handler adapts one tool to the SDK's low-level tool handler: the door
@@ -54,17 +55,31 @@ func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id
 	}
 	defer s.flight.leave()
 
+	meta := event.Meta{}
+	if id != nil {
+		meta.Tenant, meta.Principal = id.Tenant, id.Principal
+	}
+	select {
+	case s.calls <- struct{}{}:
+		defer func() { <-s.calls }()
+	default:
+		// Refused before anything runs, so a client may simply retry.
+		callID := newCallID()
+		s.emit(event.Event{Type: event.TypeToolStart, Meta: meta, Payload: &event.ToolStart{Tool: sv.spec.Name, ToolCallID: callID}})
+		s.emit(event.Event{Type: event.TypeToolEnd, Meta: meta,
+			Payload: &event.ToolEnd{Tool: sv.spec.Name, ToolCallID: callID, IsError: true, ErrorClass: classCapacity}})
+		return tool.Result{IsError: true, Content: fmt.Sprintf("tool %s was not called: this server already runs %d calls at once, "+
+			"its bound on concurrent calls (mcpserve Options.MaxCalls; agentry mcp --max-calls); nothing was run, so retry once a call has finished",
+			sv.spec.Name, s.opt.MaxCalls)}
+	}
+
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopWatching := context.AfterFunc(s.stop, func() { cancel(ErrShutdown) })
 	defer stopWatching()
 
-	meta := event.Meta{}
-	if id != nil {
-		meta.Tenant, meta.Principal = id.Tenant, id.Principal
-	}
 	c := &callState{s: s, id: newCallID(), meta: meta}
-	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register).WithEvents(s.emit)
+	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register).WithEvents(s.emit).WithHolder(c.hold)
 	s.emit(event.Event{Type: event.TypeToolStart, Meta: meta,
 		Payload: &event.ToolStart{Tool: sv.spec.Name, ToolCallID: c.id}})
 	start := s.opt.Now()
@@ -110,6 +125,8 @@ func (s *Server) run(ctx context.Context, sv *served, call *tool.Call, args json
 		return tool.Result{Content: err.Error(), IsError: true}, classInvalidArguments
 	case isScopeRefusal(err):
 		return tool.Result{Content: err.Error(), IsError: true}, classDeclined
+	case errors.Is(err, toolsession.ErrCapacity):
+		return tool.Result{Content: err.Error(), IsError: true}, classCapacity
 	}
 	return tool.Result{Content: err.Error(), IsError: true}, classToolError
 }
@@ -175,6 +192,17 @@ func (c *callState) register(o toolsession.Origin, cleanup func(context.Context)
 		t.FireCall(context.Background(), c.id)
 	}
 	return out
+}
+
+// hold is the call's tool.Holder: it pins the session the call uses, or
+// reserves room for it, and reports a wait or a refusal.
+func (c *callState) hold(ctx context.Context, o toolsession.Origin, opt toolsession.Options) (*toolsession.Lease, error) {
+	l, err := c.s.ensureTier().Hold(ctx, o, opt)
+	if e, ok := tool.CapacityEvent(o, opt, l, err); ok {
+		e.Meta.Tenant, e.Meta.Principal = c.meta.Tenant, c.meta.Principal
+		c.s.emit(e)
+	}
+	return l, err
 }
 
 // settle fires the call's cleanups, each bounded by the teardown timeout.

@@ -22,6 +22,9 @@ import (
 // error a caller gets for a call that arrives after it began.
 var ErrShutdown = errors.New("mcpserve: the server is shutting down")
 
+// DefaultMaxCalls is Options.MaxCalls when unset.
+const DefaultMaxCalls = 16
+
 // Options configure a Server. The zero value serves with the defaults and
 // logs failures with slog.
 type Options struct {
@@ -35,10 +38,19 @@ type Options struct {
 	// toolsession.DefaultTimeout, 5s). A cleanup that outruns it is
 	// abandoned and reported as a *toolsession.TimeoutError.
 	TeardownTimeout time.Duration
-	// MaxLiveSessions bounds the sessions held at once, that is the calls in
-	// flight that hold one (default toolsession.DefaultMaxLive, 64). Past
-	// it the coldest is closed with reason "evicted", and reported.
+	// MaxLiveSessions bounds the sessions held at once (default
+	// toolsession.DefaultMaxLive, 64). A session with its call in flight is
+	// never evicted: a call that needs a new session while every one is
+	// busy waits up to SessionWait, then gets a tool error naming the
+	// bound.
 	MaxLiveSessions int
+	// SessionWait bounds that wait (default toolsession.DefaultWait, 10s;
+	// negative refuses at once).
+	SessionWait time.Duration
+	// MaxCalls bounds the tool calls served at once, across every
+	// transport and client (default DefaultMaxCalls, 16). A call past it is
+	// not run: its result is a tool error naming the bound, at once.
+	MaxCalls int
 
 	// Sink receives every event the door emits: tool start and end,
 	// session started, reused, closed and close failed, and tool panics.
@@ -77,7 +89,9 @@ type Server struct {
 	tier   atomic.Pointer[toolsession.Tier]
 
 	flight inflight // tool calls being served
-	posts  inflight // HTTP requests other than GET being answered
+	// calls holds one token per call running, up to Options.MaxCalls.
+	calls chan struct{}
+	posts inflight // HTTP requests other than GET being answered
 	// stop is cancelled when Shutdown stops waiting for calls in flight;
 	// every call's context follows it.
 	stop     context.Context
@@ -116,10 +130,13 @@ func New(tools []tool.Tool, opt Options) (*Server, error) {
 	if opt.MaxLiveSessions <= 0 {
 		opt.MaxLiveSessions = toolsession.DefaultMaxLive
 	}
+	if opt.MaxCalls <= 0 {
+		opt.MaxCalls = DefaultMaxCalls
+	}
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	s := &Server{tools: make(map[string]*served, len(tools)), opt: opt}
+	s := &Server{tools: make(map[string]*served, len(tools)), opt: opt, calls: make(chan struct{}, opt.MaxCalls)}
 	s.stop, s.stopCall = context.WithCancelCause(context.Background())
 	s.flight.zero = make(chan struct{})
 	s.posts.zero = make(chan struct{})
@@ -225,6 +242,7 @@ func (s *Server) ensureTier() *toolsession.Tier {
 		// that is still running.
 		Idle:    -1,
 		MaxLive: s.opt.MaxLiveSessions,
+		Wait:    s.opt.SessionWait,
 		Report:  s.report,
 		Now:     s.opt.Now,
 	})

@@ -28,6 +28,29 @@ func SessionEvent(o toolsession.Origin, opt toolsession.Options, out toolsession
 	}
 }
 
+// CapacityEvent is the event a door emits when a Hold met a full tier:
+// session_capacity, outcome admitted (it waited, then got room) or refused
+// (err matches toolsession.ErrCapacity). ok is false when there is nothing
+// to say: the Hold got room at once, or failed for another reason.
+func CapacityEvent(o toolsession.Origin, opt toolsession.Options, l *toolsession.Lease, err error) (e event.Event, ok bool) {
+	scope := opt.Scope
+	if scope == "" {
+		scope = toolsession.ScopeRun
+	}
+	p := &event.ToolSessionCapacity{Tool: o.Tool, Scope: string(scope)}
+	var ce *toolsession.CapacityError
+	switch {
+	case errors.As(err, &ce):
+		p.KeyHash, p.MaxLive, p.WaitedMs, p.Outcome = toolsession.HashKey(opt.Key), ce.MaxLive, event.Ms(ce.Waited), event.CapacityRefused
+	case err == nil && l != nil && l.Queued:
+		p.KeyHash, p.MaxLive, p.WaitedMs, p.Outcome = l.KeyHash, l.MaxLive, event.Ms(l.Waited), event.CapacityAdmitted
+	default:
+		return event.Event{}, false
+	}
+	return event.Event{Type: event.TypeSessionCapacity, Payload: p,
+		Meta: event.Meta{RunID: o.RunID, SessionID: o.SessionID, Tenant: o.Tenant, Principal: o.Principal}}, true
+}
+
 // CloseEvent is the event for a teardown report: session_closed, or
 // session_close_failed with the error and its class. Meta carries the
 // origin's run and session, not whatever run is current when it fires.

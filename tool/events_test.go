@@ -81,3 +81,30 @@ func TestCallEmitStampsTheDoorsMeta(t *testing.T) {
 		t.Fatalf("identity or run invented: %+v", m)
 	}
 }
+
+func TestCapacityEvent(t *testing.T) {
+	t.Parallel()
+	o := toolsession.Origin{Tool: "run_code", RunID: "r", Tenant: "acme", Principal: "bob"}
+	opt := toolsession.Options{Scope: toolsession.ScopeSession, Key: "t=acme/p=bob/s=secret"}
+	e, ok := tool.CapacityEvent(o, opt, nil, fmt.Errorf("wrapped: %w", &toolsession.CapacityError{Tool: "run_code", MaxLive: 2, Waited: 3 * time.Second}))
+	p, _ := e.Payload.(*event.ToolSessionCapacity)
+	if !ok || e.Type != event.TypeSessionCapacity || p == nil || e.Meta.RunID != "r" || e.Meta.Principal != "bob" ||
+		*p != (event.ToolSessionCapacity{Tool: "run_code", Scope: "session", KeyHash: toolsession.HashKey(opt.Key), MaxLive: 2, WaitedMs: 3000, Outcome: event.CapacityRefused}) {
+		t.Fatalf("refusal event = %v %+v %+v", ok, e, p)
+	}
+	if strings.Contains(fmt.Sprintf("%+v", *p), "secret") {
+		t.Fatal("the raw key reached the payload")
+	}
+	if _, ok := tool.CapacityEvent(o, opt, nil, errors.New("something else")); ok {
+		t.Fatal("an event for a failure that is not a capacity refusal")
+	}
+	tier := toolsession.NewTier(toolsession.Config{})
+	l, err := tier.Hold(context.Background(), o, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if _, ok := tool.CapacityEvent(o, opt, l, nil); ok {
+		t.Fatal("an event for a lease that got room at once")
+	}
+}

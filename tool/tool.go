@@ -74,8 +74,14 @@ type Call struct {
 	Scopes []toolsession.Scope
 
 	register Registrar
+	hold     Holder
 	emit     func(event.Event)
 }
+
+// Holder is how a door lets a tool pin the session a call uses (see
+// [Call.Hold]): usually a closure over a *toolsession.Tier's Hold that
+// also reports waits and refusals as events.
+type Holder func(ctx context.Context, o toolsession.Origin, opt toolsession.Options) (*toolsession.Lease, error)
 
 // NewCall is for doors: it builds the Call a tool receives. register may
 // be nil when the door honours no scope.
@@ -96,6 +102,13 @@ func NewCall(toolName, toolCallID, runID, sessionID string, id *Identity, scopes
 // [Call.Emit] reach emit (usually the door's event bus). It returns c.
 func (c *Call) WithEvents(emit func(event.Event)) *Call {
 	c.emit = emit
+	return c
+}
+
+// WithHolder is for doors: it lets tools pin their sessions through
+// [Call.Hold] for as long as a call is in flight. It returns c.
+func (c *Call) WithHolder(h Holder) *Call {
+	c.hold = h
 	return c
 }
 
@@ -164,16 +177,47 @@ func (c *Call) Key(s toolsession.Scope) (string, error) {
 // opt.Key is derived from the call's facts with [toolsession.Key]; when the
 // facts are missing it refuses rather than widen or narrow the scope.
 func (c *Call) OnTeardown(cleanup func(context.Context) error, opt toolsession.Options) (toolsession.Outcome, error) {
+	origin, opt, err := c.prepare(opt)
+	if err != nil {
+		return toolsession.Outcome{}, err
+	}
+	return c.register(origin, cleanup, opt), nil
+}
+
+// Hold pins, for the rest of this call, the session a tool keeps under opt
+// (scoped and keyed as [Call.OnTeardown] does, with the same refusals), or
+// reserves room for it when there is none yet — call it before starting a
+// session, so nothing is started without room. While the lease is held the
+// session is never evicted nor swept idle; release it when the call is
+// over. When every live session is busy, Hold waits up to the door's bound
+// and returns an error matching toolsession.ErrCapacity: nothing was
+// started, and the caller should retry later. A door that cannot pin
+// (no holder) returns a nil lease and no error; a nil lease is valid and
+// holds nothing.
+func (c *Call) Hold(ctx context.Context, opt toolsession.Options) (*toolsession.Lease, error) {
+	origin, opt, err := c.prepare(opt)
+	if err != nil {
+		return nil, err
+	}
+	if c.hold == nil || opt.Key == "" {
+		return nil, nil
+	}
+	return c.hold(ctx, origin, opt)
+}
+
+// prepare checks that the door honours opt's scope and derives the key
+// when opt has none.
+func (c *Call) prepare(opt toolsession.Options) (toolsession.Origin, toolsession.Options, error) {
 	if opt.Scope == "" {
 		opt.Scope = toolsession.ScopeRun
 	}
 	if !c.Honours(opt.Scope) {
-		return toolsession.Outcome{}, &ScopeError{Tool: c.Tool, Scope: opt.Scope, Honoured: c.honoured()}
+		return toolsession.Origin{}, opt, &ScopeError{Tool: c.Tool, Scope: opt.Scope, Honoured: c.honoured()}
 	}
 	if opt.Key == "" && opt.Scope != toolsession.ScopeShutdown {
 		k, err := c.Key(opt.Scope)
 		if err != nil {
-			return toolsession.Outcome{}, err
+			return toolsession.Origin{}, opt, err
 		}
 		opt.Key = k
 	}
@@ -181,7 +225,7 @@ func (c *Call) OnTeardown(cleanup func(context.Context) error, opt toolsession.O
 	if c.Identity != nil {
 		origin.Tenant, origin.Principal = c.Identity.Tenant, c.Identity.Principal
 	}
-	return c.register(origin, cleanup, opt), nil
+	return origin, opt, nil
 }
 
 func (c *Call) honoured() []toolsession.Scope {

@@ -285,3 +285,44 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestHoldPinsThroughTheDoorsTierWithOnTeardownsRefusals(t *testing.T) {
+	t.Parallel()
+	tier := toolsession.NewTier(toolsession.Config{MaxLive: 1, Wait: -1})
+	var held []toolsession.Options
+	holder := func(ctx context.Context, o toolsession.Origin, opt toolsession.Options) (*toolsession.Lease, error) {
+		held = append(held, opt)
+		return tier.Hold(ctx, o, opt)
+	}
+	id := &tool.Identity{Tenant: "acme", Principal: "bob"}
+	c := tool.NewCall("run_code", "c1", "run-1", "", id, allScopes, tier.Register).WithHolder(holder)
+
+	if _, err := c.Hold(context.Background(), toolsession.Options{Scope: toolsession.ScopeSession}); err == nil ||
+		!strings.Contains(err.Error(), "session id") {
+		t.Fatalf("Hold for scope session without a session id = %v; want OnTeardown's refusal", err)
+	}
+	l, err := c.Hold(context.Background(), toolsession.Options{})
+	if err != nil || l == nil || !l.Fresh {
+		t.Fatalf("Hold = %+v, %v; want a fresh reservation", l, err)
+	}
+	want, _ := toolsession.Key(toolsession.ScopeRun, c.Facts())
+	if len(held) != 1 || held[0].Key != want || held[0].Scope != toolsession.ScopeRun {
+		t.Fatalf("holder saw %+v; want the run key derived from the call", held)
+	}
+	other := tool.NewCall("run_code", "c2", "run-2", "", id, allScopes, tier.Register).WithHolder(holder)
+	if _, err := other.Hold(context.Background(), toolsession.Options{}); !errors.Is(err, toolsession.ErrCapacity) {
+		t.Fatalf("a second session past MaxLive 1 = %v; want ErrCapacity", err)
+	}
+	l.Release()
+
+	mcp := tool.NewCall("run_code", "c3", "", "", nil, []toolsession.Scope{toolsession.ScopeCall}, tier.Register).WithHolder(holder)
+	var se *tool.ScopeError
+	if _, err := mcp.Hold(context.Background(), toolsession.Options{Scope: toolsession.ScopeRun}); !errors.As(err, &se) {
+		t.Fatalf("Hold for a scope the door does not honour = %v; want *tool.ScopeError", err)
+	}
+	plain := tool.NewCall("run_code", "c4", "run-4", "", nil, allScopes, tier.Register)
+	if l, err := plain.Hold(context.Background(), toolsession.Options{}); l != nil || err != nil {
+		t.Fatalf("Hold on a door without a holder = %v, %v; want a nil lease (holds nothing) and no error", l, err)
+	}
+	tier.FireShutdown(context.Background())
+}

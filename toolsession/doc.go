@@ -20,6 +20,14 @@
 //  6. A session the far side already reaped is the adapter's success.
 //  7. Nothing live is persisted; the tier holds only in-memory handles.
 //
+// A call in flight pins the registration it uses with a [Lease] from
+// [Tier.Hold]: the MaxLive bound and the idle sweep take only idle
+// registrations, so a session is never cut under running code. A Lease
+// taken before the session exists reserves its room, so nothing is started
+// without a slot; when every live session is busy, Hold waits up to
+// [Config.Wait] and then refuses with a [*CapacityError] (errors.Is
+// [ErrCapacity]).
+//
 // Only [HashKey] of a key ever appears in a [Report].
 //
 // The package imports nothing else from agentry.

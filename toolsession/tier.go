@@ -14,6 +14,7 @@ const (
 	DefaultTimeout = 5 * time.Second
 	DefaultIdle    = 15 * time.Minute
 	DefaultMaxLive = 64
+	DefaultWait    = 10 * time.Second
 )
 
 // Origin is the call a registration came from. RunID and SessionID are
@@ -103,9 +104,14 @@ type Config struct {
 	// Idle is how long an untouched registration lives before the lazy
 	// sweep closes it (default 15m). A negative value turns the sweep off.
 	Idle time.Duration
-	// MaxLive bounds live registrations; past it the coldest is evicted
-	// (default 64).
+	// MaxLive bounds live registrations; past it the coldest idle one is
+	// evicted (default 64). A registration pinned by a [Lease] (a call in
+	// flight) is never evicted or swept idle; see [Tier.Hold].
 	MaxLive int
+	// Wait bounds how long [Tier.Hold] waits for room when every live
+	// registration is pinned (default 10s); then it returns a
+	// [*CapacityError]. A negative value refuses at once.
+	Wait time.Duration
 	// Report receives every close. It may be called from several
 	// goroutines at once and must not block for long. A panic in it is
 	// recovered.
@@ -135,6 +141,16 @@ type registration struct {
 	registered time.Time
 	touched    time.Time
 	calls      int
+	// pins counts the leases holding this registration (calls in flight).
+	// A pinned registration is neither evicted nor swept idle.
+	pins int
+	// pending is a reservation a lease took before the session existed:
+	// it holds room under MaxLive and joins the first Register under its
+	// key. It is in byKey only, not in the touch list or a group.
+	pending bool
+	// claimed is set when a firing took it; a lease released later only
+	// drops its pin.
+	claimed bool
 	// touch order: a doubly linked list, coldest at the front.
 	prev, next *registration
 }
@@ -145,6 +161,7 @@ type Tier struct {
 	timeout time.Duration
 	idle    time.Duration
 	maxLive int
+	wait    time.Duration
 	report  func(Report)
 	now     func() time.Time
 
@@ -155,6 +172,12 @@ type Tier struct {
 	head   *registration // coldest
 	tail   *registration // warmest
 	live   int
+	// reserved counts pending reservations; live+reserved is what
+	// MaxLive bounds.
+	reserved int
+	// room is closed (and cleared) whenever room may have appeared: a
+	// claim, a released pin, a dropped reservation. Hold waits on it.
+	room chan struct{}
 
 	bgMu   sync.Mutex
 	bg     int
@@ -167,6 +190,7 @@ func NewTier(c Config) *Tier {
 		timeout: c.Timeout,
 		idle:    c.Idle,
 		maxLive: c.MaxLive,
+		wait:    c.Wait,
 		report:  c.Report,
 		now:     c.Now,
 		byKey:   make(map[dedupKey]*registration),
@@ -180,6 +204,9 @@ func NewTier(c Config) *Tier {
 	}
 	if t.maxLive <= 0 {
 		t.maxLive = DefaultMaxLive
+	}
+	if t.wait == 0 {
+		t.wait = DefaultWait
 	}
 	if t.report == nil {
 		t.report = func(Report) {}
@@ -199,10 +226,13 @@ func (t *Tier) Live() int {
 
 // Register records cleanup for a session, or touches the registration
 // already held under the same (tool, scope, key) and keeps its cleanup.
-// Before looking up, it sweeps idle registrations; after inserting, it
-// evicts the coldest registrations past MaxLive. Both of those closes run in
-// the background; [Tier.Settled] joins them. Register never blocks on a
-// cleanup and never fails.
+// A reservation a [Lease] took under that triple becomes the registration
+// (and stays pinned by the lease). Before looking up, it sweeps idle
+// registrations; after inserting, it evicts the coldest idle registrations
+// past MaxLive — never a pinned one, and never the one it just made, so
+// the tier may sit above the bound until pins are released. Those closes
+// run in the background; [Tier.Settled] joins them. Register never blocks
+// on a cleanup and never fails.
 func (t *Tier) Register(o Origin, cleanup func(context.Context) error, opt Options) Outcome {
 	if opt.Scope == "" {
 		opt.Scope = ScopeRun
@@ -213,6 +243,13 @@ func (t *Tier) Register(o Origin, cleanup func(context.Context) error, opt Optio
 	expired := t.sweepLocked(now)
 	if opt.Key != "" {
 		if r, ok := t.byKey[dedupKey{o.Tool, opt.Scope, opt.Key}]; ok {
+			if r.pending {
+				t.activateLocked(r, o, cleanup, opt, now)
+				out := Outcome{KeyHash: r.keyHash, Calls: 1}
+				t.mu.Unlock()
+				t.background(expired, ReasonIdle)
+				return out
+			}
 			r.calls++
 			r.touched = now
 			t.moveToBackLocked(r)
@@ -223,19 +260,30 @@ func (t *Tier) Register(o Origin, cleanup func(context.Context) error, opt Optio
 		}
 	}
 	t.seq++
-	r := &registration{
-		id:         t.seq,
-		origin:     o,
-		opt:        opt,
-		cleanup:    cleanup,
-		registered: now,
-		touched:    now,
-		calls:      1,
-	}
+	r := &registration{id: t.seq}
 	if opt.Key != "" {
 		r.keyHash = HashKey(opt.Key)
 		t.byKey[dedupKey{o.Tool, opt.Scope, opt.Key}] = r
 	}
+	t.activateLocked(r, o, cleanup, opt, now)
+	evicted := t.trimLocked(r, 0)
+	out := Outcome{KeyHash: r.keyHash, Calls: 1}
+	t.mu.Unlock()
+
+	t.background(expired, ReasonIdle)
+	t.background(evicted, ReasonEvicted)
+	return out
+}
+
+// activateLocked makes r a live registration: in its group and at the
+// warm end of the touch list. r is new or a pending reservation.
+func (t *Tier) activateLocked(r *registration, o Origin, cleanup func(context.Context) error, opt Options, now time.Time) {
+	if r.pending {
+		r.pending = false
+		t.reserved--
+	}
+	r.origin, r.opt, r.cleanup = o, opt, cleanup
+	r.registered, r.touched, r.calls = now, now, 1
 	gk := groupOf(r)
 	g := t.groups[gk]
 	if g == nil {
@@ -245,16 +293,20 @@ func (t *Tier) Register(o Origin, cleanup func(context.Context) error, opt Optio
 	g[r.id] = r
 	t.pushBackLocked(r)
 	t.live++
-	var evicted []*registration
-	for t.live > t.maxLive {
-		evicted = append(evicted, t.claimLocked(t.coldestLocked()))
-	}
-	out := Outcome{KeyHash: r.keyHash, Calls: 1}
-	t.mu.Unlock()
+}
 
-	t.background(expired, ReasonIdle)
-	t.background(evicted, ReasonEvicted)
-	return out
+// trimLocked claims the coldest unpinned registrations (sparing keep)
+// until live+reserved+room fits under MaxLive, or nothing more can go.
+func (t *Tier) trimLocked(keep *registration, room int) []*registration {
+	var evicted []*registration
+	for t.live+t.reserved+room > t.maxLive {
+		c := t.coldestLocked(keep)
+		if c == nil {
+			break
+		}
+		evicted = append(evicted, t.claimLocked(c))
+	}
+	return evicted
 }
 
 // FireCall closes the call-scoped registrations of one tool call.
@@ -370,24 +422,40 @@ func (t *Tier) claimScope(s Scope) []*registration {
 	return claimed
 }
 
-// sweepLocked claims the registrations idle for longer than t.idle. The
-// touch list is ordered by touch time, so it stops at the first live one.
+// sweepLocked claims the unpinned registrations idle for longer than
+// t.idle. The touch list is ordered by touch time, so it stops at the
+// first one that is not expired.
 func (t *Tier) sweepLocked(now time.Time) []*registration {
 	if t.idle < 0 {
 		return nil
 	}
 	var expired []*registration
-	for t.head != nil && now.Sub(t.head.touched) >= t.idle {
-		expired = append(expired, t.claimLocked(t.head))
+	for r := t.head; r != nil && now.Sub(r.touched) >= t.idle; {
+		next := r.next
+		if r.pins == 0 {
+			expired = append(expired, t.claimLocked(r))
+		}
+		r = next
 	}
 	return expired
 }
 
-// coldestLocked is the registration with the oldest touch, ties broken by
-// the oldest registration.
-func (t *Tier) coldestLocked() *registration {
-	c := t.head
-	for r := c.next; r != nil && r.touched.Equal(c.touched); r = r.next {
+// coldestLocked is the unpinned registration (other than keep) with the
+// oldest touch, ties broken by the oldest registration; nil when every
+// one is pinned.
+func (t *Tier) coldestLocked(keep *registration) *registration {
+	var c *registration
+	for r := t.head; r != nil; r = r.next {
+		if r.pins > 0 || r == keep {
+			continue
+		}
+		if c == nil {
+			c = r
+			continue
+		}
+		if !r.touched.Equal(c.touched) {
+			break
+		}
 		if r.id < c.id {
 			c = r
 		}
@@ -409,7 +477,17 @@ func (t *Tier) claimLocked(r *registration) *registration {
 	}
 	t.unlinkLocked(r)
 	t.live--
+	r.claimed = true
+	t.roomLocked()
 	return r
+}
+
+// roomLocked wakes every Hold waiting for room.
+func (t *Tier) roomLocked() {
+	if t.room != nil {
+		close(t.room)
+		t.room = nil
+	}
 }
 
 func (t *Tier) pushBackLocked(r *registration) {

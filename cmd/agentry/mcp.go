@@ -29,6 +29,8 @@ type mcpOptions struct {
 	runner, http, tokens string
 	caps                 sessionCaps
 	drain, teardown      time.Duration
+	maxCalls             int
+	allowUnjailed        bool
 	sinks                sinkFlags
 
 	// For tests: the transport to serve instead of stdio, and a hook told
@@ -85,6 +87,8 @@ something failed, 2 for a usage error.`,
 	f.StringVar(&o.tokens, "tokens", "", "with --http: the tokens file whose bearer tokens callers must present (as agentry serve reads it)")
 	f.DurationVar(&o.drain, "drain", 10*time.Second, "on a signal, how long calls in flight may finish before they are cancelled")
 	f.DurationVar(&o.teardown, "teardown", toolsession.DefaultTimeout, "bound on closing each interpreter")
+	f.IntVar(&o.maxCalls, "max-calls", mcpserve.DefaultMaxCalls, "calls served at once; a call past it gets a tool error naming this bound, without running")
+	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "with --http: serve several principals, or beyond loopback, even though the code would run unjailed (without bubblewrap); DANGEROUS")
 	o.sinks.add(cmd)
 	return cmd
 }
@@ -122,6 +126,13 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 	if o.drain <= 0 || o.teardown <= 0 {
 		return usageError("--drain and --teardown must be positive durations (for example 10s)")
 	}
+	if o.maxCalls < 0 {
+		return usageError("--max-calls must not be negative (0 takes the default, %d)", mcpserve.DefaultMaxCalls)
+	}
+	if o.allowUnjailed && o.http == "" {
+		return usageError("--allow-unjailed needs --http: over stdio the client that started agentry is the only caller")
+	}
+	reach := exposure{command: "mcp", addr: o.http, beyond: o.http != "" && !isLoopbackAddr(o.http), tokens: o.tokens, principals: 1}
 	var auth mcpserve.Authenticator
 	switch {
 	case o.tokens != "" && o.http == "":
@@ -143,6 +154,7 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 				return usageError("--tokens %s admits nobody; add a line \"sha256:<hex digest> <tenant> <principal>\" (agentry token makes one)", o.tokens)
 			}
 			auth = t.Identity
+			reach.principals = len(t.Owners())
 		}
 	}
 
@@ -150,7 +162,7 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	runner, err := newRunner(ctx, o.runner, local.Options{Jail: jail}, stderr)
+	runner, unjailed, err := doorRunner(ctx, o.runner, local.Options{Jail: jail}, reach, o.allowUnjailed, stderr)
 	if err != nil {
 		return err
 	}
@@ -170,12 +182,16 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 				return failure(err)
 			}
 		}
+		if unjailed != nil {
+			bus.Export(event.Event{Type: event.TypeUnjailedServing, Payload: unjailed})
+		}
 	}
 	opt := mcpserve.Options{
 		Name:            "agentry",
 		Version:         versionString(),
 		Instructions:    mcpInstructions,
 		TeardownTimeout: o.teardown,
+		MaxCalls:        o.maxCalls,
 		OnError:         func(err error) { fmt.Fprintf(stderr, "agentry mcp: %s\n", oneLine(err.Error())) },
 	}
 	if bus != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/internal/sandbox"
 )
 
@@ -68,8 +69,23 @@ const (
 // default: the persistent interpreter, jailed where bubblewrap can build a
 // jail. When it cannot, the default runs unjailed and says so on warn —
 // loudly, never quietly — while an explicit "jail" refuses. opt.Jail, when
-// set, configures the jail (it is ignored by the unjailed kinds).
+// set, configures the jail (it is ignored by the unjailed kinds). The
+// unjailed fallback is for one user: doors that serve others build their
+// runner with doorRunner, which refuses it.
 func newRunner(ctx context.Context, kind string, opt local.Options, warn io.Writer) (code.Runner, error) {
+	r, why, err := pickRunner(ctx, kind, opt)
+	if err == nil && kind == "" && why != "" {
+		fmt.Fprintf(warn, "agentry: WARNING: %s\n"+
+			"agentry: WARNING: model-written code will run UNJAILED, with this user's access to files and the network.\n"+
+			"agentry: this fallback is for a single user; serving several principals, or beyond loopback, refuses it.\n"+
+			"agentry: pass --runner jail to refuse instead, or --runner interpreter to accept this and silence the warning.\n", why)
+	}
+	return r, err
+}
+
+// pickRunner builds the runner of kind. unjailed is empty when model code
+// runs in the jail, and otherwise says why it does not.
+func pickRunner(ctx context.Context, kind string, opt local.Options) (r code.Runner, unjailed string, err error) {
 	jail := opt.Jail
 	if jail == nil {
 		jail = &local.Jail{}
@@ -77,26 +93,77 @@ func newRunner(ctx context.Context, kind string, opt local.Options, warn io.Writ
 	switch kind {
 	case runnerProcess:
 		opt.Jail = nil
-		return local.New(opt), nil
+		return local.New(opt), "--runner process does not jail", nil
 	case runnerInterpreter:
 		opt.Jail = nil
-		return local.NewInterpreter(opt), nil
+		return local.NewInterpreter(opt), "--runner interpreter does not jail", nil
 	case runnerJail:
 		if err := local.CheckJail(ctx, *jail); err != nil {
-			return nil, failure(fmt.Errorf("--runner jail: %w", err))
+			return nil, "", failure(fmt.Errorf("--runner jail: %w", err))
 		}
 		opt.Jail = jail
-		return local.NewInterpreter(opt), nil
+		return local.NewInterpreter(opt), "", nil
 	case "":
 		if err := local.CheckJail(ctx, *jail); err != nil {
-			fmt.Fprintf(warn, "agentry: WARNING: %v\n"+
-				"agentry: WARNING: model-written code will run UNJAILED, with this user's access to files and the network.\n"+
-				"agentry: pass --runner jail to refuse instead, or --runner interpreter to accept this and silence the warning.\n", err)
 			opt.Jail = nil
-			return local.NewInterpreter(opt), nil
+			return local.NewInterpreter(opt), err.Error(), nil
 		}
 		opt.Jail = jail
-		return local.NewInterpreter(opt), nil
+		return local.NewInterpreter(opt), "", nil
 	}
-	return nil, usageError("unknown --runner %q; use %s", kind, runnerKinds)
+	return nil, "", usageError("unknown --runner %q; use %s", kind, runnerKinds)
+}
+
+// exposure is whom a door admits: the principals its tokens file names,
+// and whether it listens beyond loopback.
+type exposure struct {
+	command    string // "serve" or "mcp"
+	addr       string
+	beyond     bool // addr is reachable from other machines
+	tokens     string
+	principals int
+}
+
+// several reports whether the door admits more than one principal.
+func (x exposure) several() bool { return x.principals > 1 || x.beyond }
+
+func (x exposure) describe() string {
+	var parts []string
+	if x.principals > 1 {
+		parts = append(parts, fmt.Sprintf("%d principals (--tokens %s)", x.principals, x.tokens))
+	}
+	if x.beyond {
+		parts = append(parts, fmt.Sprintf("%s, beyond loopback", x.addr))
+	}
+	return strings.Join(parts, " on ")
+}
+
+// doorRunner is newRunner for a door that serves others (agentry serve,
+// agentry mcp --http). When model code would run unjailed and the door
+// admits several principals or listens beyond loopback, it refuses,
+// naming bubblewrap and --allow-unjailed; with allow, it warns loudly and
+// returns the event to record. A door for one principal on loopback keeps
+// the single-user fallback.
+func doorRunner(ctx context.Context, kind string, opt local.Options, x exposure, allow bool, warn io.Writer) (code.Runner, *event.UnjailedServing, error) {
+	if !x.several() {
+		r, err := newRunner(ctx, kind, opt, warn)
+		return r, nil, err
+	}
+	r, why, err := pickRunner(ctx, kind, opt)
+	if err != nil || why == "" {
+		return r, nil, err
+	}
+	if !allow {
+		return nil, nil, usageError("refusing to serve %s with model-written code UNJAILED (%s): every principal's code would run as this user, "+
+			"able to read the others' files, the tokens file, the store and this process's environment; "+
+			"install the jail (Debian: apt-get install bubblewrap) and use the default runner or --runner jail, "+
+			"or pass --allow-unjailed to accept that risk", x.describe(), why)
+	}
+	fmt.Fprintf(warn, "agentry %s: WARNING: --allow-unjailed: serving %s with model-written code UNJAILED (%s).\n"+
+		"agentry %s: WARNING: any principal's code runs as this user: it can read every other principal's files, the tokens file,\n"+
+		"agentry %s: WARNING: the store and this process's environment (its secrets), and reach this process's own port.\n"+
+		"agentry %s: WARNING: install bubblewrap (Debian: apt-get install bubblewrap) and drop --allow-unjailed to jail it.\n",
+		x.command, x.describe(), why, x.command, x.command, x.command)
+	return r, &event.UnjailedServing{Command: x.command, RunnerID: r.ID(), Principals: x.principals,
+		Addr: x.addr, BeyondLoopback: x.beyond, Why: why}, nil
 }

@@ -39,6 +39,10 @@ type serveOptions struct {
 	maxLive                                    int
 	caps                                       sessionCaps
 	pool                                       int
+	allowUnjailed                              bool
+
+	// reach is whom the door admits, worked out from --addr and --tokens.
+	reach exposure
 }
 
 func newServeCmd() *cobra.Command {
@@ -84,7 +88,8 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
 	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
 	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
-	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest is closed (reason evicted)")
+	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
+	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
 	return cmd
 }
 
@@ -141,6 +146,10 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		}
 		auth = t
 	}
+	o.reach = exposure{command: "serve", addr: o.addr, beyond: !loopback(o.addr), tokens: o.tokens, principals: 1}
+	if t, ok := auth.(*host.Tokens); ok && o.tokens != "" {
+		o.reach.principals = len(t.Owners())
+	}
 
 	if o.agent == "" {
 		o.agent = "native"
@@ -168,6 +177,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		_ = bus.Close(context.Background())
 		deps.close()
 		return failure(err)
+	}
+	if deps.unjailed != nil {
+		bus.Export(event.Event{Type: event.TypeUnjailedServing, Payload: deps.unjailed})
 	}
 	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), Agent: native.Fixed(agent.Options{
 		ID:              "agentry-serve",
@@ -287,6 +299,8 @@ type serveDeps struct {
 	model llm.Model
 	tools []tool.Tool
 	sinks []event.Sink // the agent flushes and closes them at Shutdown
+	// unjailed, when set, is the --allow-unjailed override to record.
+	unjailed *event.UnjailedServing
 	// bind, when set, is given the agent's bus once the agent exists.
 	bind func(*event.Bus)
 	// close releases what building them opened, once the agent is done.

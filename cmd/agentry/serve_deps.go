@@ -48,8 +48,7 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		closeSinks(d.sinks)
 		return serveDeps{}, usageError("--pool %d: give a count of interpreters, or 0 for none", o.pool)
 	}
-	// code_run and runner events go on the agent's bus, which exists only
-	// later.
+	// code_run and runner events go on the bus, which exists only later.
 	var bus atomic.Pointer[event.Bus]
 	d.bind = bus.Store
 	toBus := func(e event.Event) {
@@ -57,11 +56,12 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 			b.Export(e)
 		}
 	}
-	r, err := newRunner(ctx, o.runner, local.Options{Jail: jail, Pool: local.Pool{Size: o.pool}, Events: toBus}, warn)
+	r, unjailed, err := doorRunner(ctx, o.runner, local.Options{Jail: jail, Pool: local.Pool{Size: o.pool}, Events: toBus}, o.reach, o.allowUnjailed, warn)
 	if err != nil {
 		closeSinks(d.sinks)
 		return serveDeps{}, err
 	}
+	d.unjailed = unjailed
 	stateLimits(r, true, warn)
 	if c, ok := r.(interface{ Close(context.Context) error }); ok {
 		d.close = func() {

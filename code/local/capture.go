@@ -321,8 +321,9 @@ func snapshot(dir string) (map[string]fileStamp, []string) {
 
 // artifacts lists the files created or changed between two snapshots, as
 // the code sees them (view maps a host path to the code's path). It is
-// never nil: these runners report outputs.
-func artifacts(before, after map[string]fileStamp, work string, view func(string) string) []code.Artifact {
+// never nil: these runners report outputs. It lists at most maxArtifacts,
+// by name, and states a cut in t (returned, allocated when nil).
+func artifacts(before, after map[string]fileStamp, work string, view func(string) string, t *code.Truncation) ([]code.Artifact, *code.Truncation) {
 	out := []code.Artifact{}
 	for p, st := range after {
 		if old, ok := before[p]; ok && old == st {
@@ -336,9 +337,13 @@ func artifacts(before, after map[string]fileStamp, work string, view func(string
 	}
 	sortArtifacts(out)
 	if len(out) > maxArtifacts {
+		if t == nil {
+			t = &code.Truncation{}
+		}
+		t.Artifacts, t.OfArtifacts = true, len(out)
 		out = out[:maxArtifacts]
 	}
-	return out
+	return out, t
 }
 
 func sortArtifacts(a []code.Artifact) {

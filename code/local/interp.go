@@ -502,9 +502,9 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		Stdout:    outs.stdout.String(),
 		Stderr:    outs.stderr.String(),
 		Truncated: truncation(outs.stdout, outs.stderr),
-		Artifacts: artifacts(before, after, s.dirs.work, s.view),
 	}
 	res.Stderr = appendNote(res.Stderr, s.r.s.jail.notes(s.dirs, s.group, oom))
+	res.Artifacts, res.Truncated = artifacts(before, after, s.dirs.work, s.view, res.Truncated)
 	if err2 != nil {
 		return res, err2
 	}

@@ -243,8 +243,8 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 		Stdout:    stdout.String(),
 		Stderr:    stderr.String(),
 		Truncated: truncation(stdout, stderr),
-		Artifacts: artifacts(before, after, s.dirs.work, s.view),
 	}
+	res.Artifacts, res.Truncated = artifacts(before, after, s.dirs.work, s.view, res.Truncated)
 	switch {
 	case s.isStopped():
 		return res, stoppedError(s.id)

@@ -281,7 +281,13 @@ func TestProcessReportsArtifacts(t *testing.T) {
 		t.Fatalf("artifacts %+v, want %+v", res.Artifacts, want)
 	}
 	res = run(t, s, "print(open('out/report.csv').read())")
-	if len(res.Artifacts) != 0 {
-		t.Fatalf("reading a file is not producing it: %+v", res.Artifacts)
+	if len(res.Artifacts) != 0 || res.Truncated != nil {
+		t.Fatalf("reading a file is not producing it: %+v %+v", res.Artifacts, res.Truncated)
+	}
+	// A long list is cut, and the cut is stated with the count.
+	res = run(t, s, "for i in range(73):\n    open('many-%02d.txt' % i, 'w').write('x')")
+	if len(res.Artifacts) != 50 || res.Truncated == nil || !res.Truncated.Artifacts || res.Truncated.OfArtifacts != 73 ||
+		res.Truncated.Stdout || res.Truncated.Stderr {
+		t.Fatalf("73 files: %d listed, truncation %+v; want 50 listed and the cut stated as of 73", len(res.Artifacts), res.Truncated)
 	}
 }

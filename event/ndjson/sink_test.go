@@ -579,7 +579,7 @@ func TestTypesFilter(t *testing.T) {
 	for _, e := range decoded(t, path) {
 		got = append(got, string(e.Type))
 	}
-	want := "agentry.agent.turn_end agentry.tools.session_started agentry.tools.session_reused agentry.tools.session_closed agentry.tools.session_close_failed agentry.tools.code_run"
+	want := "agentry.agent.turn_end agentry.tools.session_started agentry.tools.session_reused agentry.tools.session_closed agentry.tools.session_close_failed agentry.tools.code_run agentry.tools.session_capacity"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("kept %v", got)
 	}
