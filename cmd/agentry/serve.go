@@ -31,6 +31,7 @@ type serveOptions struct {
 	drain, teardown, idleEvict                 time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
+	checkIns                                   []string // tool names every call of which waits for a person
 }
 
 func newServeCmd() *cobra.Command {
@@ -51,6 +52,7 @@ flushed. A second signal exits at once.
 ` + modelHelp,
 		Example: `  agentry serve
   agentry token --tenant acme --principal alice --tokens tokens.txt
+  agentry serve --check-in run_code
   agentry serve --addr 0.0.0.0:8080 --tokens tokens.txt --store postgres://agentry@db/agentry`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -73,6 +75,7 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
 	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
 	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
+	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest is closed (reason evicted)")
 	return cmd
 }

@@ -54,6 +54,10 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 			}
 		},
 	})}
+	if d.tools, err = withCheckIns(d.tools, o.checkIns); err != nil {
+		closeSinks(d.sinks)
+		return serveDeps{}, err
+	}
 	return d, nil
 }
 
