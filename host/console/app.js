@@ -30,6 +30,7 @@ const clock = (t) => new Date(t).toLocaleString([], { dateStyle: "short", timeSt
 
 function ms(v) {
   if (v === undefined || v === null || isNaN(v)) return "";
+  if (v === 0) return "0 ms";
   if (v < 1) return v.toFixed(2) + " ms";
   if (v < 1000) return Math.round(v) + " ms";
   const s = v / 1000;
@@ -325,6 +326,8 @@ async function runTurn(path, body) {
   $("conv-error").textContent = "";
   $("live").hidden = false;
   $("live-text").textContent = "";
+  $("live-message").textContent = body.message !== undefined ? "You: " + body.message :
+    "Your decision: " + (body.approve ? "approve" : "decline") + (body.note ? " — " + body.note : "");
   $("live-events").replaceChildren();
   $("live").setAttribute("aria-busy", "true");
   for (const b of ["send", "approve", "decline", "close-conv"]) $(b).disabled = true;
@@ -393,9 +396,8 @@ function renderTools(res) {
   for (const t of rows) {
     const st = t.live ? "live" : (t.failed ? "close failed" : "closed") + (t.reason ? " (" + t.reason + ")" : "");
     body.append(el("tr", { class: t.live ? "live" : "closed" },
-      el("td", {}, t.tool + (t.label ? " · " + t.label : "")),
+      el("td", {}, el("span", { class: "tool-name" }, t.tool + (t.label ? " · " + t.label : "")), el("span", { class: "sub" }, t.runnerId || "")),
       el("td", {}, el("code", {}, t.keyHash)),
-      el("td", {}, t.runnerId || ""),
       el("td", {}, ms(t.heldMs)),
       el("td", {}, String(t.calls)),
       el("td", {}, el("span", { class: "badge " + (t.live ? "open" : "closed") }, st))));
