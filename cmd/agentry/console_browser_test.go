@@ -373,6 +373,8 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	}
 	a.shot("4-timeline")
+	a.do("scroll to the top", chromedp.Evaluate[chromedp.Void]("window.scrollTo(0, 0)"))
+	a.shot("console") // the README's picture
 	a.noOverflow(1280)
 
 	// Phone width.

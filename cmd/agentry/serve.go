@@ -186,6 +186,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		fmt.Fprintf(stdout, ", events %s", o.events)
 	}
 	fmt.Fprintln(stdout, ")")
+	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (sign in with a token)\n", url)
 	if generated != "" {
 		fmt.Fprintf(stdout, "agentry serve: no --tokens file, so this one token admits tenant \"local\", principal \"local\"; it is shown once and kept nowhere:\n\n    %s\n\n", generated)
 		fmt.Fprintf(stdout, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/sessions\n", generated, url)
