@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -448,4 +455,86 @@ func (b *tab) signIn2(url, token string) {
 	b.t.Helper()
 	b.do("open the console", chromedp.Navigate(url+"/"), chromedp.WaitVisible(chromedp.ID("token")))
 	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.ID("signin-button")))
+}
+
+// interactionProxy stands in front of agentry serve and adds what the
+// provider-driven host will report for a pending session interaction: an
+// "interaction" object in GET /v1/sessions/{id} (in place of "pending"),
+// answered through the decision endpoint. It speaks the host's own wire
+// format; everything else passes through untouched.
+func interactionProxy(t *testing.T, target string, interaction map[string]any) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(res *http.Response) error {
+		if res.Request.Method != http.MethodGet || !sessionPath.MatchString(res.Request.URL.Path) || res.StatusCode != 200 {
+			return nil
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			return err
+		}
+		var v map[string]any
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		if _, ok := v["pending"]; ok {
+			delete(v, "pending")
+			v["interaction"] = interaction
+		}
+		if b, err = json.Marshal(v); err != nil {
+			return err
+		}
+		res.Body = io.NopCloser(bytes.NewReader(b))
+		res.ContentLength = int64(len(b))
+		res.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+var sessionPath = regexp.MustCompile(`^/v1/sessions/ses_[0-9a-f]{32}$`)
+
+// A pending session interaction (the field the provider-driven host adds
+// to a session) is shown with what it names, and answered through the
+// decision endpoint: Approve lets the paused call go on.
+func TestBrowserConsoleSessionInteraction(t *testing.T) {
+	needPython(t)
+	actx := browser(t)
+	tokens, toks := writeTokens(t, "alice")
+	o := serveDefaults(t)
+	o.tokens = tokens
+	o.runner = "process"
+	o.checkIns = []string{"run_code"}
+	s := startServe(t, o)
+	defer s.stop(t)
+	front := interactionProxy(t, s.url, map[string]any{
+		"kind": "approval", "requestId": "req-7", "message": "Let the coding agent write main.go?",
+		"options": []string{"allow once", "reject"},
+	})
+
+	b := openTab(t, actx, artifactDir(t))
+	b.signIn(front, toks["alice"])
+	b.do("start", chromedp.Click(chromedp.ID("new-conv")), chromedp.WaitVisible(chromedp.ID("conv-body")))
+	b.do("send", chromedp.SendKeys(chromedp.ID("message"), "print(2**10)"), chromedp.Click(chromedp.ID("send")))
+	b.until("the interaction", `!document.getElementById("approval").hidden && !document.getElementById("approve").disabled`)
+	if h, q := b.text("#approval-h"), b.text("#approval-q"); h != "The agent asks" || q != "Let the coding agent write main.go?" {
+		t.Fatalf("the interaction reads %q / %q", h, q)
+	}
+	detail := b.text("#interaction-detail")
+	for _, want := range []string{"req-7", "approval", "allow once"} {
+		if !strings.Contains(detail, want) {
+			t.Fatalf("the interaction's details lack %q: %q", want, detail)
+		}
+	}
+	b.shot("interaction")
+	b.do("approve", chromedp.Click(chromedp.ID("approve")))
+	b.until("the answer", `document.getElementById("live-text").textContent === "1024" && document.getElementById("approval").hidden`)
+	b.clean()
 }
