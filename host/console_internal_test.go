@@ -164,3 +164,30 @@ func FuzzBuildTimeline(f *testing.F) {
 		checkTimeline(t, buildTimeline(runRecord{id: "r", events: events}, now))
 	})
 }
+
+// BenchmarkRouterExport measures what the console's record adds to every
+// event the host routes: /bare is the router with no record, /record with
+// one (a run's worth of tool events over 64 conversations).
+func BenchmarkRouterExport(b *testing.B) {
+	events := make([]event.Event, 64)
+	for i := range events {
+		events[i] = ev(event.TypeToolEnd, fmt.Sprintf("ses_%02d", i), fmt.Sprintf("run-%02d", i%8), time.Duration(i), &event.ToolEnd{Tool: "run_code", ToolCallID: "c"})
+	}
+	for _, withRecord := range []bool{false, true} {
+		name := "bare"
+		if withRecord {
+			name = "record"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := NewRouter()
+			if withRecord {
+				r.record.Store(newRecord())
+			}
+			i := 0
+			for b.Loop() {
+				r.Export(events[i%len(events)])
+				i++
+			}
+		})
+	}
+}
