@@ -32,4 +32,8 @@
 //   - Turn events stream as server-sent events in the order they were
 //     emitted, ending with the result; host events (agentry.host.*) go on
 //     the engine's bus; /metrics serves Prometheus text.
+//   - A web console is served at / (files embedded in the binary, under a
+//     strict Content-Security-Policy, unless Options.NoConsole); it reads
+//     only the authenticated API, with its 404-for-others rule. Every
+//     answer carries nosniff and a policy that forbids framing.
 package host
