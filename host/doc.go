@@ -43,4 +43,8 @@
 //     events in order, ending with the result; host events
 //     (agentry.host.*) go on the host's bus; /metrics serves Prometheus
 //     text.
+//   - A web console is served at / (files embedded in the binary, under a
+//     strict Content-Security-Policy, unless Options.NoConsole); it reads
+//     only the authenticated API, with its 404-for-others rule. Every
+//     answer carries nosniff and a policy that forbids framing.
 package host

@@ -65,6 +65,7 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/turns", h.authed(h.handleTurnLog))
 	mux.HandleFunc("POST /v1/sessions/{id}/decision", h.authed(h.handleDecision))
 	mux.HandleFunc("GET /v1/sessions/{id}/messages", h.authed(h.handleMessages))
+	h.consoleRoutes(mux) // the web console at /, and the endpoints it reads (console.go)
 
 	// Known paths with an unknown method: 405 in JSON, after the caller is
 	// proved (an unproved caller learns nothing about the API's shape).
@@ -95,7 +96,7 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "host: no such path; the API is under /v1/sessions"))
 	})
-	return mux
+	return secureHeaders(mux)
 }
 
 func (h *Host) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -111,6 +111,8 @@ type Options struct {
 	Now func() time.Time
 	// Logger hears what clients are not told (store failures in detail).
 	Logger *slog.Logger
+	// NoConsole leaves the web console out: / is a 404 like any unknown path.
+	NoConsole bool
 }
 
 // Host serves conversations over HTTP. It is an http.Handler; the caller

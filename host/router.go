@@ -20,6 +20,7 @@ type Router struct {
 	subs map[string]*subscription
 
 	metrics atomic.Pointer[metrics]
+	record  atomic.Pointer[record] // what the console shows (console_record.go)
 	owned   atomic.Bool
 }
 
@@ -35,6 +36,9 @@ func (r *Router) Filter() event.Filter { return event.Filter{Tier: event.TierFul
 func (r *Router) Export(e event.Event) {
 	if m := r.metrics.Load(); m != nil {
 		m.observe(e)
+	}
+	if rc := r.record.Load(); rc != nil {
+		rc.observe(e)
 	}
 	if e.Meta.SessionID == "" {
 		return

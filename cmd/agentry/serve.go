@@ -40,6 +40,7 @@ type serveOptions struct {
 	caps                                       sessionCaps
 	pool                                       int
 	allowUnjailed                              bool
+	checkIns                                   []string // tool names every call of which waits for a person
 
 	// reach is whom the door admits, worked out from --addr and --tokens.
 	reach exposure
@@ -63,6 +64,7 @@ flushed. A second signal exits at once.
 ` + modelHelp,
 		Example: `  agentry serve
   agentry token --tenant acme --principal alice --tokens tokens.txt
+  agentry serve --check-in run_code
   agentry serve --addr 0.0.0.0:8080 --tokens tokens.txt --store postgres://agentry@db/agentry`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -90,6 +92,7 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
 	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
 	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
+	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	return cmd
 }
 
@@ -230,6 +233,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		fmt.Fprintf(stdout, ", events %s", o.events)
 	}
 	fmt.Fprintln(stdout, ")")
+	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (sign in with a token)\n", url)
 	if generated != "" {
 		fmt.Fprintf(stdout, "agentry serve: no --tokens file, so this one token admits tenant \"local\", principal \"local\"; it is shown once and kept nowhere:\n\n    %s\n\n", generated)
 		fmt.Fprintf(stdout, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/sessions\n", generated, url)

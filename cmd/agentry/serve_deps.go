@@ -76,6 +76,10 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		Scope:  toolsession.ScopeSession,
 		Events: toBus,
 	})}
+	if d.tools, err = withCheckIns(d.tools, o.checkIns); err != nil {
+		closeSinks(d.sinks)
+		return serveDeps{}, err
+	}
 	return d, nil
 }
 

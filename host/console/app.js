@@ -1,0 +1,510 @@
+// The agentry console: sign in, the caller's conversations, one
+// conversation's transcript, its current turn streaming, approvals, tool
+// sessions, the turn log and a run's timeline. Everything shown comes from
+// the /v1 API with the caller's token; the page is built with textContent
+// only (the policy refuses HTML from strings).
+
+import { api, stream, token, ApiError } from "./api.js";
+
+const $ = (id) => document.getElementById(id);
+
+// el builds an element: el("li", {class: "x", "aria-label": "y"}, "text", child).
+function el(tag, attrs, ...children) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") n.className = v;
+    else if (k === "text") n.textContent = v;
+    else if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+    else n.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === undefined || c === null || c === false) continue;
+    n.append(c instanceof Node ? c : String(c));
+  }
+  return n;
+}
+
+const short = (id) => (id ? id.replace(/^(ses_|run-?)/, "").slice(0, 8) : "");
+const clock = (t) => new Date(t).toLocaleString([], { dateStyle: "short", timeStyle: "medium" });
+
+function ms(v) {
+  if (v === undefined || v === null || isNaN(v)) return "";
+  if (v === 0) return "0 ms";
+  if (v < 1) return v.toFixed(2) + " ms";
+  if (v < 1000) return Math.round(v) + " ms";
+  const s = v / 1000;
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+  const m = s / 60;
+  if (m < 60) return Math.floor(m) + " min " + Math.round(s % 60) + " s";
+  return Math.floor(m / 60) + " h " + Math.round(m % 60) + " min";
+}
+
+const state = {
+  me: null,
+  convs: [],
+  current: null, // the open conversation's id
+  session: null, // its GET /v1/sessions/{id}
+  busy: false, // a turn or decision in flight
+};
+
+// ---- sign in ----
+
+function showSignedOut(message) {
+  token.clear();
+  state.me = null;
+  state.current = null;
+  $("app").hidden = true;
+  $("signout").hidden = true;
+  $("who").textContent = "";
+  $("signin").hidden = false;
+  $("signin-error").textContent = message || "";
+  $("token").value = "";
+  $("token").focus();
+}
+
+async function signIn(t) {
+  token.set(t);
+  try {
+    state.me = await api("GET", "/v1/me");
+  } catch (e) {
+    showSignedOut(e.status === 401 ? "The host did not accept this token." : e.message);
+    return;
+  }
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  $("signout").hidden = false;
+  $("who").textContent = "Signed in as " + state.me.principal + " (tenant " + state.me.tenant + ")";
+  await loadConvs();
+  const id = location.hash.slice(1);
+  if (/^ses_[0-9a-f]{32}$/.test(id)) await openConv(id);
+}
+
+// fail shows an error where the person is looking; a refused token signs
+// out.
+function fail(e, where) {
+  if (e instanceof ApiError && e.status === 401) {
+    showSignedOut("The host no longer accepts this token; sign in again.");
+    return;
+  }
+  (where || $("conv-error")).textContent = e.message;
+}
+
+// ---- conversations ----
+
+async function loadConvs() {
+  try {
+    const res = await api("GET", "/v1/sessions");
+    state.convs = res.sessions || [];
+  } catch (e) {
+    fail(e);
+    return;
+  }
+  renderConvs();
+}
+
+function renderConvs() {
+  const list = $("conv-list");
+  list.replaceChildren();
+  $("convs-empty").hidden = state.convs.length > 0;
+  for (const c of state.convs) {
+    const current = c.sessionId === state.current;
+    list.append(el("li", {},
+      el("button", {
+        type: "button", class: "conv-item", "data-id": c.sessionId,
+        "aria-current": current ? "true" : undefined,
+        "aria-label": "Conversation " + short(c.sessionId) + ", " + c.state + ", " + c.turns + " turns, updated " + clock(c.updatedAt),
+        onclick: () => openConv(c.sessionId),
+      },
+      el("span", { class: "conv-id" }, short(c.sessionId)),
+      el("span", { class: "badge " + c.state }, c.state),
+      el("span", { class: "conv-meta" }, c.turns + (c.turns === 1 ? " turn · " : " turns · ") + clock(c.updatedAt)))));
+  }
+}
+
+async function newConv() {
+  try {
+    const c = await api("POST", "/v1/sessions", {});
+    await loadConvs();
+    await openConv(c.sessionId);
+    $("message").focus();
+  } catch (e) {
+    fail(e, $("conv-error"));
+  }
+}
+
+async function openConv(id) {
+  state.current = id;
+  if (location.hash !== "#" + id) history.replaceState(null, "", "#" + id);
+  $("conv-none").hidden = true;
+  $("conv-body").hidden = false;
+  $("conv-error").textContent = "";
+  $("live").hidden = true;
+  $("conv-h").textContent = "Conversation " + short(id);
+  $("waterfall").replaceChildren();
+  $("marks").replaceChildren();
+  $("timeline-title").textContent = "Choose a run in the turn log.";
+  renderConvs();
+  await refreshConv();
+  $("conv-h").focus();
+}
+
+// refreshConv reloads everything the conversation view shows.
+async function refreshConv() {
+  const id = state.current;
+  if (!id) return;
+  let s, msgs, turns, tools;
+  try {
+    [s, msgs, turns, tools] = await Promise.all([
+      api("GET", "/v1/sessions/" + id),
+      api("GET", "/v1/sessions/" + id + "/messages"),
+      api("GET", "/v1/sessions/" + id + "/turns"),
+      api("GET", "/v1/sessions/" + id + "/tool-sessions"),
+    ]);
+  } catch (e) {
+    if (e.status === 404) {
+      state.current = null;
+      history.replaceState(null, "", location.pathname);
+      $("conv-body").hidden = true;
+      $("conv-none").hidden = false;
+      $("conv-none").textContent = "No such conversation.";
+      return;
+    }
+    fail(e);
+    return;
+  }
+  if (id !== state.current) return; // another was opened meanwhile
+  state.session = s;
+  renderSession(s);
+  renderTranscript(msgs.messages || []);
+  renderTurns(turns.turns || []);
+  renderTools(tools);
+}
+
+function renderSession(s) {
+  const badge = $("conv-state");
+  badge.textContent = s.state;
+  badge.className = "badge " + s.state;
+  const closed = s.state === "closed";
+  $("close-conv").hidden = closed;
+  $("composer").hidden = closed;
+  const paused = s.state === "paused";
+  $("message").disabled = paused || state.busy;
+  $("send").disabled = paused || state.busy;
+  renderApproval(s);
+  const c = state.convs.find((x) => x.sessionId === s.sessionId);
+  if (c && (c.state !== s.state || c.turns !== s.turns)) {
+    Object.assign(c, { state: s.state, turns: s.turns, updatedAt: s.updatedAt });
+    renderConvs();
+  }
+}
+
+// renderApproval shows a pending check-in, or a pending session
+// interaction (an approval request or a question a provider raised), with
+// Approve / Decline and a note. Both are answered through the decision
+// endpoint. The interaction's shape is read defensively: what it names is
+// shown, nothing is assumed.
+function renderApproval(s) {
+  const box = $("approval");
+  const detail = $("interaction-detail");
+  detail.replaceChildren();
+  const it = s.interaction && typeof s.interaction === "object" ? s.interaction : null;
+  if (!s.pending && !it) {
+    box.hidden = true;
+    return;
+  }
+  const wasHidden = box.hidden;
+  box.hidden = false;
+  if (s.pending) {
+    $("approval-h").textContent = "Waiting for your decision";
+    $("approval-q").textContent = (s.pending.question || "May this call go ahead?") + (s.pending.tool ? " (tool " + s.pending.tool + ")" : "");
+  } else {
+    $("approval-h").textContent = "The agent asks";
+    $("approval-q").textContent = String(it.question || it.message || it.prompt || it.title || "The agent is waiting for you.");
+  }
+  if (it) {
+    detail.hidden = false;
+    const dl = el("dl", {});
+    for (const [k, v] of Object.entries(it)) {
+      if (v === null || v === undefined || v === "") continue;
+      dl.append(el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v)));
+    }
+    detail.append(el("h4", {}, "Session interaction"), dl);
+  } else {
+    detail.hidden = true;
+  }
+  $("approve").disabled = state.busy;
+  $("decline").disabled = state.busy;
+  if (wasHidden) $("approval-h").focus();
+}
+
+// ---- transcript ----
+
+function renderTranscript(msgs) {
+  const ol = $("transcript");
+  ol.replaceChildren();
+  // Group: a person's message, then what the agent did until the next one.
+  let group = null;
+  const flush = () => {
+    if (!group) return;
+    const calls = group.steps;
+    const answer = group.answer;
+    const item = el("li", { class: "msg assistant", "aria-label": "Answer" },
+      el("p", { class: "role" }, "agent"),
+      answer !== null ? el("pre", { class: "answer" }, answer) : el("p", { class: "help" }, "No answer yet."));
+    if (calls.length) {
+      const d = el("details", { class: "calls" },
+        el("summary", {}, calls.length + (calls.length === 1 ? " tool call" : " tool calls")));
+      for (const c of calls) {
+        d.append(el("div", { class: "call" + (c.result && c.result.isError ? " is-error" : "") },
+          el("p", { class: "call-head" }, c.call.name + " ", el("code", {}, c.call.id)),
+          el("pre", { class: "args" }, argsText(c.call)),
+          c.result ? el("pre", { class: "result" }, c.result.content || "(no output)") : el("p", { class: "help" }, "No result recorded.")));
+      }
+      item.append(d);
+    }
+    ol.append(item);
+    group = null;
+  };
+  for (const m of msgs) {
+    if (m.role === "user") {
+      flush();
+      ol.append(el("li", { class: "msg user", "aria-label": "Your message" }, el("p", { class: "role" }, "you"), el("pre", {}, m.content || "")));
+      group = { steps: [], answer: null };
+      continue;
+    }
+    if (!group) group = { steps: [], answer: null };
+    if (m.role === "assistant") {
+      for (const c of m.toolCalls || []) group.steps.push({ call: c, result: null });
+      if (m.content) group.answer = m.content;
+    } else if (m.role === "tool") {
+      const step = group.steps.find((s) => s.call.id === m.toolCallId && !s.result);
+      if (step) step.result = m;
+      else group.steps.push({ call: { id: m.toolCallId || "", name: m.toolName || "tool" }, result: m });
+    }
+  }
+  flush();
+}
+
+function argsText(call) {
+  const a = call.args;
+  if (a === undefined || a === null) return "";
+  if (a && typeof a === "object" && typeof a.code === "string" && Object.keys(a).length === 1) return a.code;
+  return JSON.stringify(a, null, 2);
+}
+
+// ---- the current turn ----
+
+function liveEvent(type, e) {
+  const p = e.payload || {};
+  const short = type.replace(/^agentry\./, "");
+  let text = null;
+  switch (type) {
+    case "agentry.agent.turn_start": text = p.resumed ? "the turn resumes" : "the turn starts"; break;
+    case "agentry.agent.turn_end": text = "the turn ends: " + p.outcome + " (" + ms(p.durationMs) + ")"; break;
+    case "agentry.llm.start": text = "model call " + (p.iteration ?? "") + " starts"; break;
+    case "agentry.llm.end": text = "model call " + (p.iteration ?? "") + " ends: " + (p.error ? "error" : p.stopReason || "done") + " (" + ms(p.durationMs) + ")"; break;
+    case "agentry.llm.delta": $("live-text").textContent += p.text || ""; return;
+    case "agentry.llm.message": $("live-text").textContent = p.content || ""; return;
+    case "agentry.tool.start": text = "tool " + p.tool + " runs"; break;
+    case "agentry.tool.end": text = "tool " + p.tool + (p.isError ? " failed: " + (p.errorClass || "error") : " done") + " (" + ms(p.durationMs) + ")"; break;
+    case "agentry.tools.session_started": text = "tool session " + p.keyHash + " opened on " + (p.runnerId || p.tool); break;
+    case "agentry.tools.session_reused": text = "tool session " + p.keyHash + " reused (call " + p.calls + ")"; break;
+    case "agentry.tools.session_closed": text = "tool session " + p.keyHash + " closed (" + p.reason + ")"; break;
+    case "agentry.tools.code_run": text = "code ran on " + p.runnerId + ": " + (p.ok ? "ok" : "failed") + " (" + ms(p.durationMs) + ")"; break;
+    case "agentry.pause.request": text = "waiting for a person's decision on " + p.tool; break;
+    case "agentry.pause.resume": text = "a person " + (p.approved ? "approved" : "declined") + " " + p.tool; break;
+    default: text = short;
+  }
+  $("live-events").append(el("li", { "data-type": type }, text));
+}
+
+async function runTurn(path, body) {
+  if (state.busy) return;
+  state.busy = true;
+  const id = state.current;
+  $("conv-error").textContent = "";
+  $("live").hidden = false;
+  $("live-text").textContent = "";
+  $("live-message").textContent = body.message !== undefined ? "You: " + body.message :
+    "Your decision: " + (body.approve ? "approve" : "decline") + (body.note ? " — " + body.note : "");
+  $("live-events").replaceChildren();
+  $("live").setAttribute("aria-busy", "true");
+  for (const b of ["send", "approve", "decline", "close-conv"]) $(b).disabled = true;
+  $("message").disabled = true;
+  try {
+    const res = await stream("/v1/sessions/" + id + path, body, liveEvent);
+    if (res.awaiting) {
+      $("live-text").textContent = "Waiting for your decision: " + res.awaiting.question;
+    } else if (typeof res.output === "string") {
+      $("live-text").textContent = res.output;
+    }
+  } catch (e) {
+    fail(e);
+  } finally {
+    state.busy = false;
+    $("live").removeAttribute("aria-busy");
+    $("close-conv").disabled = false;
+    $("approve").disabled = false;
+    $("decline").disabled = false;
+    $("send").disabled = false;
+    $("message").disabled = false;
+    if (id === state.current) await refreshConv();
+    await loadConvs();
+  }
+}
+
+async function sendMessage() {
+  const text = $("message").value;
+  if (!text.trim() || state.busy) return;
+  $("message").value = "";
+  await runTurn("/turns", { message: text });
+  if (!$("approval").hidden) $("approval-h").focus();
+  else $("message").focus();
+}
+
+async function decide(approve) {
+  const note = $("approval-note").value.trim();
+  const body = { approve };
+  if (note) body.note = note;
+  $("approval-note").value = "";
+  await runTurn("/decision", body);
+  if ($("approval").hidden) $("message").focus();
+}
+
+async function closeConv() {
+  const id = state.current;
+  try {
+    await api("DELETE", "/v1/sessions/" + id);
+  } catch (e) {
+    fail(e);
+    return;
+  }
+  $("live").hidden = true;
+  await refreshConv();
+  await loadConvs();
+}
+
+// ---- tool sessions and the turn log ----
+
+function renderTools(res) {
+  const body = $("tool-sessions").tBodies[0];
+  body.replaceChildren();
+  const rows = [...(res.live || []), ...(res.closed || []).slice().reverse()];
+  $("tools-empty").hidden = rows.length > 0;
+  $("tool-sessions").hidden = rows.length === 0;
+  for (const t of rows) {
+    const st = t.live ? "live" : (t.failed ? "close failed" : "closed") + (t.reason ? " (" + t.reason + ")" : "");
+    body.append(el("tr", { class: t.live ? "live" : "closed" },
+      el("td", {}, el("span", { class: "tool-name" }, t.tool + (t.label ? " · " + t.label : "")), el("span", { class: "sub" }, t.runnerId || "")),
+      el("td", {}, el("code", {}, t.keyHash)),
+      el("td", {}, ms(t.heldMs)),
+      el("td", {}, String(t.calls)),
+      el("td", {}, el("span", { class: "badge " + (t.live ? "open" : "closed") }, st))));
+  }
+}
+
+function renderTurns(turns) {
+  const body = $("turns").tBodies[0];
+  body.replaceChildren();
+  for (const t of turns.slice().reverse()) {
+    const took = new Date(t.ended) - new Date(t.started);
+    const runCell = el("td", {});
+    if (t.runId) {
+      runCell.append(el("button", {
+        type: "button", class: "quiet", "aria-label": "Show the timeline of run " + t.runId,
+        onclick: () => showTimeline(t.runId),
+      }, short(t.runId)));
+    }
+    body.append(el("tr", { title: t.error || "" },
+      el("td", {}, String(t.seq)),
+      el("td", {}, t.kind),
+      el("td", {}, el("span", { class: "badge " + t.outcome }, t.outcome), t.error ? el("span", { class: "turn-error" }, " " + t.error) : null),
+      el("td", {}, ms(took)),
+      runCell));
+  }
+}
+
+// ---- a run's timeline ----
+
+async function showTimeline(runId) {
+  let res;
+  try {
+    res = await api("GET", "/v1/sessions/" + state.current + "/timeline?run=" + encodeURIComponent(runId));
+  } catch (e) {
+    fail(e);
+    return;
+  }
+  const wf = $("waterfall");
+  const marks = $("marks");
+  wf.replaceChildren();
+  marks.replaceChildren();
+  const tl = (res.runs || [])[0];
+  if (!tl) {
+    $("timeline-title").textContent = "Run " + short(runId) + ": no events recorded since the host started.";
+    return;
+  }
+  $("timeline-title").textContent = "Run " + runId + (tl.outcome ? " · " + tl.outcome : "") + " · " + ms(tl.durationMs) +
+    (tl.dropped ? " · " + tl.dropped + " events not kept" : "");
+  const total = Math.max(tl.durationMs, 0.001);
+  for (const s of tl.spans) {
+    const bar = el("span", { class: "bar " + s.kind + (s.open ? " open" : "") });
+    // CSSOM, not a style attribute: the policy allows no inline styles.
+    bar.style.setProperty("--start", (100 * s.startMs / total).toFixed(3) + "%");
+    bar.style.setProperty("--width", Math.max(0.4, 100 * s.durationMs / total).toFixed(3) + "%");
+    const label = s.kind + " " + s.name + ": " + ms(s.durationMs) + (s.open ? " so far" : "") + ", from " + ms(s.startMs) + (s.status ? ", " + s.status : "");
+    wf.append(el("li", { class: "span", "aria-label": label },
+      el("span", { class: "span-name" }, el("span", { class: "kind" }, s.kind), " " + s.name),
+      el("span", { class: "track", "aria-hidden": "true" }, bar),
+      el("span", { class: "span-dur" }, ms(s.durationMs) + (s.status ? " · " + s.status : ""))));
+  }
+  for (const m of tl.marks) {
+    marks.append(el("li", {}, ms(m.atMs) + " — " + m.kind.replace(/_/g, " ") + ": " + m.name));
+  }
+}
+
+// ---- wiring ----
+
+function wire() {
+  $("signin-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = $("token").value.trim();
+    $("token").value = "";
+    if (!t) {
+      $("signin-error").textContent = "Paste a token first.";
+      return;
+    }
+    signIn(t);
+  });
+  $("signout").addEventListener("click", () => {
+    history.replaceState(null, "", location.pathname);
+    showSignedOut("Signed out.");
+  });
+  $("refresh").addEventListener("click", async () => {
+    await loadConvs();
+    await refreshConv();
+  });
+  $("new-conv").addEventListener("click", newConv);
+  $("close-conv").addEventListener("click", closeConv);
+  $("composer").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sendMessage();
+  });
+  $("message").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
+      ev.preventDefault();
+      sendMessage();
+    }
+  });
+  $("approve").addEventListener("click", () => decide(true));
+  $("decline").addEventListener("click", () => decide(false));
+  window.addEventListener("hashchange", () => {
+    const id = location.hash.slice(1);
+    if (state.me && /^ses_[0-9a-f]{32}$/.test(id) && id !== state.current) openConv(id);
+  });
+}
+
+wire();
+const saved = token.get();
+if (saved) signIn(saved);
+else showSignedOut("");
