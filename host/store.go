@@ -86,10 +86,11 @@ type Pending struct {
 }
 
 // Message is one entry of a conversation's transcript as the host keeps
-// it: what the person said and what the agent answered. (What the agent
-// did in between is the provider's to keep.)
+// it: what the person said, what the agent did (its activity outputs, in
+// a word or two each: "calling run_code") and what it answered. The
+// agent's own record of the conversation is the provider's to keep.
 type Message struct {
-	Role    string `json:"role"` // "user" or "assistant"
+	Role    string `json:"role"` // "user", "activity" or "assistant"
 	Content string `json:"content,omitempty"`
 	// RunID is the turn the message belongs to.
 	RunID string `json:"runId,omitempty"`

@@ -275,8 +275,9 @@ type turnRun struct {
 	input string // the person's message (kind message)
 	seq   func(func(provider.Output, error) bool)
 
-	answer  strings.Builder // text since the last activity
-	request *provider.Request
+	answer     strings.Builder // text since the last activity
+	activities []string        // what the agent did, for the transcript (bounded)
+	request    *provider.Request
 	outcome provider.Outcome
 	failure string // what a failed turn said
 	err     error  // the stream broke, or the provider refused
@@ -313,6 +314,9 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 		case provider.OutputActivity:
 			t.failure = o.Text
 			t.answer.Reset()
+			if len(t.activities) < maxActivities {
+				t.activities = append(t.activities, clipText(o.Text, maxActivityBytes))
+			}
 		case provider.OutputRequest:
 			t.request = o.Request
 		case provider.OutputTurnCompleted:
@@ -332,6 +336,22 @@ func wantsStream(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// The transcript keeps what the agent did in a turn (its activity
+// outputs: "calling run_code", "run_code returned"), bounded.
+const (
+	maxActivities    = 64
+	maxActivityBytes = 2 << 10
+)
+
+// activityMessages are a turn's activities as transcript entries.
+func (t *turnRun) activityMessages() []Message {
+	out := make([]Message, 0, len(t.activities))
+	for _, a := range t.activities {
+		out = append(out, Message{Role: "activity", Content: a, RunID: t.runID})
+	}
+	return out
 }
 
 // turnResult is the body of a turn's answer: output, or a question.
@@ -393,6 +413,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		if t.kind == "message" {
 			add = append(add, Message{Role: "user", Content: t.input, RunID: t.runID})
 		}
+		add = append(add, t.activityMessages()...)
 		c.State = StatePaused
 		c.Pending = &Pending{Question: t.request.Prompt, Tool: t.request.Tool, Kind: string(t.request.Kind), RequestID: t.request.ID, TurnID: t.runID}
 		c.LastRunID = t.runID
@@ -402,6 +423,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		if t.kind == "message" {
 			add = append(add, Message{Role: "user", Content: t.input, RunID: t.runID})
 		}
+		add = append(add, t.activityMessages()...)
 		answer := t.answer.String()
 		add = append(add, Message{Role: "assistant", Content: answer, RunID: t.runID})
 		c.State, c.Pending, c.LastRunID = StateOpen, nil, t.runID

@@ -328,16 +328,17 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	}
 	a.until("the transcript", `[...document.querySelectorAll("#transcript .msg.assistant .answer")].some((e) => e.textContent === "42")`)
-	// The call and its result are folded under the answer.
-	if n := eval[int](a, `document.querySelectorAll("#transcript details.calls .call").length`); n != 1 {
-		t.Fatalf("%d tool calls folded under the answer", n)
+	// What the agent did (the provider's activities: the call and its
+	// return) is folded under the answer.
+	if n := eval[int](a, `document.querySelectorAll("#transcript details.calls .call").length`); n != 2 {
+		t.Fatalf("%d activities folded under the answer, want the call and its return", n)
 	}
 	if open := eval[bool](a, `document.querySelector("#transcript details.calls").open`); open {
 		t.Fatal("the tool calls are not folded")
 	}
 	a.do("unfold the call", chromedp.Click(chromedp.CSS("#transcript details.calls summary")))
-	if r := a.text("#transcript details.calls .result"); strings.TrimSpace(r) != "42" {
-		t.Fatalf("the folded result: %q", r)
+	if r := a.text("#transcript details.calls"); !strings.Contains(r, "calling run_code") || !strings.Contains(r, "run_code returned") {
+		t.Fatalf("the folded activities: %q", r)
 	}
 
 	// The live tool session: its runner, key hash, held for, calls.

@@ -254,8 +254,12 @@ function renderTranscript(msgs) {
       answer !== null ? el("pre", { class: "answer" }, answer) : el("p", { class: "help" }, "No answer yet."));
     if (calls.length) {
       const d = el("details", { class: "calls" },
-        el("summary", {}, calls.length + (calls.length === 1 ? " tool call" : " tool calls")));
+        el("summary", {}, calls.length + (calls.length === 1 ? " step" : " steps")));
       for (const c of calls) {
+        if (c.activity) {
+          d.append(el("div", { class: "call activity" }, el("p", { class: "call-head" }, c.call.name)));
+          continue;
+        }
         d.append(el("div", { class: "call" + (c.result && c.result.isError ? " is-error" : "") },
           el("p", { class: "call-head" }, c.call.name + " ", el("code", {}, c.call.id)),
           el("pre", { class: "args" }, argsText(c.call)),
@@ -274,6 +278,11 @@ function renderTranscript(msgs) {
       continue;
     }
     if (!group) group = { steps: [], answer: null };
+    if (m.role === "activity") {
+      // What the agent did, as any provider says it ("calling run_code").
+      group.steps.push({ call: { id: "", name: m.content || "activity" }, result: null, activity: true });
+      continue;
+    }
     if (m.role === "assistant") {
       for (const c of m.toolCalls || []) group.steps.push({ call: c, result: null });
       if (m.content) group.answer = m.content;
