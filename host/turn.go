@@ -278,9 +278,9 @@ type turnRun struct {
 	answer     strings.Builder // text since the last activity
 	activities []string        // what the agent did, for the transcript (bounded)
 	request    *provider.Request
-	outcome provider.Outcome
-	failure string // what a failed turn said
-	err     error  // the stream broke, or the provider refused
+	outcome    provider.Outcome
+	failure    string // what a failed turn said
+	err        error  // the stream broke, or the provider refused
 }
 
 // drive runs the turn: it pulls the provider's outputs until a stable
