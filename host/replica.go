@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -97,26 +98,40 @@ type Claim struct {
 // no user, query or fragment.
 func ParseReplicaURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("host: the replica address %s is not a URL; give one such as http://10.0.0.5:8080", quoteAddress(s, nil))
+	}
+	q := quoteAddress(s, u)
 	switch {
-	case err != nil:
-		return nil, fmt.Errorf("host: the replica address %q is not a URL; give one such as http://10.0.0.5:8080", s)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("host: the replica address %q must start with http:// or https://", s)
-	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("host: the replica address %q names no host; give one such as http://10.0.0.5:8080", s)
 	case u.User != nil:
 		return nil, errors.New("host: the replica address must not carry a user or password: replicas forward the caller's own credentials")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(s, "#"):
-		return nil, fmt.Errorf("host: the replica address %q must not have a query or fragment", s)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("host: the replica address %s must start with http:// or https://", q)
 	case u.Opaque != "":
-		return nil, fmt.Errorf("host: the replica address %q is not a hierarchical URL; give one such as http://10.0.0.5:8080", s)
+		return nil, fmt.Errorf("host: the replica address %s is not a hierarchical URL; give one such as http://10.0.0.5:8080", q)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("host: the replica address %s names no host; give one such as http://10.0.0.5:8080", q)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(s, "#"):
+		return nil, fmt.Errorf("host: the replica address %s must not have a query or fragment", q)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := net.LookupPort("tcp", p); err != nil || n <= 0 || n > 65535 {
-			return nil, fmt.Errorf("host: the replica address %q has an invalid port", s)
+			return nil, fmt.Errorf("host: the replica address %s has an invalid port", q)
 		}
 	}
 	return u, nil
+}
+
+// quoteAddress quotes an address for an error, never with what could be
+// a password in it.
+func quoteAddress(s string, u *url.URL) string {
+	if strings.Contains(s, "@") {
+		if u != nil && u.User == nil && !strings.Contains(u.Host, "@") {
+			return strconv.Quote(s)
+		}
+		return "(not shown: it has an @)"
+	}
+	return strconv.Quote(s)
 }
 
 // The note the model gets at the first turn after a takeover from a
