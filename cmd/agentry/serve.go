@@ -117,8 +117,11 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 			return usageError("--advertise: %v", err)
 		}
 	}
-	if o.lease <= 0 {
+	if o.lease < 0 {
 		return usageError("--lease must be a positive duration (for example 15s)")
+	}
+	if o.lease == 0 {
+		o.lease = host.DefaultLeaseTTL
 	}
 
 	var auth host.Authenticator
