@@ -37,6 +37,8 @@ const (
 	CodeStoreUnavailable     Code = "store_unavailable"      // 503
 	CodeProviderUnavailable  Code = "provider_unavailable"   // 503: the provider would not open the session
 	CodeInternal             Code = "internal"               // 500
+	CodeReplicaUnavailable   Code = "replica_unavailable"    // 503: the replica holding the session cannot be reached (Retry-After: until its lease lapses)
+	CodeSessionMoved         Code = "session_moved"          // 503: the session changed replicas while a forwarded request was on its way
 )
 
 // apiError is an error response: {"error": {"code", "message", "field"}}.

@@ -39,6 +39,9 @@ func (h *Host) authed(next func(http.ResponseWriter, *http.Request, tool.Identit
 			writeError(w, newError(http.StatusUnauthorized, code, msg))
 			return
 		}
+		if h.rep != nil && h.rep.route(w, r, o) {
+			return // answered by the replica holding the session
+		}
 		next(w, r, o)
 	}
 }

@@ -48,6 +48,13 @@ type Options struct {
 
 	Store Store
 	Auth  Authenticator
+	// Leases, when set, makes this host one of several replicas sharing
+	// the store (PostgreSQL): a conversation is served by the replica
+	// holding its lease, requests landing elsewhere are forwarded there,
+	// and a conversation whose holder stopped renewing is taken over
+	// (host/sqlstore's Store.Leases). Nil (or OneReplica): this host is
+	// the only one.
+	Leases Leases
 
 	// Bus is where the host's own events (agentry.host.*) go. Leave it nil
 	// for a bus of the host's own that feeds only the Router. The host
@@ -132,6 +139,7 @@ type Host struct {
 	handler  http.Handler
 	lent     *lending
 	cleanups *cleanups
+	rep      *replicas // nil: the only replica
 
 	mu       sync.Mutex
 	live     map[string]*liveConv
@@ -292,6 +300,11 @@ func New(opt Options) (*Host, error) {
 	}, h.cleanups.pending)
 	r.metrics.Store(h.metrics)
 	h.handler = h.routes()
+	if _, one := opt.Leases.(OneReplica); opt.Leases != nil && !one {
+		if h.rep, err = newReplicas(h, opt.Leases); err != nil {
+			return nil, err
+		}
+	}
 	if opt.EvictEvery > 0 && opt.IdleEvict > 0 {
 		h.stopJanitor = make(chan struct{})
 		h.janitorDone = make(chan struct{})
@@ -464,6 +477,13 @@ func (h *Host) shutdown(ctx context.Context) error {
 	if n := h.cleanups.final(cctx); n > 0 {
 		errs = append(errs, fmt.Errorf("host: shutdown: %d provider session cleanups still fail after their last retry; the events and turn logs name them", n))
 	}
+	if h.rep != nil {
+		// Only now, with every session here closed, may another replica
+		// open them.
+		if err := h.rep.close(cctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	h.lent.close(cctx)
 	if h.ownBus {
 		_ = h.bus.Close(cctx)
@@ -521,6 +541,7 @@ func (h *Host) evict(ctx context.Context, lc *liveConv) {
 	h.mu.Lock()
 	delete(h.live, lc.id)
 	h.mu.Unlock()
+	h.releaseLease(ctx, lc.id)
 	h.metrics.evicted.Inc()
 	n := 0
 	if closed {

@@ -108,7 +108,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, o tool.Identit
 		return nil
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		t := &turnRun{kind: "message", runID: newRunID(), input: msg.Message}
-		t.seq = lc.sess.RunTurn(ctx, provider.TurnRequest{TurnID: t.runID, Input: msg.Message})
+		t.seq = lc.sess.RunTurn(ctx, provider.TurnRequest{TurnID: t.runID, Input: h.turnInput(lc.id, msg.Message)})
 		return t
 	})
 }
@@ -138,7 +138,7 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		p := lc.conv.Pending
 		t := &turnRun{kind: "decision", runID: p.TurnID}
-		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note})
+		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: h.turnInput(lc.id, dec.Note)})
 		return t
 	})
 }
@@ -496,6 +496,7 @@ func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identi
 	h.mu.Lock()
 	delete(h.live, id)
 	h.mu.Unlock()
+	h.releaseLease(ctx, id)
 	h.emit(event.TypeHostSessionClosed, &event.HostSession{ToolSessionsClosed: n, Reason: string(toolsession.ReasonSessionEnd)}, id, o)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -9,6 +9,14 @@
 //	go run ./bench/load -sessions 100 -turns 50
 //	go run ./bench/load -url http://127.0.0.1:8080 -tokens raw-tokens.txt -message 'print(1)'
 //
+// Several -url, comma-separated, are replicas of one host on one
+// PostgreSQL: session i is opened (and warmed up) on replica i mod N,
+// which then holds it, and its turns go round the replicas, so (N-1)/N
+// of them are forwarded to the holder. The report gives direct and
+// forwarded turns apart, with their ratio from the same run.
+//
+//	go run ./bench/load -url http://127.0.0.1:8081,http://127.0.0.1:8082,http://127.0.0.1:8083 -tokens raw-tokens.txt -pid 0
+//
 // Every run is bounded: -turns per session and -max-duration in all.
 package main
 
@@ -49,6 +57,7 @@ import (
 type config struct {
 	url, tokensFile, message, store string
 	sessions, turns, principals     int
+	replicas                        int
 	maxDuration                     time.Duration
 	keepOpen, baseline, jail        bool
 	mode, expect                    string
@@ -56,7 +65,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.url, "url", "", "drive this host (default: start one in this process)")
+	flag.StringVar(&c.url, "url", "", "drive this host (default: start one in this process); several, comma-separated, are replicas sharing one store: turns go round them")
 	flag.StringVar(&c.tokensFile, "tokens", "", "with -url: a file of raw bearer tokens, one a line; sessions are spread over them")
 	flag.StringVar(&c.message, "message", "", "what every turn says (default: hello; with -mode interpreter, print(sum(range(1000))))")
 	flag.StringVar(&c.mode, "mode", "answer", "in-process: answer (the scripted model answers, no tools) or interpreter (the scripted calculator runs each message in a persistent interpreter per session)")
@@ -64,6 +73,7 @@ func main() {
 	flag.BoolVar(&c.jail, "jail", false, "with -mode interpreter: run the interpreters inside bubblewrap")
 	flag.IntVar(&c.sessions, "sessions", 100, "concurrent sessions")
 	flag.IntVar(&c.turns, "turns", 50, "turns per session (after one warm-up turn)")
+	flag.IntVar(&c.replicas, "replicas", 1, "in-process: this many hosts on the one -store (a postgres:// URL for more than one), with ownership leases; turns go round them")
 	flag.IntVar(&c.principals, "principals", 10, "in-process: principals the sessions are spread over")
 	flag.StringVar(&c.store, "store", "", "in-process: the store DSN (default: SQLite in a temporary directory; a postgres:// URL works)")
 	flag.DurationVar(&c.maxDuration, "max-duration", 2*time.Minute, "stop after this long whatever is left")
@@ -112,14 +122,19 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		base = b
 	}
 	var tokens []string
-	target := c.url
-	if target == "" {
+	var targets []string
+	for _, u := range strings.Split(c.url, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			targets = append(targets, strings.TrimSuffix(u, "/"))
+		}
+	}
+	if len(targets) == 0 {
 		srv, toks, err := startInProcess(ctx, c)
 		if err != nil {
 			return err
 		}
 		defer srv.stop()
-		target, tokens = srv.url, toks
+		targets, tokens = srv.urls, toks
 		storeName := "SQLite"
 		if strings.HasPrefix(c.store, "postgres") {
 			storeName = "PostgreSQL"
@@ -131,7 +146,10 @@ func run(ctx context.Context, c config, out io.Writer) error {
 				what += " in bubblewrap"
 			}
 		}
-		fmt.Fprintf(out, "host: in process on %s (%s, %s), GOMAXPROCS=%d\n", target, storeName, what, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(out, "host: in process on %s (%s, %s), GOMAXPROCS=%d\n", strings.Join(targets, ", "), storeName, what, runtime.GOMAXPROCS(0))
+		if len(targets) > 1 {
+			fmt.Fprintf(out, "replicas: %d in this process; each session is held by the replica it was opened on, and its turns go round all of them\n", len(targets))
+		}
 	} else {
 		if memRoot == os.Getpid() {
 			memRoot = 0 // the host is elsewhere; -pid names it
@@ -148,9 +166,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		if len(tokens) == 0 {
 			return fmt.Errorf("%s holds no token", c.tokensFile)
 		}
-		fmt.Fprintf(out, "host: %s\n", target)
+		fmt.Fprintf(out, "host: %s\n", strings.Join(targets, ", "))
+		if len(targets) > 1 {
+			fmt.Fprintf(out, "replicas: %d; each session is held by the replica it was opened on, and its turns go round all of them\n", len(targets))
+		}
 	}
-	res, err := drive(ctx, c, target, tokens)
+	res, err := drive(ctx, c, targets, tokens)
 	if err != nil {
 		return err
 	}
@@ -195,13 +216,13 @@ func runBaseline(ctx context.Context, c config) (*result, error) {
 	saved := memRoot
 	memRoot = 0
 	defer func() { memRoot = saved }()
-	return drive(ctx, c, "http://"+ln.Addr().String(), []string{"baseline"})
+	return drive(ctx, c, []string{"http://" + ln.Addr().String()}, []string{"baseline"})
 }
 
 // ---- the in-process host ----
 
 type inProcess struct {
-	url  string
+	urls []string
 	stop func()
 }
 
@@ -214,8 +235,7 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 	for i := range steps {
 		steps[i] = scripted.Step{Text: "ok"}
 	}
-	router := host.NewRouter()
-	opt := agent.Options{ID: "load", Model: scripted.New(steps...), Routes: []agent.Route{{Sink: router, Filter: router.Filter()}}, MaxLiveSessions: 4 * c.sessions}
+	opt := agent.Options{ID: "load", Model: scripted.New(steps...), MaxLiveSessions: 4 * c.sessions}
 	if c.mode == "interpreter" {
 		lo := local.Options{} // session directories under os.TempDir(), which a jail's user can reach
 		if c.jail {
@@ -227,20 +247,6 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 	dsn := c.store
 	if dsn == "" {
 		dsn = filepath.Join(dir, "agentry.db")
-	}
-	var st *sqlstore.Store
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		st, err = postgres.Open(ctx, dsn)
-	} else {
-		st, err = sqlite.Open(ctx, dsn)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), Agent: native.Fixed(opt)})
-	if err != nil {
-		_ = st.Close()
-		return nil, nil, err
 	}
 	var lines, toks []string
 	for i := range max(c.principals, 1) {
@@ -254,29 +260,80 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Router: router,
-		MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxOpenSessions: c.sessions + 1})
-	if err != nil {
-		_ = reg.Dispose(ctx)
-		_ = st.Close()
-		return nil, nil, err
+	pg := strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+	n := max(c.replicas, 1)
+	if n > 1 && !pg {
+		return nil, nil, errors.New("-replicas above 1 share one store: pass -store postgres://…")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	return &inProcess{url: "http://" + ln.Addr().String(), stop: func() {
+	ip := &inProcess{}
+	var stops []func(context.Context)
+	ip.stop = func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = h.Shutdown(sctx)
-		_ = srv.Shutdown(sctx)
-		<-done
-		_ = reg.Dispose(sctx)
+		for _, s := range stops {
+			s(sctx)
+		}
 		_ = os.RemoveAll(dir)
-	}}, toks, nil
+	}
+	for range n {
+		var st *sqlstore.Store
+		if pg {
+			st, err = postgres.Open(ctx, dsn)
+		} else {
+			st, err = sqlite.Open(ctx, dsn)
+		}
+		if err != nil {
+			ip.stop()
+			return nil, nil, err
+		}
+		router := host.NewRouter()
+		o := opt
+		o.Routes = []agent.Route{{Sink: router, Filter: router.Filter()}}
+		reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), Agent: native.Fixed(o)})
+		if err != nil {
+			_ = st.Close()
+			ip.stop()
+			return nil, nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			_ = reg.Dispose(ctx)
+			_ = st.Close()
+			ip.stop()
+			return nil, nil, err
+		}
+		url := "http://" + ln.Addr().String()
+		var leases host.Leases
+		if n > 1 {
+			if leases, err = st.Leases(ctx, sqlstore.LeaseOptions{Replica: host.Replica{Address: url}}); err != nil {
+				_ = ln.Close()
+				_ = reg.Dispose(ctx)
+				_ = st.Close()
+				ip.stop()
+				return nil, nil, err
+			}
+		}
+		h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Router: router, Leases: leases,
+			MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxOpenSessions: c.sessions + 1})
+		if err != nil {
+			_ = ln.Close()
+			_ = reg.Dispose(ctx)
+			_ = st.Close()
+			ip.stop()
+			return nil, nil, err
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = srv.Serve(ln) }()
+		ip.urls = append(ip.urls, url)
+		stops = append(stops, func(sctx context.Context) {
+			_ = h.Shutdown(sctx)
+			_ = srv.Shutdown(sctx)
+			<-done
+			_ = reg.Dispose(sctx)
+		})
+	}
+	return ip, toks, nil
 }
 
 // ---- the driver ----
@@ -289,6 +346,9 @@ type result struct {
 	mem       memReport
 	sorted    bool
 	live      int // live tool sessions while the sessions were held; -1 unknown
+	// direct and forwarded split latencies by whether the turn landed on
+	// the replica holding its session (with several replicas only).
+	direct, forwarded []time.Duration
 	// unexpected is one answer that lacked -expect.
 	unexpected string
 }
@@ -318,13 +378,17 @@ func liveToolSessions(ctx context.Context, hc *http.Client, base string) int {
 
 type client struct {
 	http   *http.Client
-	base   string
+	base   string // where the session was opened (the replica holding it)
 	token  string
 	reqBuf []byte
 }
 
 func (c *client) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+	return c.doAt(ctx, c.base, method, path, body)
+}
+
+func (c *client) doAt(ctx context.Context, base, method, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -341,7 +405,7 @@ func (c *client) do(ctx context.Context, method, path string, body []byte) (int,
 	return res.StatusCode, b, err
 }
 
-func drive(ctx context.Context, c config, base string, tokens []string) (*result, error) {
+func drive(ctx context.Context, c config, bases []string, tokens []string) (*result, error) {
 	tr := &http.Transport{MaxIdleConns: 2 * c.sessions, MaxIdleConnsPerHost: 2 * c.sessions, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
@@ -359,7 +423,7 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
 	for i := range c.sessions {
-		clients[i] = &client{http: hc, base: base, token: tokens[i%len(tokens)], reqBuf: turn}
+		clients[i] = &client{http: hc, base: bases[i%len(bases)], token: tokens[i%len(tokens)], reqBuf: turn}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -390,10 +454,20 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 		return nil, openErr
 	}
 	memHeld := sample()
-	liveHeld := liveToolSessions(ctx, hc, base)
+	liveHeld := 0
+	for _, b := range bases {
+		n := liveToolSessions(ctx, hc, b)
+		if n < 0 {
+			liveHeld = -1
+			break
+		}
+		liveHeld += n
+	}
 
 	res := &result{failures: map[string]int{}, opened: c.sessions}
 	lat := make([][]time.Duration, c.sessions)
+	fwd := make([][]time.Duration, c.sessions)
+	dir := make([][]time.Duration, c.sessions)
 	var failures sync.Map
 	var failed atomic.Int64
 	var odd atomic.Pointer[[]byte]
@@ -401,12 +475,16 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 	for i := range c.sessions {
 		wg.Go(func() {
 			mine := make([]time.Duration, 0, c.turns)
-			for range c.turns {
+			var forwarded, direct []time.Duration
+			for k := range c.turns {
 				if ctx.Err() != nil {
 					break
 				}
+				// Round the replicas, starting from the next one after
+				// the holder's.
+				at := bases[(i+k+1)%len(bases)]
 				t0 := time.Now()
-				code, b, err := clients[i].do(ctx, "POST", "/v1/sessions/"+ids[i]+"/turns", turn)
+				code, b, err := clients[i].doAt(ctx, at, "POST", "/v1/sessions/"+ids[i]+"/turns", turn)
 				d := time.Since(t0)
 				if err == nil && code == http.StatusOK && c.expect != "" && !bytes.Contains(b, []byte(c.expect)) {
 					err = errors.New("unexpected answer")
@@ -428,15 +506,24 @@ func drive(ctx context.Context, c config, base string, tokens []string) (*result
 					failed.Add(1)
 					continue
 				}
+				if at != clients[i].base {
+					forwarded = append(forwarded, d)
+				} else {
+					direct = append(direct, d)
+				}
 				mine = append(mine, d)
 			}
-			lat[i] = mine
+			lat[i], fwd[i], dir[i] = mine, forwarded, direct
 		})
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
-	for _, l := range lat {
+	for i, l := range lat {
 		res.latencies = append(res.latencies, l...)
+		if len(bases) > 1 {
+			res.forwarded = append(res.forwarded, fwd[i]...)
+			res.direct = append(res.direct, dir[i]...)
+		}
 	}
 	failures.Range(func(k, v any) bool { res.failures[k.(string)] = int(v.(*atomic.Int64).Load()); return true })
 	if b := odd.Load(); b != nil {
@@ -486,8 +573,22 @@ func (r *result) print(out io.Writer, c config) {
 			fmt.Fprintf(out, "an unexpected answer: %.300s\n", r.unexpected)
 		}
 	}
+	if len(r.forwarded) > 0 && len(r.direct) > 0 {
+		d, f := percentiles(r.direct), percentiles(r.forwarded)
+		fmt.Fprintf(out, "direct turns (on the holder): %d, p50 %s p99 %s; forwarded turns: %d, p50 %s p99 %s\n",
+			len(r.direct), d(.50).Round(10*time.Microsecond), d(.99).Round(10*time.Microsecond),
+			len(r.forwarded), f(.50).Round(10*time.Microsecond), f(.99).Round(10*time.Microsecond))
+		fmt.Fprintf(out, "forwarded / direct: %.2f× the p50 latency, %.2f× the p99 (same run)\n",
+			f(.50).Seconds()/d(.50).Seconds(), f(.99).Seconds()/d(.99).Seconds())
+	}
 	if r.live >= 0 {
 		fmt.Fprintf(out, "live tool sessions while held: %d\n", r.live)
 	}
 	r.mem.print(out, c.sessions)
+}
+
+// percentiles sorts l and returns its percentile function.
+func percentiles(l []time.Duration) func(float64) time.Duration {
+	slices.Sort(l)
+	return func(p float64) time.Duration { return l[min(len(l)-1, int(p*float64(len(l))))] }
 }

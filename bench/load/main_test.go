@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"regexp"
 	"testing"
 	"time"
@@ -53,5 +54,36 @@ func TestLoadInterpreterMode(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(out.String()) {
 			t.Errorf("the report lacks %s:\n%s", re, out.String())
 		}
+	}
+}
+
+// Three replicas in process on one PostgreSQL: every turn is answered,
+// two in three of them forwarded to the session's holder, and the report
+// sets forwarded turns against direct ones.
+func TestLoadAcrossReplicas(t *testing.T) {
+	dsn := os.Getenv("AGENTRY_TEST_POSTGRES")
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AGENTRY_TEST_POSTGRES is unset under CI=true: run .ci/postgres and export the DSN it prints")
+		}
+		t.Skip("SKIPPING: replicas need PostgreSQL and AGENTRY_TEST_POSTGRES is unset")
+	}
+	var out bytes.Buffer
+	c := config{message: "hello", sessions: 6, turns: 6, principals: 2, replicas: 3, store: dsn, maxDuration: time.Minute}
+	if err := run(context.Background(), c, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, re := range []string{
+		`replicas: 3 in this process`,
+		`turns: 36 answered`,
+		`direct turns \(on the holder\): 12, .*; forwarded turns: 24, `,
+		`forwarded / direct: \d+\.\d+× the p50 latency`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("the report lacks %s:\n%s", re, out.String())
+		}
+	}
+	if bytes.Contains(out.Bytes(), []byte("failures:")) {
+		t.Fatalf("turns failed:\n%s", out.String())
 	}
 }

@@ -33,8 +33,8 @@ func init() { commands = append(commands, newServeCmd) }
 // default.
 type serveOptions struct {
 	addr, tokens, store, events, model, runner string
-	agent                                      string
-	drain, teardown, idleEvict                 time.Duration
+	agent, advertise                           string
+	drain, teardown, idleEvict, lease          time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
 	caps                                       sessionCaps
@@ -93,6 +93,8 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
 	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
+	f.StringVar(&o.advertise, "advertise", "", "with a postgres:// store: the URL the other replicas reach this one at (default: the listen address; a wildcard host becomes this machine's hostname)")
+	f.DurationVar(&o.lease, "lease", host.DefaultLeaseTTL, "with a postgres:// store: how long a conversation's ownership lease lasts unrenewed (renewed every third of it); a dead replica's conversations are taken over after it")
 	return cmd
 }
 
@@ -121,6 +123,17 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	if o.maxLive < 0 {
 		return usageError("--max-live-sessions must not be negative")
+	}
+	if o.advertise != "" {
+		if _, err := host.ParseReplicaURL(o.advertise); err != nil {
+			return usageError("--advertise: %v", err)
+		}
+	}
+	if o.lease < 0 {
+		return usageError("--lease must be a positive duration (for example 15s)")
+	}
+	if o.lease == 0 {
+		o.lease = host.DefaultLeaseTTL
 	}
 
 	var auth host.Authenticator
@@ -207,21 +220,29 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		_ = bus.Close(ctx)
 		deps.close()
 	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		_ = st.Close()
+		dispose()
+		return failure(fmt.Errorf("listening on %s: %w", o.addr, err))
+	}
+	leases, err := replicaLeases(ctx, o, st, ln.Addr())
+	if err != nil {
+		_ = ln.Close()
+		_ = st.Close()
+		dispose()
+		return err
+	}
 	h, err := host.New(host.Options{
-		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router,
+		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router, Leases: leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown,
 	})
 	if err != nil {
+		_ = ln.Close()
 		_ = st.Close()
 		dispose()
 		return usageError("%v", err)
-	}
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		_ = h.Shutdown(context.Background())
-		dispose()
-		return failure(fmt.Errorf("listening on %s: %w", o.addr, err))
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
@@ -234,6 +255,10 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	fmt.Fprintln(stdout, ")")
 	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (sign in with a token)\n", url)
+	if leases != nil {
+		r := leases.Replica()
+		fmt.Fprintf(stdout, "agentry serve: replica %s, reached by the others at %s; conversation leases of %s in postgres\n", r.ID, r.Address, leases.TTL())
+	}
 	if generated != "" {
 		fmt.Fprintf(stdout, "agentry serve: no --tokens file, so this one token admits tenant \"local\", principal \"local\"; it is shown once and kept nowhere:\n\n    %s\n\n", generated)
 		fmt.Fprintf(stdout, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/sessions\n", generated, url)
@@ -289,6 +314,35 @@ func openStore(ctx context.Context, dsn string) (*sqlstore.Store, error) {
 		return nil, usageError("--store is empty; pass a SQLite file path (agentry.db) or a postgres:// URL")
 	}
 	return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+}
+
+// replicaLeases gives a postgres store's host its ownership leases (any
+// number of replicas may share the store); a SQLite store's host is the
+// only one and needs none.
+func replicaLeases(ctx context.Context, o serveOptions, st *sqlstore.Store, listen net.Addr) (host.Leases, error) {
+	if describeStore(o.store) != "postgres" {
+		if o.advertise != "" {
+			return nil, usageError("--advertise is for replicas sharing a postgres:// store; a SQLite store serves one process")
+		}
+		return nil, nil
+	}
+	adv := o.advertise
+	if adv == "" {
+		hostname, port, _ := net.SplitHostPort(listen.String())
+		if ip := net.ParseIP(hostname); ip != nil && ip.IsUnspecified() {
+			name, err := os.Hostname()
+			if err != nil {
+				return nil, usageError("listening on %s, serve cannot tell the other replicas where to reach it (no hostname: %v); pass --advertise http://HOST:PORT", listen, err)
+			}
+			hostname = name
+		}
+		adv = "http://" + net.JoinHostPort(hostname, port)
+	}
+	l, err := st.Leases(ctx, sqlstore.LeaseOptions{Replica: host.Replica{Address: adv}, TTL: o.lease})
+	if err != nil {
+		return nil, failure(err)
+	}
+	return l, nil
 }
 
 func describeStore(dsn string) string {

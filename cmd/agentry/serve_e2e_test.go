@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,7 +45,17 @@ func (p *process) wait() error {
 
 func startBinary(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
+	return startServeBinary(t, bin, nil, args...)
+}
+
+// startServeBinary starts `agentry serve` with env added to this process's
+// environment, and waits until it listens (and, with no --tokens file,
+// until it has printed its token).
+func startServeBinary(t *testing.T, bin string, env []string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	ownTokens := slices.Contains(args, "--tokens")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +88,7 @@ func startBinary(t *testing.T, bin string, args ...string) *process {
 		close(p.done)
 	}()
 	timeout := time.After(60 * time.Second)
-	for p.url == "" || p.token == "" {
+	for p.url == "" || (p.token == "" && !ownTokens) {
 		select {
 		case l, ok := <-lines:
 			if !ok {

@@ -216,6 +216,10 @@ func TestServeFlagErrors(t *testing.T) {
 		{func(o *serveOptions) { o.tokens = "/nonexistent/tokens.txt" }, "--tokens"},
 		{func(o *serveOptions) { o.drain = 0 }, "--drain"},
 		{func(o *serveOptions) { o.model = "gpt-9" }, "--model"},
+		{func(o *serveOptions) { o.advertise = "10.0.0.5:8080" }, "--advertise"},
+		{func(o *serveOptions) { o.advertise = "http://u:pw@10.0.0.5:8080" }, "--advertise"},
+		{func(o *serveOptions) { o.lease = -time.Second }, "--lease"},
+		{func(o *serveOptions) { o.advertise = "http://10.0.0.5:8080" }, "postgres"}, // a SQLite store has no replicas
 	} {
 		o := serveDefaults(t)
 		c.mut(&o)
