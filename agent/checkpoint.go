@@ -232,7 +232,7 @@ func (r *run) pause(b *batch) *Pause {
 		Tools:     slices.Clone(a.toolNames),
 		RunID:     r.id,
 		SessionID: r.session,
-		Identity:  cloneIdentity(r.identity),
+		Identity:  r.identity.Clone(),
 		Iteration: r.iter,
 		Messages:  slices.Clone(r.msgs),
 		Results:   slices.Clone(b.results),
@@ -288,7 +288,7 @@ func (a *Agent) ResumeWith(ctx context.Context, cp Checkpoint, d Decision, opt R
 	if err := a.admit(&cp, extra); err != nil {
 		return Result{}, err
 	}
-	r, err := a.begin(ctx, cp.RunID, cp.SessionID, cloneIdentity(cp.Identity), extra)
+	r, err := a.begin(ctx, cp.RunID, cp.SessionID, cp.Identity.Clone(), extra)
 	if err != nil {
 		return Result{}, err
 	}

@@ -100,12 +100,12 @@ func (a *Agent) Run(ctx context.Context, in Input) (Result, error) {
 		return Result{}, ErrEmptyMessage
 	}
 	var prior []llm.Message
-	identity := cloneIdentity(in.Identity)
+	identity := in.Identity.Clone()
 	if c := in.Conversation; c != nil {
 		if c.Version != 0 && c.Version != ConversationVersion {
 			return Result{}, fmt.Errorf("agent: conversation version %d is not supported (this agent reads version %d)", c.Version, ConversationVersion)
 		}
-		if c.Identity != nil && !sameIdentity(c.Identity, in.Identity) {
+		if c.Identity != nil && !c.Identity.Equal(in.Identity) {
 			return Result{}, ErrIdentityMismatch
 		}
 		prior = c.Messages
@@ -246,7 +246,7 @@ func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
 		return Result{RunID: r.id}, err
 	}
 	return Result{RunID: r.id, Output: out, Conversation: &Conversation{
-		Version: ConversationVersion, Identity: cloneIdentity(r.identity), Messages: r.msgs}}, nil
+		Version: ConversationVersion, Identity: r.identity.Clone(), Messages: r.msgs}}, nil
 }
 
 func errorClass(err error) string {
@@ -565,7 +565,7 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 		if d != nil {
 			ctx = context.WithValue(ctx, decisionKey{}, *d)
 		}
-		call := tool.NewCall(c.Name, id, r.id, r.session, cloneIdentity(r.identity), allScopes(), r.register).
+		call := tool.NewCall(c.Name, id, r.id, r.session, r.identity.Clone(), allScopes(), r.register).
 			WithEvents(r.toolEvent)
 		out, err, panicked := invoke(ctx, e.tool, call, c.Args)
 		var ask *CheckInRequest
@@ -616,21 +616,6 @@ func clip(s string, n int) string {
 
 func allScopes() []toolsession.Scope {
 	return []toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession, toolsession.ScopeShutdown}
-}
-
-func cloneIdentity(id *tool.Identity) *tool.Identity {
-	if id == nil {
-		return nil
-	}
-	c := *id
-	return &c
-}
-
-func sameIdentity(a, b *tool.Identity) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }
 
 // toolEvent carries an event a tool sends through tool.Call.Emit to the

@@ -249,7 +249,7 @@ func (in *instance) load(ctx context.Context, b provider.Binding, identity *tool
 		return Record{}, ErrConversationNotFound
 	case err != nil:
 		return Record{}, fmt.Errorf("native: loading the conversation: %w", err)
-	case !sameIdentity(rec.Conversation.Identity, identity):
+	case !rec.Conversation.Identity.Equal(identity):
 		return Record{}, ErrConversationNotFound
 	}
 	return rec, nil
@@ -258,7 +258,7 @@ func (in *instance) load(ctx context.Context, b provider.Binding, identity *tool
 // open registers a session. save stores its record first (create and
 // branch make a new conversation).
 func (in *instance) open(ctx context.Context, o opening, save bool) (*session, error) {
-	s := &session{in: in, id: o.sessionID, binding: o.binding, identity: cloneIdentity(o.identity), record: o.record}
+	s := &session{in: in, id: o.sessionID, binding: o.binding, identity: o.identity.Clone(), record: o.record}
 	if ht := o.hostTools; ht != nil {
 		for _, spec := range ht.Tools() {
 			if slices.Contains(in.toolNames, spec.Name) {
@@ -302,19 +302,4 @@ func (in *instance) forget(s *session) {
 		delete(in.bindings, s.binding)
 	}
 	in.mu.Unlock()
-}
-
-func cloneIdentity(id *tool.Identity) *tool.Identity {
-	if id == nil {
-		return nil
-	}
-	c := *id
-	return &c
-}
-
-func sameIdentity(a, b *tool.Identity) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }

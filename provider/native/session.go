@@ -107,7 +107,7 @@ func (s *session) newTurnLocked(ctx context.Context, id string, continuation boo
 // after the binding's instructions when there are some.
 func (s *session) conversationLocked() *agent.Conversation {
 	c := s.record.Conversation
-	c.Identity = cloneIdentity(c.Identity)
+	c.Identity = c.Identity.Clone()
 	msgs := make([]llm.Message, 0, len(c.Messages)+1)
 	if s.context != nil {
 		msgs = append(msgs, *s.context)
@@ -142,7 +142,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			return
 		}
 		t := s.newTurnLocked(ctx, req.TurnID, false, "")
-		in := agent.Input{Message: req.Input, SessionID: s.id, Identity: cloneIdentity(s.identity),
+		in := agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity.Clone(),
 			Conversation: s.conversationLocked(), Tools: s.tools}
 		s.mu.Unlock()
 		t.start(func(ctx context.Context) (agent.Result, error) { return s.in.agent.Run(ctx, in) })

@@ -32,10 +32,7 @@ type TurnMark struct {
 // reach a stored record. Messages themselves are treated as immutable.
 func (r Record) clone() Record {
 	r.Conversation.Messages = slices.Clone(r.Conversation.Messages)
-	if id := r.Conversation.Identity; id != nil {
-		c := *id
-		r.Conversation.Identity = &c
-	}
+	r.Conversation.Identity = r.Conversation.Identity.Clone()
 	r.Turns = slices.Clone(r.Turns)
 	return r
 }
