@@ -375,12 +375,12 @@ func (c *checker) open(inst *provider.Instance, b *provider.HostBinding, told *[
 	if err != nil {
 		c.fatalf("creating a session: %v", err)
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	c.adopt(vs)
 	return vs
 }
 
-func (c *checker) adopt(s provider.Session) {
+func (c *checker) adopt(s *provider.ValidatedSession) {
 	c.cleanup(func() { s.Close(context.WithoutCancel(c.ctx), provider.CloseRequested) })
 }
 
@@ -574,7 +574,7 @@ func checkResume(c *checker) {
 	if rs.Binding() != b {
 		c.errorf("the resumed session has another binding")
 	}
-	c.completes(c.turn(rs.(*provider.ValidatedSession), "turn-2", c.f.Prompt), "the turn after resuming")
+	c.completes(c.turn(rs, "turn-2", c.f.Prompt), "the turn after resuming")
 }
 
 func checkBranch(c *checker) {
@@ -601,7 +601,7 @@ func checkBranch(c *checker) {
 	if br.Binding() == src.Binding() {
 		c.errorf("the branch has its source's binding")
 	}
-	c.completes(c.turn(br.(*provider.ValidatedSession), "turn-2", c.f.Prompt), "the branch's turn")
+	c.completes(c.turn(br, "turn-2", c.f.Prompt), "the branch's turn")
 	c.completes(c.turn(src, "turn-2", c.f.Prompt), "the source's turn after branching")
 }
 

@@ -322,7 +322,7 @@ func (w *world) create(t *testing.T, req provider.CreateRequest) *provider.Valid
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	t.Cleanup(func() { vs.Close(context.Background(), provider.CloseRequested) })
 	return vs
 }
@@ -339,7 +339,7 @@ func (w *world) resume(t *testing.T, req provider.ResumeRequest) (*provider.Vali
 	if err != nil {
 		return nil, err
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	t.Cleanup(func() { vs.Close(context.Background(), provider.CloseRequested) })
 	return vs, nil
 }
@@ -356,7 +356,7 @@ func (w *world) branch(t *testing.T, req provider.BranchRequest) (*provider.Vali
 	if err != nil {
 		return nil, err
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	t.Cleanup(func() { vs.Close(context.Background(), provider.CloseRequested) })
 	return vs, nil
 }
