@@ -202,21 +202,21 @@ func (r *run) registerTeardown(o toolsession.Origin, cleanup func(context.Contex
 func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
 	a := r.a
 	start := time.Now()
-	if a.emitting() {
+	if a.wants(event.TypeTurnStart) {
 		a.bus.Export(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
 			Payload: &event.TurnStart{Resumed: b != nil, MessageChars: messageChars, Tools: len(r.defs)}})
-		if b != nil && d != nil {
-			c := b.calls[b.waiting[0].Index]
-			a.bus.Export(event.Event{Type: event.TypePauseResume, Meta: r.meta,
-				Payload: &event.PauseResume{Tool: c.Name, ToolCallID: r.doorID(c.ID), Approved: d.Approve}})
-		}
+	}
+	if b != nil && d != nil && a.wants(event.TypePauseResume) {
+		c := b.calls[b.waiting[0].Index]
+		a.bus.Export(event.Event{Type: event.TypePauseResume, Meta: r.meta,
+			Payload: &event.PauseResume{Tool: c.Name, ToolCallID: r.doorID(c.ID), Approved: d.Approve}})
 	}
 	out, p, err := r.loop(b, d)
 	end := &event.TurnEnd{Iterations: r.turnIter}
 	switch {
 	case p != nil:
 		end.Outcome = event.OutcomePaused
-		if a.emitting() {
+		if a.wants(event.TypePauseRequest) {
 			w := p.Checkpoint.Waiting[0]
 			a.bus.Export(event.Event{Type: event.TypePauseRequest, Meta: r.meta,
 				Payload: &event.PauseRequest{Tool: p.ToolName, ToolCallID: r.doorID(r.msgs[len(r.msgs)-1].ToolCalls[w.Index].ID)}})
@@ -298,7 +298,7 @@ func (r *run) loop(b *batch, d *Decision) (string, *Pause, error) {
 func (r *run) generate() (llm.Response, error) {
 	a := r.a
 	req := llm.Request{System: a.system, Messages: r.msgs[:len(r.msgs):len(r.msgs)], Tools: r.defs[:len(r.defs):len(r.defs)]}
-	if a.emitting() {
+	if a.wants(event.TypeLLMStart) {
 		a.bus.Export(event.Event{Type: event.TypeLLMStart, Meta: r.meta,
 			Payload: &event.LLMStart{Model: a.modelName, Iteration: r.iter, Messages: len(req.Messages), Tools: len(req.Tools)}})
 	}
@@ -310,7 +310,7 @@ func (r *run) generate() (llm.Response, error) {
 	} else {
 		resp, err = a.model.Generate(r.ctx, req)
 	}
-	if a.emitting() {
+	if a.wants(event.TypeLLMEnd) {
 		p := &event.LLMEnd{Model: a.modelName, Iteration: r.iter, DurationMs: event.Ms(time.Since(start)),
 			InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 			StopReason: string(resp.StopReason), ToolCalls: len(resp.ToolCalls)}
@@ -321,10 +321,10 @@ func (r *run) generate() (llm.Response, error) {
 			p.Error = err.Error()
 		}
 		a.bus.Export(event.Event{Type: event.TypeLLMEnd, Meta: r.meta, Payload: p})
-		if err == nil && resp.Text != "" && a.bus.Enabled(event.TypeLLMMessage) {
-			a.bus.Export(event.Event{Type: event.TypeLLMMessage, Meta: r.meta,
-				Payload: &event.LLMMessage{Iteration: r.iter, Role: string(llm.RoleAssistant), Content: resp.Text}})
-		}
+	}
+	if err == nil && resp.Text != "" && a.wants(event.TypeLLMMessage) {
+		a.bus.Export(event.Event{Type: event.TypeLLMMessage, Meta: r.meta,
+			Payload: &event.LLMMessage{Iteration: r.iter, Role: string(llm.RoleAssistant), Content: resp.Text}})
 	}
 	return resp, err
 }
@@ -539,9 +539,11 @@ func (r *run) doorID(modelID string) string { return r.id + ":" + modelID }
 // refuse settles a call that does not run, with a result for the model.
 func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
 	a := r.a
-	if a.emitting() {
-		id := r.doorID(c.ID)
+	id := r.doorID(c.ID)
+	if a.wants(event.TypeToolStart) {
 		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
+	}
+	if a.wants(event.TypeToolEnd) {
 		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id, IsError: true, ErrorClass: class}})
 	}
 	return &CheckpointResult{Content: content, IsError: true, ErrorClass: class}
@@ -553,7 +555,7 @@ func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
 func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	a := r.a
 	id := r.doorID(c.ID)
-	if a.emitting() {
+	if a.wants(event.TypeToolStart) {
 		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
 	}
 	start := time.Now()
@@ -590,7 +592,7 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	}
 	took := time.Since(start)
 	a.fireCall(r.parent, id)
-	if a.emitting() {
+	if a.wants(event.TypeToolEnd) {
 		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
 			DurationMs: event.Ms(took), IsError: res.IsError, ErrorClass: res.ErrorClass}})
 	}
@@ -621,7 +623,7 @@ func allScopes() []toolsession.Scope {
 // toolEvent carries an event a tool sends through tool.Call.Emit to the
 // bus, stamped with this run's meta where the tool left it empty.
 func (r *run) toolEvent(e event.Event) {
-	if !r.a.emitting() {
+	if !r.a.wants(e.Type) {
 		return
 	}
 	if e.Meta.AgentID == "" {
