@@ -26,7 +26,7 @@ type ValidatedSession struct {
 	lease       *lease
 	interrupter Interrupter
 	steerer     Steerer
-	cleanup     *retrier
+	cleanup     retrier
 
 	mu             sync.Mutex
 	phase          phase
@@ -62,11 +62,8 @@ var (
 // error returns.
 func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease, obs *observer, resumed, source Binding) (*ValidatedSession, error) {
 	key := v.caps.ProviderKey
-	s := &ValidatedSession{
-		v: v, id: o.sessionID, mode: o.mode, inner: cand, lease: l,
-		turns: map[string]struct{}{}, requests: map[string]struct{}{},
-	}
-	s.cleanup = newRetrier(s.doClose)
+	s := &ValidatedSession{v: v, id: o.sessionID, mode: o.mode, inner: cand, lease: l}
+	s.cleanup.fn = s.doClose
 	var calls int
 	var reported Binding
 	if obs != nil {
@@ -241,6 +238,9 @@ func (s *ValidatedSession) beginTurn(req TurnRequest) error {
 	if len(req.Input) > s.v.caps.Limits.MaxInputBytes {
 		return violation(key, CodeInvalidInput, "the input is %d bytes; the provider accepts at most %d", len(req.Input), s.v.caps.Limits.MaxInputBytes)
 	}
+	if s.turns == nil {
+		s.turns = map[string]struct{}{}
+	}
 	s.turns[req.TurnID] = struct{}{}
 	s.phase, s.turnID, s.pending = running, req.TurnID, nil
 	return nil
@@ -321,6 +321,9 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 		defer func() {
 			if r := recover(); r != nil {
 				if inHost {
+					// The host's own loop body panicked: the turn was
+					// abandoned mid-way. The panic is the host's.
+					s.quarantine(errors.New("the host's loop body panicked before the turn reached a stable boundary"))
 					panic(r)
 				}
 				if fail != nil {
@@ -472,6 +475,9 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		}
 		s.mu.Lock()
 		_, reused := s.requests[r.ID]
+		if s.requests == nil {
+			s.requests = map[string]struct{}{}
+		}
 		s.requests[r.ID] = struct{}{}
 		s.mu.Unlock()
 		if reused {
@@ -608,7 +614,7 @@ func (s *ValidatedSession) Close(ctx context.Context, reason CloseReason) error 
 	s.mu.Lock()
 	providerClosed := s.providerClosed
 	s.mu.Unlock()
-	ce := CleanupError{Provider: s.v.caps.ProviderKey, Errs: flatten(err), retry: s.cleanup}
+	ce := CleanupError{Provider: s.v.caps.ProviderKey, Errs: flatten(err), retry: &s.cleanup}
 	if providerClosed {
 		return &HostBindingCleanupError{ce}
 	}

@@ -24,10 +24,6 @@ var (
 	errAbandoned   = errors.New("native: the host stopped pulling the turn's outputs")
 )
 
-// outputBuffer is how many outputs a run may get ahead of its host before
-// it waits for the host to pull.
-const outputBuffer = 16
-
 // session is one conversation bound to a session id. The validated
 // wrapper serialises turns; the mutex guards what Interrupt, Close and the
 // agent's events touch while a turn runs.
@@ -61,23 +57,37 @@ type pending struct {
 	cp     agent.Checkpoint
 }
 
-// turn is one run of the agent (a Run, or a ResumeWith continuing one),
-// and the outputs it has produced that the host has not pulled yet.
+// turn is one run of the agent (a Run, or a ResumeWith continuing one).
+// The run executes inside the host's pull: on the goroutine that ranges
+// over the turn's outputs, and each of the agent's progress events is
+// handed to the host's yield as it happens, so the agent is never ahead
+// of what the host has taken. Tool calls that run concurrently report
+// from their own goroutines; yielding is serialised.
 type turn struct {
 	s            *session
 	id           string
 	continuation bool
 	ctx          context.Context
 	cancel       context.CancelCauseFunc
-	out          chan provider.Output
-	gone         chan struct{} // closed when nobody will pull again
-	goneOnce     sync.Once
+	yield        func(provider.Output, error) bool
 	done         chan struct{} // closed when the run has returned
 	started      atomic.Bool   // the agent began the turn (turn_start)
+
+	// yielding serialises calls of yield; it is held while the host has
+	// an output in its hands, so nothing else takes it.
+	yielding sync.Mutex
 
 	mu       sync.Mutex
 	runID    string
 	streamed map[int]bool // iterations whose text arrived as deltas
+	parked   bool         // an output is in the host's hands
+	stopped  bool         // no more outputs: the host stopped pulling, or the session closes
+	// abandoned: the host's yield returned false (or panicked).
+	abandoned bool
+	hostPanic any
+	// closeAfter is set when Close found the run parked in the host's
+	// hands: the run's own goroutine tears the session down when it ends.
+	closeAfter provider.CloseReason
 
 	res agent.Result
 	err error
@@ -90,11 +100,10 @@ func notStarted(format string, args ...any) error {
 }
 
 // newTurnLocked makes t the active turn.
-func (s *session) newTurnLocked(ctx context.Context, id string, continuation bool, runID string) *turn {
+func (s *session) newTurnLocked(ctx context.Context, id string, continuation bool, runID string, yield func(provider.Output, error) bool) *turn {
 	tctx, cancel := context.WithCancelCause(ctx)
 	t := &turn{s: s, id: id, continuation: continuation, ctx: tctx, cancel: cancel, runID: runID,
-		out: make(chan provider.Output, outputBuffer), gone: make(chan struct{}), done: make(chan struct{}),
-		streamed: map[int]bool{}}
+		yield: yield, done: make(chan struct{})}
 	if s.interruptNext == id {
 		s.interruptNext = ""
 		cancel(errInterrupted)
@@ -104,15 +113,15 @@ func (s *session) newTurnLocked(ctx context.Context, id string, continuation boo
 }
 
 // conversationLocked is the conversation a run continues: the stored one,
-// after the binding's instructions when there are some.
+// after the binding's instructions when there are some. The agent copies
+// what it is given, so the stored messages are passed as they are.
 func (s *session) conversationLocked() *agent.Conversation {
 	c := s.record.Conversation
-	c.Identity = c.Identity.Clone()
-	msgs := make([]llm.Message, 0, len(c.Messages)+1)
 	if s.context != nil {
+		msgs := make([]llm.Message, 0, len(c.Messages)+1)
 		msgs = append(msgs, *s.context)
+		c.Messages = append(msgs, c.Messages...)
 	}
-	c.Messages = append(msgs, c.Messages...)
 	return &c
 }
 
@@ -141,12 +150,12 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			yield(provider.Output{}, notStarted("a turn is active in this session"))
 			return
 		}
-		t := s.newTurnLocked(ctx, req.TurnID, false, "")
-		in := agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity.Clone(),
+		t := s.newTurnLocked(ctx, req.TurnID, false, "", yield)
+		in := agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
 			Conversation: s.conversationLocked(), Tools: s.tools}
 		s.mu.Unlock()
-		t.start(func(ctx context.Context) (agent.Result, error) { return s.in.agent.Run(ctx, in) })
-		s.drive(t, nil, yield)
+		t.run(func(ctx context.Context) (agent.Result, error) { return s.in.agent.Run(ctx, in) })
+		s.finish(t, nil)
 	}
 }
 
@@ -171,81 +180,116 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 			return
 		}
 		s.pending = nil
-		t := s.newTurnLocked(ctx, res.TurnID, true, p.cp.RunID)
+		t := s.newTurnLocked(ctx, res.TurnID, true, p.cp.RunID, yield)
 		s.mu.Unlock()
 		d := agent.Decision{Approve: res.Approve, Note: res.Note}
-		t.start(func(ctx context.Context) (agent.Result, error) {
+		t.run(func(ctx context.Context) (agent.Result, error) {
 			return s.in.agent.ResumeWith(ctx, p.cp, d, agent.ResumeOptions{Tools: s.tools})
 		})
-		s.drive(t, p, yield)
+		s.finish(t, p)
 	}
 }
 
-// start runs fn, the agent's side of the turn, in a goroutine the turn's
-// drive (or Close) waits for.
-func (t *turn) start(fn func(context.Context) (agent.Result, error)) {
-	go func() {
-		defer close(t.done)
-		defer func() {
-			if v := recover(); v != nil {
-				t.res, t.err = agent.Result{}, &provider.PanicError{Where: "the agent", Value: v}
-			}
-		}()
-		t.res, t.err = fn(t.ctx)
+// run runs fn, the agent's side of the turn, on the caller's goroutine
+// (the host's pull). A panic of the agent is its error.
+func (t *turn) run(fn func(context.Context) (agent.Result, error)) {
+	defer close(t.done)
+	defer func() {
+		if v := recover(); v != nil {
+			t.res, t.err = agent.Result{}, &provider.PanicError{Where: "the agent", Value: v}
+		}
 	}()
+	t.res, t.err = fn(t.ctx)
 }
 
-// stop cancels the run and releases anything waiting to hand the host an
-// output.
-func (t *turn) stop(cause error) {
-	t.cancel(cause)
-	t.goneOnce.Do(func() { close(t.gone) })
+// stopForClose stops the run for Close. When the run is parked in the
+// host's hands, the teardown is left to the run: it closes the session
+// (reason r) once it has returned, and stopForClose returns true.
+func (t *turn) stopForClose(r provider.CloseReason) (deferred bool) {
+	t.cancel(errClosing)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	if t.parked {
+		t.closeAfter = r
+	}
+	return t.parked
 }
 
-// drive hands the turn's outputs to the host as it pulls them, then how
-// the turn ended. p is the request a continuation answers.
-func (s *session) drive(t *turn, p *pending, yield func(provider.Output, error) bool) {
+// deliver hands one output to the host, unless the turn takes no more.
+func (t *turn) deliver(o provider.Output) {
+	t.yielding.Lock()
+	defer t.yielding.Unlock()
+	t.mu.Lock()
+	if t.stopped {
+		t.mu.Unlock()
+		return
+	}
+	t.parked = true
+	t.mu.Unlock()
+
+	ok, panicked := t.hand(o)
+
+	t.mu.Lock()
+	t.parked = false
+	if !ok {
+		t.stopped, t.abandoned = true, true
+		if panicked != nil {
+			t.hostPanic = panicked
+		}
+	}
+	t.mu.Unlock()
+	if !ok {
+		t.cancel(errAbandoned)
+	}
+}
+
+// hand calls the host's yield, catching a panic of the host's: it is
+// raised again on the pulling goroutine once the run has stopped.
+func (t *turn) hand(o provider.Output) (ok bool, panicked any) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok, panicked = false, v
+		}
+	}()
+	return t.yield(o, nil), nil
+}
+
+// finish ends the turn once its run has returned: the last outputs (or
+// the error), a teardown Close left to the run, and a panic of the
+// host's raised again. p is the request a continuation answers.
+func (s *session) finish(t *turn, p *pending) {
 	defer t.cancel(nil)
-	for {
-		select {
-		case o := <-t.out:
-			if !yield(o, nil) {
-				s.abandon(t)
-				return
+	t.mu.Lock()
+	abandoned, hostPanic, closeAfter := t.abandoned, t.hostPanic, t.closeAfter
+	t.mu.Unlock()
+	if abandoned {
+		s.abandon(t)
+	} else {
+		outs, err := s.conclude(t, p)
+		t.mu.Lock()
+		closeAfter = t.closeAfter
+		t.mu.Unlock()
+		for _, o := range outs {
+			if closeAfter != "" || !t.yield(o, nil) {
+				break
 			}
-			continue
-		case <-t.done:
 		}
-		break
-	}
-	// The run has returned; hand over what it produced before it did.
-	for more := true; more; {
-		select {
-		case o := <-t.out:
-			if !yield(o, nil) {
-				s.abandon(t)
-				return
-			}
-		default:
-			more = false
+		if err != nil && closeAfter == "" {
+			t.yield(provider.Output{}, err)
 		}
 	}
-	outs, err := s.conclude(t, p)
-	for _, o := range outs {
-		if !yield(o, nil) {
-			return
-		}
+	if closeAfter != "" {
+		s.teardown(context.WithoutCancel(t.ctx), closeAfter)
 	}
-	if err != nil {
-		yield(provider.Output{}, err)
+	if hostPanic != nil {
+		panic(hostPanic)
 	}
 }
 
-// abandon ends a turn the host stopped pulling: the run is cancelled and
-// waited for, and a pause it reached is given up.
+// abandon ends a turn the host stopped pulling: the run has been
+// cancelled and has returned; a pause it reached is given up.
 func (s *session) abandon(t *turn) {
-	t.stop(errAbandoned)
-	<-t.done
 	s.mu.Lock()
 	if s.active == t {
 		s.active = nil
@@ -324,7 +368,7 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 		}
 	}
 	s.markLocked(t.id)
-	rec := s.record.clone()
+	rec := s.record.view()
 	s.mu.Unlock()
 	if err := s.in.store.Save(context.WithoutCancel(t.ctx), s.binding, rec); err != nil {
 		return nil, fmt.Errorf("native: saving the conversation after the turn: %w", err)
@@ -381,24 +425,27 @@ func (t *turn) observe(e event.Event) {
 			t.mu.Unlock()
 			return
 		}
-		o = t.s.output(provider.OutputTurnStarted, t.id, nil)
+		o = t.output(provider.OutputTurnStarted, "")
 	case *event.LLMDelta:
+		if t.streamed == nil {
+			t.streamed = map[int]bool{}
+		}
 		t.streamed[p.Iteration] = true
 		if p.Text == "" {
 			t.mu.Unlock()
 			return
 		}
-		o = t.s.output(provider.OutputText, t.id, func(o *provider.Output) { o.Text = p.Text })
+		o = t.output(provider.OutputText, p.Text)
 	case *event.LLMMessage:
 		if p.Role != string(llm.RoleAssistant) || p.Content == "" || t.streamed[p.Iteration] {
 			t.mu.Unlock()
 			return
 		}
-		o = t.s.output(provider.OutputText, t.id, func(o *provider.Output) { o.Text = p.Content })
+		o = t.output(provider.OutputText, p.Content)
 	case *event.ToolStart:
-		o = t.s.output(provider.OutputActivity, t.id, func(o *provider.Output) { o.Text = "calling " + p.Tool })
+		o = t.output(provider.OutputActivity, "calling " + p.Tool)
 	case *event.ToolEnd:
-		o = t.s.output(provider.OutputActivity, t.id, func(o *provider.Output) { o.Text = toolEnded(p) })
+		o = t.output(provider.OutputActivity, toolEnded(p))
 	default:
 		t.mu.Unlock()
 		return
@@ -407,10 +454,12 @@ func (t *turn) observe(e event.Event) {
 	if !t.started.Load() {
 		return // nothing precedes turn.started
 	}
-	select {
-	case t.out <- o:
-	case <-t.gone:
-	}
+	t.deliver(o)
+}
+
+// output is one of the turn's outputs.
+func (t *turn) output(kind provider.OutputKind, text string) provider.Output {
+	return provider.Output{Kind: kind, SessionID: t.s.id, TurnID: t.id, Text: text}
 }
 
 func toolEnded(p *event.ToolEnd) string {
@@ -445,7 +494,7 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 	s.pending = nil
 	s.interruptedWaiting = turnID
 	s.markLocked(turnID)
-	rec := s.record.clone()
+	rec := s.record.view()
 	s.mu.Unlock()
 	if _, err := s.in.agent.AbandonCheckpoint(ctx, p.cp); err != nil {
 		return fmt.Errorf("native: giving up the paused turn: %w", err)
@@ -459,22 +508,35 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 // Close stops a running turn and waits for it, then closes the session's
 // tool sessions: the session-scoped ones, and what a pause still holds
 // (agent.CloseToolSessions abandons the session's pauses).
+//
+// A run parked in the host's hands (the host holds one of its outputs:
+// its loop body is running, or it pulls with iter.Pull and has not asked
+// for the next) cannot be waited for: the host may be the caller. It is
+// cancelled, takes no more outputs, and closes the tool sessions itself
+// as soon as the host lets go of it.
 func (s *session) Close(ctx context.Context, reason provider.CloseReason) error {
 	s.mu.Lock()
 	s.closing = true
 	t := s.active
 	s.mu.Unlock()
 	if t != nil {
-		t.stop(errClosing)
+		if t.stopForClose(reason) {
+			return nil
+		}
 		select {
 		case <-t.done:
 		case <-ctx.Done():
 			return fmt.Errorf("native: the session's turn did not stop before the close's deadline; close again: %w", context.Cause(ctx))
 		}
 	}
+	s.teardown(ctx, reason)
+	return nil
+}
+
+// teardown closes the session's tool sessions and forgets it.
+func (s *session) teardown(ctx context.Context, reason provider.CloseReason) {
 	s.in.agent.CloseToolSessionsReason(ctx, s.id, teardownReason(reason))
 	s.in.forget(s)
-	return nil
 }
 
 func teardownReason(r provider.CloseReason) toolsession.Reason {

@@ -1,7 +1,6 @@
 package native
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"slices"
@@ -37,6 +36,15 @@ func (r Record) clone() Record {
 	return r
 }
 
+// view is r with its slices clipped, to hand to a Store without a copy:
+// the session only ever replaces its messages and appends turn marks, and
+// with no spare capacity shared, neither reaches what the store was given.
+func (r Record) view() Record {
+	r.Conversation.Messages = slices.Clip(r.Conversation.Messages)
+	r.Turns = slices.Clip(r.Turns)
+	return r
+}
+
 // through returns the record as it stood after turn id.
 func (r Record) through(id string) (Record, bool) {
 	for i, m := range r.Turns {
@@ -57,6 +65,10 @@ func (r Record) through(id string) (Record, bool) {
 // conversation when a session is created or branched and after every turn
 // that reaches turn.completed, and loads it to resume or branch. Safe for
 // concurrent use.
+//
+// A Record's slices belong to the caller: Save copies (or encodes) what it
+// keeps rather than holding on to them, and Load returns a record the
+// caller may keep.
 type Store interface {
 	// Load returns the record saved under b, or an error wrapping
 	// ErrNotStored.
@@ -80,13 +92,16 @@ type MemoryStore struct {
 	max int
 
 	mu    sync.Mutex
-	byKey map[provider.Binding]*list.Element
-	order *list.List // of *memoryEntry, most recently saved first
+	byKey map[provider.Binding]*memoryEntry
+	// root links the entries in a ring, most recently saved first.
+	root memoryEntry
+	n    int
 }
 
 type memoryEntry struct {
-	b provider.Binding
-	r Record
+	prev, next *memoryEntry
+	b          provider.Binding
+	r          Record
 }
 
 // NewMemoryStore returns an empty store of at most max conversations
@@ -95,18 +110,20 @@ func NewMemoryStore(max int) *MemoryStore {
 	if max <= 0 {
 		max = DefaultMaxConversations
 	}
-	return &MemoryStore{max: max, byKey: map[provider.Binding]*list.Element{}, order: list.New()}
+	m := &MemoryStore{max: max, byKey: map[provider.Binding]*memoryEntry{}}
+	m.root.prev, m.root.next = &m.root, &m.root
+	return m
 }
 
 // Load returns a copy of the record saved under b.
 func (m *MemoryStore) Load(_ context.Context, b provider.Binding) (Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	el, ok := m.byKey[b]
+	e, ok := m.byKey[b]
 	if !ok {
 		return Record{}, ErrNotStored
 	}
-	return el.Value.(*memoryEntry).r.clone(), nil
+	return e.r.clone(), nil
 }
 
 // Save stores a copy of r under b.
@@ -114,23 +131,39 @@ func (m *MemoryStore) Save(_ context.Context, b provider.Binding, r Record) erro
 	r = r.clone()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if el, ok := m.byKey[b]; ok {
-		el.Value.(*memoryEntry).r = r
-		m.order.MoveToFront(el)
-		return nil
+	e, ok := m.byKey[b]
+	if ok {
+		e.r = r
+		m.unlink(e)
+	} else {
+		e = &memoryEntry{b: b, r: r}
+		m.byKey[b] = e
+		m.n++
 	}
-	m.byKey[b] = m.order.PushFront(&memoryEntry{b: b, r: r})
-	for m.order.Len() > m.max {
-		last := m.order.Back()
-		delete(m.byKey, last.Value.(*memoryEntry).b)
-		m.order.Remove(last)
+	m.pushFront(e)
+	for m.n > m.max {
+		last := m.root.prev
+		m.unlink(last)
+		delete(m.byKey, last.b)
+		m.n--
 	}
 	return nil
+}
+
+func (m *MemoryStore) unlink(e *memoryEntry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+func (m *MemoryStore) pushFront(e *memoryEntry) {
+	e.prev, e.next = &m.root, m.root.next
+	m.root.next.prev = e
+	m.root.next = e
 }
 
 // Len returns how many conversations the store holds.
 func (m *MemoryStore) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.order.Len()
+	return m.n
 }
