@@ -310,7 +310,10 @@ type retrier struct {
 
 	mu      sync.Mutex
 	done    bool
-	running *attempt
+	running bool
+	// shared is made by the first caller that waits for an attempt in
+	// flight; the attempt closes it when it ends.
+	shared *attempt
 }
 
 type attempt struct {
@@ -326,7 +329,12 @@ func (r *retrier) do(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	if a := r.running; a != nil {
+	if r.running {
+		a := r.shared
+		if a == nil {
+			a = &attempt{finished: make(chan struct{})}
+			r.shared = a
+		}
 		r.mu.Unlock()
 		select {
 		case <-a.finished:
@@ -335,19 +343,21 @@ func (r *retrier) do(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 	}
-	a := &attempt{finished: make(chan struct{})}
-	r.running = a
+	r.running = true
 	r.mu.Unlock()
 
 	err := safely("cleanup", func() error { return r.fn(ctx) })
 
 	r.mu.Lock()
-	r.running = nil
+	r.running = false
 	if err == nil {
 		r.done = true
 	}
-	a.err = err
-	close(a.finished)
+	if a := r.shared; a != nil {
+		r.shared = nil
+		a.err = err
+		close(a.finished)
+	}
 	r.mu.Unlock()
 	return err
 }

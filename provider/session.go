@@ -33,8 +33,8 @@ type ValidatedSession struct {
 	turnID         string
 	pending        *Request
 	turnStart      time.Time
-	turns          map[string]struct{}
-	requests       map[string]struct{}
+	turns          idSet
+	requests       idSet
 	busy           int // interrupts and steers in flight
 	closing        bool
 	closed         bool
@@ -101,7 +101,9 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 	if bad != nil {
 		return nil, v.reject(ctx, cand, l, bad)
 	}
-	v.emit(s.id, event.TypeProviderSessionOpened, &event.ProviderSession{Provider: key, Instance: v.opt.instance, Mode: o.mode})
+	if v.emitting() {
+		v.emit(s.id, event.TypeProviderSessionOpened, &event.ProviderSession{Provider: key, Instance: v.opt.instance, Mode: o.mode})
+	}
 	return s, nil
 }
 
@@ -232,16 +234,13 @@ func (s *ValidatedSession) beginTurn(req TurnRequest) error {
 	if err := CheckID(req.TurnID); err != nil {
 		return &ContractError{Provider: key, Code: CodeInvalidInput, Message: "the turn id is malformed", Err: err}
 	}
-	if _, used := s.turns[req.TurnID]; used {
+	if s.turns.has(req.TurnID) {
 		return violation(key, CodeInvalidInput, "the turn id was already used in this session")
 	}
 	if len(req.Input) > s.v.caps.Limits.MaxInputBytes {
 		return violation(key, CodeInvalidInput, "the input is %d bytes; the provider accepts at most %d", len(req.Input), s.v.caps.Limits.MaxInputBytes)
 	}
-	if s.turns == nil {
-		s.turns = map[string]struct{}{}
-	}
-	s.turns[req.TurnID] = struct{}{}
+	s.turns.add(req.TurnID)
 	s.phase, s.turnID, s.pending = running, req.TurnID, nil
 	return nil
 }
@@ -396,7 +395,7 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 			s.phase = waiting
 		} else {
 			s.phase, s.turnID = idle, ""
-			delete(s.turns, turnID)
+			s.turns.remove(turnID)
 		}
 		s.mu.Unlock()
 		yield(Output{}, &OperationError{Provider: key, Op: op, Started: false, Err: ns.err})
@@ -412,7 +411,9 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 		took := time.Since(s.turnStart)
 		s.phase, s.turnID, s.pending = idle, "", nil
 		s.mu.Unlock()
-		s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(held.Outcome), DurationMs: event.Ms(took)})
+		if s.v.emitting() {
+			s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(held.Outcome), DurationMs: event.Ms(took)})
+		}
 		yield(*held, nil)
 	default:
 		s.mu.Lock()
@@ -443,7 +444,9 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		s.mu.Lock()
 		s.turnStart = time.Now()
 		s.mu.Unlock()
-		s.v.emit(s.id, event.TypeProviderTurnStart, &event.ProviderTurn{Provider: key, TurnID: turnID})
+		if s.v.emitting() {
+			s.v.emit(s.id, event.TypeProviderTurnStart, &event.ProviderTurn{Provider: key, TurnID: turnID})
+		}
 		return nil
 	case OutputText, OutputActivity, OutputRequest, OutputTurnCompleted:
 		if !*started {
@@ -474,11 +477,8 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 			}
 		}
 		s.mu.Lock()
-		_, reused := s.requests[r.ID]
-		if s.requests == nil {
-			s.requests = map[string]struct{}{}
-		}
-		s.requests[r.ID] = struct{}{}
+		reused := s.requests.has(r.ID)
+		s.requests.add(r.ID)
 		s.mu.Unlock()
 		if reused {
 			return violation(key, CodeInvalidTurnSequence, "a request id was used before in this session")
@@ -664,9 +664,15 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing, s.closed = false, true
 	s.mu.Unlock()
-	s.v.emit(s.id, event.TypeProviderSessionClosed, &event.ProviderSession{Provider: key, Instance: s.v.opt.instance, Reason: string(reason)})
+	if s.v.emitting() {
+		s.v.emit(s.id, event.TypeProviderSessionClosed, &event.ProviderSession{Provider: key, Instance: s.v.opt.instance, Reason: string(reason)})
+	}
 	return nil
 }
+
+// emitting reports whether the wrapper's events go anywhere, so a payload
+// nobody reads is never built.
+func (v *Validated) emitting() bool { return v.opt.events != nil }
 
 func (v *Validated) emit(sessionID string, typ event.Type, payload any) {
 	if v.opt.events == nil {
@@ -681,4 +687,55 @@ func (v *Validated) emit(sessionID string, typ event.Type, payload any) {
 
 func (v *Validated) emitProblem(sessionID string, code Code, err error) {
 	v.emit(sessionID, event.TypeProviderCleanupFailed, &event.ProviderProblem{Provider: v.caps.ProviderKey, Code: string(code), Error: err.Error()})
+}
+
+// idSet is the set of ids a session has used. Most sessions use a few, so
+// they are kept in a slice; past smallIDSet they move to a map.
+type idSet struct {
+	few  []string
+	many map[string]struct{}
+}
+
+const smallIDSet = 16
+
+func (s *idSet) has(id string) bool {
+	if s.many != nil {
+		_, ok := s.many[id]
+		return ok
+	}
+	for _, x := range s.few {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *idSet) add(id string) {
+	switch {
+	case s.many != nil:
+		s.many[id] = struct{}{}
+	case len(s.few) < smallIDSet:
+		s.few = append(s.few, id)
+	default:
+		s.many = make(map[string]struct{}, 2*smallIDSet)
+		for _, x := range s.few {
+			s.many[x] = struct{}{}
+		}
+		s.many[id] = struct{}{}
+		s.few = nil
+	}
+}
+
+func (s *idSet) remove(id string) {
+	if s.many != nil {
+		delete(s.many, id)
+		return
+	}
+	for i, x := range s.few {
+		if x == id {
+			s.few = append(s.few[:i], s.few[i+1:]...)
+			return
+		}
+	}
 }

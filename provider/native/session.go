@@ -67,11 +67,16 @@ type turn struct {
 	s            *session
 	id           string
 	continuation bool
-	ctx          context.Context
-	cancel       context.CancelCauseFunc
-	yield        func(provider.Output, error) bool
-	done         chan struct{} // closed when the run has returned
-	started      atomic.Bool   // the agent began the turn (turn_start)
+	// ctx is the host's: the run is stopped through agent.CancelRun, so
+	// the turn needs no cancellable context of its own.
+	ctx   context.Context
+	yield func(provider.Output, error) bool
+	// input is what a turn runs; resume and decision what a
+	// continuation does instead.
+	input    agent.Input
+	resume   *pending
+	decision agent.Decision
+	started  atomic.Bool // the agent began the turn (turn_start)
 
 	// yielding serialises calls of yield; it is held while the host has
 	// an output in its hands, so nothing else takes it.
@@ -79,6 +84,7 @@ type turn struct {
 
 	mu       sync.Mutex
 	runID    string
+	cause    error        // why the session stopped the run, if it did
 	streamed map[int]bool // iterations whose text arrived as deltas
 	parked   bool         // an output is in the host's hands
 	stopped  bool         // no more outputs: the host stopped pulling, or the session closes
@@ -88,6 +94,8 @@ type turn struct {
 	// closeAfter is set when Close found the run parked in the host's
 	// hands: the run's own goroutine tears the session down when it ends.
 	closeAfter provider.CloseReason
+	ended      bool          // the run has returned
+	endedCh    chan struct{} // made for a Close that waits; closed when the run returns
 
 	res agent.Result
 	err error
@@ -101,12 +109,10 @@ func notStarted(format string, args ...any) error {
 
 // newTurnLocked makes t the active turn.
 func (s *session) newTurnLocked(ctx context.Context, id string, continuation bool, runID string, yield func(provider.Output, error) bool) *turn {
-	tctx, cancel := context.WithCancelCause(ctx)
-	t := &turn{s: s, id: id, continuation: continuation, ctx: tctx, cancel: cancel, runID: runID,
-		yield: yield, done: make(chan struct{})}
+	t := &turn{s: s, id: id, continuation: continuation, ctx: ctx, runID: runID, yield: yield}
 	if s.interruptNext == id {
 		s.interruptNext = ""
-		cancel(errInterrupted)
+		t.cause = errInterrupted // the run is cancelled as it begins
 	}
 	s.active = t
 	return t
@@ -151,10 +157,10 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			return
 		}
 		t := s.newTurnLocked(ctx, req.TurnID, false, "", yield)
-		in := agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
+		t.input = agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
 			Conversation: s.conversationLocked(), Tools: s.tools}
 		s.mu.Unlock()
-		t.run(func(ctx context.Context) (agent.Result, error) { return s.in.agent.Run(ctx, in) })
+		t.run()
 		s.finish(t, nil)
 	}
 }
@@ -181,25 +187,85 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 		}
 		s.pending = nil
 		t := s.newTurnLocked(ctx, res.TurnID, true, p.cp.RunID, yield)
+		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
 		s.mu.Unlock()
-		d := agent.Decision{Approve: res.Approve, Note: res.Note}
-		t.run(func(ctx context.Context) (agent.Result, error) {
-			return s.in.agent.ResumeWith(ctx, p.cp, d, agent.ResumeOptions{Tools: s.tools})
-		})
+		t.run()
 		s.finish(t, p)
 	}
 }
 
-// run runs fn, the agent's side of the turn, on the caller's goroutine
-// (the host's pull). A panic of the agent is its error.
-func (t *turn) run(fn func(context.Context) (agent.Result, error)) {
-	defer close(t.done)
+// run runs the agent's side of the turn (a Run, or a ResumeWith for a
+// continuation) on the caller's goroutine: the host's pull. A panic of
+// the agent is its error.
+func (t *turn) run() {
+	defer t.end()
 	defer func() {
 		if v := recover(); v != nil {
 			t.res, t.err = agent.Result{}, &provider.PanicError{Where: "the agent", Value: v}
 		}
 	}()
-	t.res, t.err = fn(t.ctx)
+	a := t.s.in.agent
+	if p := t.resume; p != nil {
+		t.res, t.err = a.ResumeWith(t.ctx, p.cp, t.decision, agent.ResumeOptions{Tools: t.s.tools})
+		return
+	}
+	t.res, t.err = a.Run(t.ctx, t.input)
+}
+
+// end marks the run returned, waking a Close that waits for it.
+func (t *turn) end() {
+	t.mu.Lock()
+	t.ended = true
+	if t.endedCh != nil {
+		close(t.endedCh)
+	}
+	t.mu.Unlock()
+}
+
+// detached is ctx without its cancellation: for what must finish after
+// the turn's context is done (a save, a teardown).
+func detached(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// closedChan is a channel that is always closed.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// returned is closed once the run has returned.
+func (t *turn) returned() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return closedChan
+	}
+	if t.endedCh == nil {
+		t.endedCh = make(chan struct{})
+	}
+	return t.endedCh
+}
+
+// cancel stops the run with cause (the first cause stands). A run whose
+// id is not known yet is cancelled as it begins (see observe).
+func (t *turn) cancel(cause error) {
+	t.mu.Lock()
+	if t.cause == nil {
+		t.cause = cause
+	}
+	runID := t.runID
+	t.mu.Unlock()
+	if runID != "" {
+		t.s.in.agent.CancelRun(runID, cause)
+	}
+}
+
+// stoppedBy reports why the session stopped the run, or nil.
+func (t *turn) stoppedBy() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cause
 }
 
 // stopForClose stops the run for Close. When the run is parked in the
@@ -259,7 +325,6 @@ func (t *turn) hand(o provider.Output) (ok bool, panicked any) {
 // the error), a teardown Close left to the run, and a panic of the
 // host's raised again. p is the request a continuation answers.
 func (s *session) finish(t *turn, p *pending) {
-	defer t.cancel(nil)
 	t.mu.Lock()
 	abandoned, hostPanic, closeAfter := t.abandoned, t.hostPanic, t.closeAfter
 	t.mu.Unlock()
@@ -280,7 +345,7 @@ func (s *session) finish(t *turn, p *pending) {
 		}
 	}
 	if closeAfter != "" {
-		s.teardown(context.WithoutCancel(t.ctx), closeAfter)
+		s.teardown(detached(t.ctx), closeAfter)
 	}
 	if hostPanic != nil {
 		panic(hostPanic)
@@ -296,7 +361,7 @@ func (s *session) abandon(t *turn) {
 	}
 	s.mu.Unlock()
 	if t.err == nil && t.res.Paused != nil {
-		_, _ = s.in.agent.AbandonCheckpoint(context.WithoutCancel(t.ctx), t.res.Paused.Checkpoint)
+		_, _ = s.in.agent.AbandonCheckpoint(detached(t.ctx), t.res.Paused.Checkpoint)
 	}
 }
 
@@ -304,7 +369,7 @@ func (s *session) abandon(t *turn) {
 // error, and updates the session.
 func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 	res, err := t.res, t.err
-	cause := context.Cause(t.ctx)
+	cause := t.stoppedBy()
 	interrupted := errors.Is(cause, errInterrupted)
 
 	s.mu.Lock()
@@ -341,7 +406,7 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 		// Interrupted as it paused: the turn ends here, and so does the
 		// pause.
 		s.mu.Unlock()
-		if _, aerr := s.in.agent.AbandonCheckpoint(context.WithoutCancel(t.ctx), res.Paused.Checkpoint); aerr != nil {
+		if _, aerr := s.in.agent.AbandonCheckpoint(detached(t.ctx), res.Paused.Checkpoint); aerr != nil {
 			return nil, fmt.Errorf("native: giving up the pause of an interrupted turn: %w", aerr)
 		}
 		s.mu.Lock()
@@ -351,7 +416,7 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 		outs = []provider.Output{completed(provider.OutcomeCompleted)}
 	case interrupted:
 		outs = []provider.Output{completed(provider.OutcomeInterrupted)}
-	case errors.Is(err, agent.ErrShutdown), t.ctx.Err() != nil, errors.As(err, new(*provider.PanicError)):
+	case errors.Is(err, agent.ErrShutdown), cause != nil, t.ctx.Err() != nil, errors.As(err, new(*provider.PanicError)):
 		// Cancelled by the host's context, by Close, or by the agent's
 		// shutdown; or the agent panicked (a model that panics, say), so
 		// what the run held cannot be vouched for: the turn did not reach
@@ -370,7 +435,7 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 	s.markLocked(t.id)
 	rec := s.record.view()
 	s.mu.Unlock()
-	if err := s.in.store.Save(context.WithoutCancel(t.ctx), s.binding, rec); err != nil {
+	if err := s.in.store.Save(detached(t.ctx), s.binding, rec); err != nil {
 		return nil, fmt.Errorf("native: saving the conversation after the turn: %w", err)
 	}
 	return outs, nil
@@ -421,6 +486,13 @@ func (t *turn) observe(e event.Event) {
 	switch p := e.Payload.(type) {
 	case *event.TurnStart:
 		t.started.Store(true)
+		if cause := t.cause; cause != nil {
+			// Stopped before the run began: stop it now.
+			runID := t.runID
+			t.mu.Unlock()
+			t.s.in.agent.CancelRun(runID, cause)
+			t.mu.Lock()
+		}
 		if t.continuation {
 			t.mu.Unlock()
 			return
@@ -443,7 +515,7 @@ func (t *turn) observe(e event.Event) {
 		}
 		o = t.output(provider.OutputText, p.Content)
 	case *event.ToolStart:
-		o = t.output(provider.OutputActivity, "calling " + p.Tool)
+		o = t.output(provider.OutputActivity, "calling "+p.Tool)
 	case *event.ToolEnd:
 		o = t.output(provider.OutputActivity, toolEnded(p))
 	default:
@@ -524,7 +596,7 @@ func (s *session) Close(ctx context.Context, reason provider.CloseReason) error 
 			return nil
 		}
 		select {
-		case <-t.done:
+		case <-t.returned():
 		case <-ctx.Done():
 			return fmt.Errorf("native: the session's turn did not stop before the close's deadline; close again: %w", context.Cause(ctx))
 		}
