@@ -382,6 +382,43 @@ func (a *Agent) AbandonCheckpoint(ctx context.Context, cp Checkpoint) (int, erro
 	return a.closePaused(ctx, p), nil
 }
 
+// ReleaseCheckpoint lets go of a pause in this process without giving it
+// up: what the paused run holds here closes (its run-scoped tool sessions
+// and the call-scoped sessions of calls that asked mid-call, reason
+// run-end), and the checkpoint stays resumable — in this process or
+// another — as a checkpoint written elsewhere is: the resumed run opens
+// new sessions for what it needs. A host uses it when the live session of
+// a paused conversation goes (an eviction, a shutdown) and the pause is
+// kept for the person to answer later. It refuses what AbandonCheckpoint
+// refuses, and returns how many sessions it closed.
+func (a *Agent) ReleaseCheckpoint(ctx context.Context, cp Checkpoint) (int, error) {
+	if err := cp.check(); err != nil {
+		return 0, err
+	}
+	if len(a.cpKey) > 0 && (cp.MAC == "" || !hmac.Equal([]byte(cp.MAC), []byte(a.mac(cp)))) {
+		return 0, &CheckpointError{Field: "mac", Problem: "the checkpoint is unsigned or its signature does not match"}
+	}
+	if cp.Agent != a.id {
+		return 0, &CheckpointError{Field: "agent", Problem: fmt.Sprintf("written by agent %q, and this is agent %q", cp.Agent, a.id)}
+	}
+	a.mu.Lock()
+	if why, ok := a.spent[cp.ID]; ok {
+		a.mu.Unlock()
+		return 0, why
+	}
+	if err := a.staleLocked(nil, cp.RunID, cp.ID); err != nil {
+		a.mu.Unlock()
+		return 0, err
+	}
+	p, held := a.paused[cp.ID]
+	delete(a.paused, cp.ID)
+	a.mu.Unlock()
+	if !held {
+		return 0, nil // paused elsewhere, or already released: nothing is held here
+	}
+	return a.closePaused(ctx, p), nil
+}
+
 func (a *Agent) closePaused(ctx context.Context, p pausedRun) int {
 	t := a.tier.Load()
 	if t == nil {
