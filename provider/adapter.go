@@ -69,6 +69,18 @@ type Interrupter interface {
 	Interrupt(ctx context.Context, turnID string) error
 }
 
+// Pender is the optional session port of a provider that declares
+// Sessions.ResumePending. The wrapper asks a session it resumed whether
+// the conversation's last turn was waiting on a request when its previous
+// session went (closed with a reason that keeps it, or lost with its
+// process); if so, the session starts out waiting on that request, which
+// the host answers with Resolve (or ends with Interrupt) as if the turn
+// had never left. It is consulted once, when a resume is adopted.
+type Pender interface {
+	// Pending returns the waiting turn's id and its request, or ok false.
+	Pending() (turnID string, req Request, ok bool)
+}
+
 // Steerer is the optional session port that adds input to a running turn.
 type Steerer interface {
 	Steer(ctx context.Context, req SteerRequest) error

@@ -27,8 +27,12 @@ type Capabilities struct {
 // SessionCapabilities: every provider creates sessions; resume and branch
 // are optional ports ([Resumer], [Brancher]).
 type SessionCapabilities struct {
-	Resume bool          `json:"resume"`
-	Branch BranchSupport `json:"branch"`
+	Resume bool `json:"resume"`
+	// ResumePending: a resumed session whose last turn was waiting on a
+	// request comes back waiting on it, so the host can Resolve it. Its
+	// sessions implement [Pender]. Requires Resume.
+	ResumePending bool          `json:"resumePending,omitempty"`
+	Branch        BranchSupport `json:"branch"`
 }
 
 // BranchSupport says whether and how a session can be branched.
@@ -148,6 +152,10 @@ func CheckCapabilities(c Capabilities) (Capabilities, error) {
 	case BranchUnsupported, BranchThroughTurn:
 	default:
 		return bad("sessions.branch must be %q or %q", BranchUnsupported, BranchThroughTurn)
+	}
+
+	if c.Sessions.ResumePending && !c.Sessions.Resume {
+		return bad("sessions.resumePending needs sessions.resume")
 	}
 
 	hb := c.HostBinding

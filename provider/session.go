@@ -97,6 +97,11 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 		bad = portMismatch(key, "interrupt (Interrupter)", v.caps.Turns.Interrupt)
 	case v.caps.Turns.Steer != (s.steerer != nil):
 		bad = portMismatch(key, "steer (Steerer)", v.caps.Turns.Steer)
+	case v.caps.Sessions.ResumePending != isPender(cand):
+		bad = portMismatch(key, "resume pending (Pender)", v.caps.Sessions.ResumePending)
+	}
+	if bad == nil && o.mode == "resume" && v.caps.Sessions.ResumePending {
+		bad = s.restorePending(cand.(Pender))
 	}
 	if bad != nil {
 		return nil, v.reject(ctx, cand, l, bad)
@@ -105,6 +110,52 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 		v.emit(s.id, event.TypeProviderSessionOpened, &event.ProviderSession{Provider: key, Instance: v.opt.instance, Mode: o.mode})
 	}
 	return s, nil
+}
+
+func isPender(s Session) bool {
+	_, ok := s.(Pender)
+	return ok
+}
+
+// restorePending puts a resumed session in the waiting state its provider
+// reports, after checking the request as if the turn had just raised it.
+func (s *ValidatedSession) restorePending(p Pender) *ContractError {
+	key := s.v.caps.ProviderKey
+	var turnID string
+	var req Request
+	var ok bool
+	if err := safely("the provider's Pending", func() error { turnID, req, ok = p.Pending(); return nil }); err != nil {
+		return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "the resumed session's pending request could not be read", Err: err}
+	}
+	if !ok {
+		return nil
+	}
+	if err := CheckID(turnID); err != nil {
+		return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "the pending turn id is malformed", Err: err}
+	}
+	if err := s.checkRequest(&req); err != nil {
+		return err
+	}
+	r := req
+	r.Schema = clone(req.Schema)
+	s.turns.add(turnID)
+	s.requests.add(r.ID)
+	s.phase, s.turnID, s.pending, s.turnStart = waiting, turnID, &r, time.Now()
+	return nil
+}
+
+// Pending returns the active turn's open request: the one a turn ended
+// at, or the one a resumed session came back waiting on. ok is false when
+// no request is pending.
+func (s *ValidatedSession) Pending() (turnID string, req Request, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.phase != waiting || s.busy > 0 || s.pending == nil {
+		return "", Request{}, false
+	}
+	r := *s.pending
+	r.Schema = clone(r.Schema)
+	return s.turnID, r, true
 }
 
 // reject closes a candidate the wrapper refused, and releases its lease.
@@ -428,7 +479,6 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 // sequence so far and the capabilities.
 func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool) error {
 	key := s.v.caps.ProviderKey
-	caps := s.v.caps
 	if out.SessionID != s.id {
 		return violation(key, CodeOutputSessionMismatch, "an output names another session")
 	}
@@ -461,20 +511,8 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		if r == nil {
 			return violation(key, CodeInvalidOperationResult, "a request output carries no request")
 		}
-		switch {
-		case r.Kind == RequestApproval && !caps.Requests.Approval,
-			r.Kind == RequestElicitation && !caps.Requests.Elicitation:
-			return violation(key, CodeOutputCapabilityMismatch, "the provider raised an %s request it does not declare", r.Kind)
-		case r.Kind != RequestApproval && r.Kind != RequestElicitation:
-			return violation(key, CodeOutputCapabilityMismatch, "a request has an unknown kind")
-		}
-		if err := CheckID(r.ID); err != nil {
-			return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request id is malformed", Err: err}
-		}
-		if len(r.Schema) > 0 {
-			if err := checkJSONObject(r.Schema, "the request schema"); err != nil {
-				return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request schema is unusable", Err: err}
-			}
+		if err := s.checkRequest(r); err != nil {
+			return err
 		}
 		s.mu.Lock()
 		reused := s.requests.has(r.ID)
@@ -488,6 +526,27 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		case OutcomeCompleted, OutcomeInterrupted, OutcomeFailed:
 		default:
 			return violation(key, CodeInvalidOperationResult, "turn.completed has an unknown outcome")
+		}
+	}
+	return nil
+}
+
+// checkRequest checks a request against the capabilities.
+func (s *ValidatedSession) checkRequest(r *Request) *ContractError {
+	key, caps := s.v.caps.ProviderKey, s.v.caps
+	switch {
+	case r.Kind == RequestApproval && !caps.Requests.Approval,
+		r.Kind == RequestElicitation && !caps.Requests.Elicitation:
+		return violation(key, CodeOutputCapabilityMismatch, "the provider raised an %s request it does not declare", r.Kind)
+	case r.Kind != RequestApproval && r.Kind != RequestElicitation:
+		return violation(key, CodeOutputCapabilityMismatch, "a request has an unknown kind")
+	}
+	if err := CheckID(r.ID); err != nil {
+		return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request id is malformed", Err: err}
+	}
+	if len(r.Schema) > 0 {
+		if err := checkJSONObject(r.Schema, "the request schema"); err != nil {
+			return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request schema is unusable", Err: err}
 		}
 	}
 	return nil
