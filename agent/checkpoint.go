@@ -72,6 +72,12 @@ type ResumeOptions struct {
 	// Tools are the run's extra tools (Input.Tools), by the names the
 	// checkpoint recorded.
 	Tools []tool.Tool
+	// SessionID, when set, binds the resumed run to this session instead
+	// of the checkpoint's: a conversation re-opened under a new session
+	// id (after a restart or an eviction) continues there, with its
+	// session-scoped tool sessions and its events. Identity is still the
+	// checkpoint's.
+	SessionID string
 }
 
 // ParseCheckpoint decodes a stored checkpoint and checks its shape and
@@ -288,7 +294,11 @@ func (a *Agent) ResumeWith(ctx context.Context, cp Checkpoint, d Decision, opt R
 	if err := a.admit(&cp, extra); err != nil {
 		return Result{}, err
 	}
-	r, err := a.begin(ctx, cp.RunID, cp.SessionID, cp.Identity.Clone(), extra)
+	session := cp.SessionID
+	if opt.SessionID != "" {
+		session = opt.SessionID
+	}
+	r, err := a.begin(ctx, cp.RunID, session, cp.Identity.Clone(), extra)
 	if err != nil {
 		return Result{}, err
 	}

@@ -540,3 +540,33 @@ func TestReleasingAPauseKeepsItResumable(t *testing.T) {
 		t.Fatalf("open %d opened %d closed %d", open, opened, closed)
 	}
 }
+
+// A resume may bind the run to the session its conversation was re-opened
+// under: its events and the session it belongs to are the new one's.
+func TestResumeUnderAnotherSession(t *testing.T) {
+	t.Parallel()
+	w := newWorkspaces(t)
+	var ran atomic.Int32
+	a, rec := newAgent(t, agent.Options{Model: approvalScript(), Tools: []tool.Tool{w.tool("notes", toolsession.ScopeRun), deployTool(&ran)}})
+	res, err := a.Run(bg(), agent.Input{Message: "x", SessionID: "old"})
+	if err != nil || res.Paused == nil {
+		t.Fatal(res, err)
+	}
+	if _, err := a.ReleaseCheckpoint(bg(), res.Paused.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rec.all())
+	out, err := a.ResumeWith(bg(), res.Paused.Checkpoint, agent.Decision{Approve: true}, agent.ResumeOptions{SessionID: "new"})
+	if err != nil || out.Output != "deployed" {
+		t.Fatal(out, err)
+	}
+	evs := rec.all()[before:]
+	if len(evs) == 0 {
+		t.Fatal("the resumed run emitted nothing")
+	}
+	for _, e := range evs {
+		if e.Meta.RunID == res.RunID && e.Meta.SessionID != "new" {
+			t.Fatalf("%s of the resumed run has session %q", e.Type, e.Meta.SessionID)
+		}
+	}
+}
