@@ -272,8 +272,18 @@ type worldOption func(*agent.Options)
 
 func newWorld(t *testing.T, opts ...worldOption) *world {
 	t.Helper()
-	w := &world{model: &promptModel{}, lab: newLab(), sink: &recordSink{}, dir: filepath.Clean(t.TempDir())}
-	d, err := native.NewDriver(native.Config{Agent: func(ctx context.Context, def provider.Definition) (agent.Options, error) {
+	return newWorldOn(t, nil, nil, opts...)
+}
+
+// newWorldOn is newWorld over a given store and lab (nil: new ones): a
+// second world on the first one's is the same agent after a restart.
+func newWorldOn(t *testing.T, store native.Store, l *lab, opts ...worldOption) *world {
+	t.Helper()
+	if l == nil {
+		l = newLab()
+	}
+	w := &world{model: &promptModel{}, lab: l, sink: &recordSink{}, dir: filepath.Clean(t.TempDir())}
+	d, err := native.NewDriver(native.Config{Store: store, Agent: func(ctx context.Context, def provider.Definition) (agent.Options, error) {
 		o := agent.Options{ID: "native-test", Model: w.model, Tools: w.lab.tools(), MaxIterations: 6,
 			Sinks: []event.Sink{w.sink}}
 		for _, f := range opts {

@@ -68,14 +68,14 @@ func (d *Driver) ProviderKey() string { return d.key }
 func (d *Driver) SupportsMultipleInstances() bool { return true }
 
 // Capabilities is what every native instance declares, under key: create,
-// resume and branch through a turn; interrupt (no steer: a running agent
+// resume (a paused turn comes back waiting) and branch through a turn; interrupt (no steer: a running agent
 // takes no new input); approval requests (a check-in pause), no
 // elicitation; host bindings with instructions placed as context (the
 // agent's system prompt is fixed when it is built); no authentication.
 func Capabilities(key string) provider.Capabilities {
 	return provider.Capabilities{
 		ProviderKey: key,
-		Sessions:    provider.SessionCapabilities{Resume: true, Branch: provider.BranchThroughTurn},
+		Sessions:    provider.SessionCapabilities{Resume: true, ResumePending: true, Branch: provider.BranchThroughTurn},
 		Turns:       provider.TurnCapabilities{Interrupt: true},
 		Requests:    provider.RequestCapabilities{Approval: true},
 		HostBinding: provider.HostBindingSupport{Supported: true,
@@ -258,7 +258,8 @@ func (in *instance) load(ctx context.Context, b provider.Binding, identity *tool
 // open registers a session. save stores its record first (create and
 // branch make a new conversation).
 func (in *instance) open(ctx context.Context, o opening, save bool) (*session, error) {
-	s := &session{in: in, id: o.sessionID, binding: o.binding, identity: o.identity.Clone(), record: o.record}
+	s := &session{in: in, id: o.sessionID, binding: o.binding, identity: o.identity.Clone(), record: o.record,
+		pending: o.record.Pending}
 	if ht := o.hostTools; ht != nil {
 		for _, spec := range ht.Tools() {
 			if slices.Contains(in.toolNames, spec.Name) {

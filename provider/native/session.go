@@ -39,23 +39,34 @@ type session struct {
 	record Record
 	active *turn
 	// pending is the paused run a request waits on.
-	pending *pending
+	pending *PendingTurn
 	// interruptNext is a turn interrupted before its run began.
 	interruptNext string
 	// interruptedWaiting is the last waiting turn an interrupt ended.
 	interruptedWaiting string
 	closing            bool
+	// unsaved: a close gave up the waiting turn and has not stored that
+	// yet; a retried Close stores it.
+	unsaved bool
 }
 
 var (
 	_ provider.Session     = (*session)(nil)
 	_ provider.Interrupter = (*session)(nil)
+	_ provider.Pender      = (*session)(nil)
 )
 
-type pending struct {
-	turnID string
-	cp     agent.Checkpoint
+// Pending reports the turn a resumed conversation was waiting on (the
+// pause its record keeps) as the approval request it raised.
+func (s *session) Pending() (string, provider.Request, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		return "", provider.Request{}, false
+	}
+	return s.pending.TurnID, s.pending.request(), true
 }
+
 
 // turn is one run of the agent (a Run, or a ResumeWith continuing one).
 // The run executes inside the host's pull: on the goroutine that ranges
@@ -74,7 +85,7 @@ type turn struct {
 	// input is what a turn runs; resume and decision what a
 	// continuation does instead.
 	input    agent.Input
-	resume   *pending
+	resume   *PendingTurn
 	decision agent.Decision
 	started  atomic.Bool // the agent began the turn (turn_start)
 
@@ -180,13 +191,27 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 			s.mu.Unlock()
 			yield(s.output(provider.OutputTurnCompleted, res.TurnID, func(o *provider.Output) { o.Outcome = provider.OutcomeInterrupted }), nil)
 			return
-		case p == nil || p.turnID != res.TurnID || p.cp.ID != res.RequestID:
+		case p == nil || p.TurnID != res.TurnID || p.Checkpoint.ID != res.RequestID:
 			s.mu.Unlock()
 			yield(provider.Output{}, notStarted("no request with that id is pending in this turn"))
 			return
 		}
-		s.pending = nil
-		t := s.newTurnLocked(ctx, res.TurnID, true, p.cp.RunID, yield)
+		// The stored pause goes before the run continues: a process that
+		// dies mid-way loses the pause rather than answering it twice.
+		s.pending, s.record.Pending = nil, nil
+		rec := s.record.view()
+		s.mu.Unlock()
+		if err := s.in.store.Save(detached(ctx), s.binding, rec); err != nil {
+			s.mu.Lock()
+			if !s.closing {
+				s.pending, s.record.Pending = p, p
+			}
+			s.mu.Unlock()
+			yield(provider.Output{}, notStarted("saving the conversation before answering its pause: %v", err))
+			return
+		}
+		s.mu.Lock()
+		t := s.newTurnLocked(ctx, res.TurnID, true, p.Checkpoint.RunID, yield)
 		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
 		s.mu.Unlock()
 		t.run()
@@ -206,7 +231,7 @@ func (t *turn) run() {
 	}()
 	a := t.s.in.agent
 	if p := t.resume; p != nil {
-		t.res, t.err = a.ResumeWith(t.ctx, p.cp, t.decision, agent.ResumeOptions{Tools: t.s.tools})
+		t.res, t.err = a.ResumeWith(t.ctx, p.Checkpoint, t.decision, agent.ResumeOptions{Tools: t.s.tools, SessionID: t.s.id})
 		return
 	}
 	t.res, t.err = a.Run(t.ctx, t.input)
@@ -324,7 +349,7 @@ func (t *turn) hand(o provider.Output) (ok bool, panicked any) {
 // finish ends the turn once its run has returned: the last outputs (or
 // the error), a teardown Close left to the run, and a panic of the
 // host's raised again. p is the request a continuation answers.
-func (s *session) finish(t *turn, p *pending) {
+func (s *session) finish(t *turn, p *PendingTurn) {
 	t.mu.Lock()
 	abandoned, hostPanic, closeAfter := t.abandoned, t.hostPanic, t.closeAfter
 	t.mu.Unlock()
@@ -367,7 +392,7 @@ func (s *session) abandon(t *turn) {
 
 // conclude maps how the run ended to the turn's last outputs, or to an
 // error, and updates the session.
-func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
+func (s *session) conclude(t *turn, p *PendingTurn) ([]provider.Output, error) {
 	res, err := t.res, t.err
 	cause := t.stoppedBy()
 	interrupted := errors.Is(cause, errInterrupted)
@@ -379,12 +404,20 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 	if !t.started.Load() {
 		// The agent refused before the turn began (a busy or shut-down
 		// agent, an empty message, a spent checkpoint): nothing happened.
-		if p != nil && !s.closing {
-			s.pending = p
+		restore := p != nil && !s.closing
+		if restore {
+			s.pending, s.record.Pending = p, p
 		}
+		rec := s.record.view()
 		s.mu.Unlock()
 		if err == nil {
 			err = errors.New("native: the agent returned without starting the turn")
+		}
+		if restore {
+			// The pause still waits: store it again.
+			if serr := s.in.store.Save(detached(t.ctx), s.binding, rec); serr != nil {
+				err = errors.Join(err, fmt.Errorf("native: storing the pause again: %w", serr))
+			}
 		}
 		return nil, fmt.Errorf("%w: %w", provider.ErrNotStarted, err)
 	}
@@ -395,13 +428,19 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 	var outs []provider.Output
 	switch {
 	case err == nil && res.Paused != nil && !interrupted:
-		s.pending = &pending{turnID: t.id, cp: res.Paused.Checkpoint}
+		pt := &PendingTurn{TurnID: t.id, Question: res.Paused.Question, Tool: res.Paused.ToolName, Checkpoint: res.Paused.Checkpoint}
+		s.pending, s.record.Pending = pt, pt
+		rec := s.record.view()
 		s.mu.Unlock()
-		pause := res.Paused
-		return []provider.Output{s.output(provider.OutputRequest, t.id, func(o *provider.Output) {
-			o.Request = &provider.Request{ID: pause.Checkpoint.ID, Kind: provider.RequestApproval,
-				Prompt: pause.Question, Tool: pause.ToolName}
-		})}, nil
+		// Stored, so the pause survives the session: a resume comes back
+		// waiting on it.
+		if err := s.in.store.Save(detached(t.ctx), s.binding, rec); err != nil {
+			return nil, fmt.Errorf("native: saving the paused turn: %w", err)
+		}
+		r := pt.request()
+		o := s.output(provider.OutputRequest, t.id, nil)
+		o.Request = &r
+		return []provider.Output{o}, nil
 	case err == nil && res.Paused != nil:
 		// Interrupted as it paused: the turn ends here, and so does the
 		// pause.
@@ -557,18 +596,18 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 		return nil
 	}
 	p := s.pending
-	if p == nil || p.turnID != turnID {
+	if p == nil || p.TurnID != turnID {
 		// Not begun yet (or already over: turn ids are never reused).
 		s.interruptNext = turnID
 		s.mu.Unlock()
 		return nil
 	}
-	s.pending = nil
+	s.pending, s.record.Pending = nil, nil
 	s.interruptedWaiting = turnID
 	s.markLocked(turnID)
 	rec := s.record.view()
 	s.mu.Unlock()
-	if _, err := s.in.agent.AbandonCheckpoint(ctx, p.cp); err != nil {
+	if _, err := s.in.agent.AbandonCheckpoint(ctx, p.Checkpoint); err != nil && !errors.Is(err, agent.ErrCheckpointAbandoned) {
 		return fmt.Errorf("native: giving up the paused turn: %w", err)
 	}
 	if err := s.in.store.Save(ctx, s.binding, rec); err != nil {
@@ -578,8 +617,13 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 }
 
 // Close stops a running turn and waits for it, then closes the session's
-// tool sessions: the session-scoped ones, and what a pause still holds
-// (agent.CloseToolSessions abandons the session's pauses).
+// tool sessions: the session-scoped ones, and what a pause still holds.
+// A waiting turn is given up only when the host asks for the close
+// (CloseRequested): the pause is abandoned and the stored conversation
+// no longer waits. Any other reason (shutdown, eviction, a rejected
+// opening) keeps it: what the pause holds here closes
+// (agent.ReleaseCheckpoint), and a later Resume comes back waiting on
+// the request.
 //
 // A run parked in the host's hands (the host holds one of its outputs:
 // its loop body is running, or it pulls with iter.Pull and has not asked
@@ -601,7 +645,45 @@ func (s *session) Close(ctx context.Context, reason provider.CloseReason) error 
 			return fmt.Errorf("native: the session's turn did not stop before the close's deadline; close again: %w", context.Cause(ctx))
 		}
 	}
+	if err := s.settlePause(ctx, reason); err != nil {
+		return err
+	}
 	s.teardown(ctx, reason)
+	return nil
+}
+
+// settlePause deals with a waiting turn as the session closes: kept for a
+// later Resume, or given up when the host closes the conversation.
+func (s *session) settlePause(ctx context.Context, reason provider.CloseReason) error {
+	s.mu.Lock()
+	p := s.pending
+	keep := reason != provider.CloseRequested
+	if p != nil && !keep {
+		s.pending, s.record.Pending = nil, nil
+		s.markLocked(p.TurnID)
+		s.unsaved = true
+	}
+	unsaved := s.unsaved
+	rec := s.record.view()
+	s.mu.Unlock()
+	if p != nil && keep {
+		// Not held here any more; a checkpoint already spent here has
+		// nothing left to release.
+		if _, err := s.in.agent.ReleaseCheckpoint(ctx, p.Checkpoint); err != nil &&
+			!errors.Is(err, agent.ErrCheckpointAbandoned) && !errors.Is(err, agent.ErrAlreadyResumed) {
+			return fmt.Errorf("native: releasing the paused turn; close again: %w", err)
+		}
+	}
+	if unsaved {
+		// The teardown abandons the pause in the agent; the store must no
+		// longer say the conversation waits.
+		if err := s.in.store.Save(ctx, s.binding, rec); err != nil {
+			return fmt.Errorf("native: saving the conversation after giving up its waiting turn; close again: %w", err)
+		}
+		s.mu.Lock()
+		s.unsaved = false
+		s.mu.Unlock()
+	}
 	return nil
 }
 

@@ -18,6 +18,47 @@ type Record struct {
 	// Turns marks where each completed turn ended, in order, so a branch
 	// can copy the conversation through one of them.
 	Turns []TurnMark `json:"turns"`
+	// Pending is the turn that paused for a person and still waits, or
+	// nil: a resumed session comes back waiting on it.
+	Pending *PendingTurn `json:"pending,omitempty"`
+}
+
+// PendingTurn is a turn that paused for a person (a check-in): the
+// approval request it raised, and the agent's checkpoint that answering
+// it resumes. Plain JSON, like the rest of the record.
+type PendingTurn struct {
+	TurnID     string           `json:"turnId"`
+	Question   string           `json:"question"`
+	Tool       string           `json:"tool,omitempty"`
+	Checkpoint agent.Checkpoint `json:"checkpoint"`
+}
+
+// request is the approval request the pause raised; its id is the
+// checkpoint's.
+func (p *PendingTurn) request() provider.Request {
+	return provider.Request{ID: p.Checkpoint.ID, Kind: provider.RequestApproval, Prompt: p.Question, Tool: p.Tool}
+}
+
+// clone copies what a PendingTurn holds, so nothing is shared.
+func (p *PendingTurn) clone() *PendingTurn {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	cp := &c.Checkpoint
+	cp.Tools = slices.Clone(cp.Tools)
+	cp.ExtraTools = slices.Clone(cp.ExtraTools)
+	cp.Identity = cp.Identity.Clone()
+	cp.Messages = slices.Clone(cp.Messages)
+	cp.Results = slices.Clone(cp.Results)
+	for i, r := range cp.Results {
+		if r != nil {
+			x := *r
+			cp.Results[i] = &x
+		}
+	}
+	cp.Waiting = slices.Clone(cp.Waiting)
+	return &c
 }
 
 // TurnMark says that the turn ID ended with the conversation's first
@@ -33,12 +74,14 @@ func (r Record) clone() Record {
 	r.Conversation.Messages = slices.Clone(r.Conversation.Messages)
 	r.Conversation.Identity = r.Conversation.Identity.Clone()
 	r.Turns = slices.Clone(r.Turns)
+	r.Pending = r.Pending.clone()
 	return r
 }
 
 // view is r with its slices clipped, to hand to a Store without a copy:
-// the session only ever replaces its messages and appends turn marks, and
-// with no spare capacity shared, neither reaches what the store was given.
+// the session only ever replaces its messages and pending turn and
+// appends turn marks, and with no spare capacity shared, none of that
+// reaches what the store was given.
 func (r Record) view() Record {
 	r.Conversation.Messages = slices.Clip(r.Conversation.Messages)
 	r.Turns = slices.Clip(r.Turns)
@@ -55,6 +98,7 @@ func (r Record) through(id string) (Record, bool) {
 			out := r.clone()
 			out.Conversation.Messages = out.Conversation.Messages[:m.Messages:m.Messages]
 			out.Turns = out.Turns[: i+1 : i+1]
+			out.Pending = nil // a branch continues a completed turn; it waits on nothing
 			return out, true
 		}
 	}
