@@ -67,7 +67,6 @@ func (s *session) Pending() (string, provider.Request, bool) {
 	return s.pending.TurnID, s.pending.request(), true
 }
 
-
 // turn is one run of the agent (a Run, or a ResumeWith continuing one).
 // The run executes inside the host's pull: on the goroutine that ranges
 // over the turn's outputs, and each of the agent's progress events is
