@@ -4,8 +4,9 @@
 // subtest: materialise and readiness; create with exactly one binding
 // callback; a turn to a stable boundary with well-formed outputs; resolve
 // a request (when requests are declared); interrupt and steer (when
-// declared); idempotent close; resume to an equal binding and branch to a
-// new one (when declared); host bindings (claim, invoke, capacity, release
+// declared); idempotent close; resume to an equal binding, a waiting turn
+// that survives a close for shutdown, and branch to a new one (when
+// declared); host bindings (claim, invoke, capacity, release
 // on close; when declared); idempotent registry disposal.
 //
 // The kit watches the adapter from between the validated wrapper and the
@@ -88,6 +89,7 @@ const (
 	CheckSteer       = "steer"
 	CheckClose       = "close"
 	CheckResume      = "resume"
+	CheckResumeWait  = "resume_pending"
 	CheckBranch      = "branch"
 	CheckHostClaim   = "host_binding/claim"
 	CheckHostInvoke  = "host_binding/invoke"
@@ -112,6 +114,7 @@ var checks = []check{
 	{CheckSteer, []string{CheckTurn}, func(c provider.Capabilities) bool { return c.Turns.Steer }, checkSteer},
 	{CheckClose, []string{CheckCreate}, nil, checkClose},
 	{CheckResume, []string{CheckTurn, CheckClose}, func(c provider.Capabilities) bool { return c.Sessions.Resume }, checkResume},
+	{CheckResumeWait, []string{CheckResolve, CheckResume}, func(c provider.Capabilities) bool { return c.Sessions.ResumePending }, checkResumePending},
 	{CheckBranch, []string{CheckTurn}, func(c provider.Capabilities) bool { return c.Sessions.Branch == provider.BranchThroughTurn }, checkBranch},
 	{CheckHostClaim, []string{CheckCreate}, hostBindings, checkHostClaim},
 	{CheckHostInvoke, []string{CheckHostClaim, CheckTurn}, hostBindings, checkHostInvoke},
@@ -575,6 +578,53 @@ func checkResume(c *checker) {
 		c.errorf("the resumed session has another binding")
 	}
 	c.completes(c.turn(rs, "turn-2", c.f.Prompt), "the turn after resuming")
+}
+
+// checkResumePending closes a session whose turn waits on a request (as
+// a host does at shutdown), resumes it, and answers the request there.
+func checkResumePending(c *checker) {
+	c.require("RequestPrompt", c.f.RequestPrompt)
+	inst := c.instance()
+	s := c.open(inst, nil, nil)
+	outs := c.turn(s, "turn-1", c.f.RequestPrompt)
+	asked := outs[len(outs)-1]
+	if asked.Kind != provider.OutputRequest {
+		c.fatalf("the request prompt's turn ended at %s, not a request", asked.Kind)
+	}
+	if err := s.Close(c.ctx, provider.CloseShutdown); err != nil {
+		c.fatalf("closing the waiting session for a shutdown: %v", err)
+	}
+	rs, err := inst.Adapter().Resume(c.ctx, provider.ResumeRequest{SessionID: c.id("conformance-resumed"),
+		WorkingDirectory: c.f.WorkingDirectory, Configuration: c.f.Configuration, Binding: s.Binding()})
+	if err != nil {
+		c.fatalf("resume: %v", err)
+	}
+	c.adopt(rs)
+	turnID, req, ok := rs.Pending()
+	switch {
+	case !ok:
+		c.fatalf("the resumed session is not waiting; its turn waited on a request when the session closed")
+	case turnID != "turn-1" || req.ID != asked.Request.ID || req.Kind != asked.Request.Kind:
+		c.fatalf("the resumed session waits on another request than the one its turn raised")
+	}
+	res := provider.Resolution{TurnID: turnID, RequestID: req.ID, Approve: true}
+	if req.Kind == provider.RequestElicitation {
+		res.Response = c.f.ElicitationResponse
+	}
+	outs = c.pull(rs.Resolve(c.ctx, res), "resolving the resumed request")
+	for range 8 {
+		last := outs[len(outs)-1]
+		if last.Kind != provider.OutputRequest {
+			break
+		}
+		res := provider.Resolution{TurnID: turnID, RequestID: last.Request.ID, Approve: true}
+		if last.Request.Kind == provider.RequestElicitation {
+			res.Response = c.f.ElicitationResponse
+		}
+		outs = c.pull(rs.Resolve(c.ctx, res), "resolving a further request")
+	}
+	c.completes(outs, "the resumed turn")
+	c.completes(c.turn(rs, "turn-2", c.f.Prompt), "the turn after the resumed one")
 }
 
 func checkBranch(c *checker) {

@@ -47,6 +47,7 @@ func TestEachFlawFailsExactlyItsCheck(t *testing.T) {
 		{flawSteerFails, CheckSteer},
 		{flawCloseFails, CheckClose},
 		{flawResumeElsewhere, CheckResume},
+		{flawForgetsPending, CheckResumeWait},
 		{flawBranchReuses, CheckBranch},
 		{flawRefusesHostTools, CheckHostClaim},
 		{flawNeverCallsTools, CheckHostInvoke},
@@ -78,7 +79,7 @@ func TestEveryCheckHasAFlaw(t *testing.T) {
 	// The table above names every check; keep it so when checks change.
 	want := Checks()
 	covered := []string{CheckMaterialize, CheckCreate, CheckTurn, CheckResolve, CheckInterrupt, CheckSteer, CheckClose,
-		CheckResume, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease, CheckDispose}
+		CheckResume, CheckResumeWait, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease, CheckDispose}
 	if !slices.Equal(want, covered) {
 		t.Fatalf("checks %v; the flaw table covers %v", want, covered)
 	}
@@ -113,7 +114,7 @@ func TestUndeclaredChecksAreSkipped(t *testing.T) {
 	if got := rep.Failed(); len(got) != 0 {
 		t.Fatalf("failed %v: %+v", got, rep.Results)
 	}
-	for _, name := range []string{CheckResolve, CheckInterrupt, CheckSteer, CheckResume, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease} {
+	for _, name := range []string{CheckResolve, CheckInterrupt, CheckSteer, CheckResume, CheckResumeWait, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease} {
 		if res, _ := rep.Result(name); res.Status != Skipped {
 			t.Errorf("%s: %s", name, res.Status)
 		}

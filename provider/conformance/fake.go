@@ -30,13 +30,14 @@ const (
 	FakeCall = "call"
 )
 
-// FakeCapabilities is what the fake declares: every session and turn port,
-// both request kinds, host bindings with both instruction placements, no
+// FakeCapabilities is what the fake declares: every session and turn port
+// (a resumed session comes back waiting on its open request), both
+// request kinds, host bindings with both instruction placements, no
 // authentication.
 func FakeCapabilities() provider.Capabilities {
 	return provider.Capabilities{
 		ProviderKey: FakeKey,
-		Sessions:    provider.SessionCapabilities{Resume: true, Branch: provider.BranchThroughTurn},
+		Sessions:    provider.SessionCapabilities{Resume: true, ResumePending: true, Branch: provider.BranchThroughTurn},
 		Turns:       provider.TurnCapabilities{Interrupt: true, Steer: true},
 		Requests:    provider.RequestCapabilities{Approval: true, Elicitation: true},
 		HostBinding: provider.HostBindingSupport{Supported: true,
@@ -82,6 +83,7 @@ const (
 	flawBreaksOnRefusal
 	flawToolsOnClose
 	flawDisposeFails
+	flawForgetsPending
 )
 
 // NewFakeDriver returns the fake's driver.
@@ -93,7 +95,8 @@ func (d *FakeDriver) SupportsMultipleInstances() bool { return true }
 // Materialize builds an instance. The definition's configuration is
 // ignored.
 func (d *FakeDriver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
-	in := &fakeInstance{id: def.ID, flaw: d.flaw, conversations: map[provider.Binding][]fakeTurn{}}
+	in := &fakeInstance{id: def.ID, flaw: d.flaw, conversations: map[provider.Binding][]fakeTurn{},
+		waiting: map[provider.Binding]fakeWaiting{}}
 	return provider.Materialized{
 		Capabilities: FakeCapabilities(),
 		Adapter:      in,
@@ -114,6 +117,12 @@ func (d *FakeDriver) Materialize(ctx context.Context, def provider.Definition) (
 
 type fakeTurn struct{ id, input string }
 
+// fakeWaiting is a conversation's turn that waits on a request.
+type fakeWaiting struct {
+	turnID, input string
+	req           provider.Request
+}
+
 type fakeInstance struct {
 	id   string
 	flaw flaw
@@ -121,6 +130,24 @@ type fakeInstance struct {
 
 	mu            sync.Mutex
 	conversations map[provider.Binding][]fakeTurn
+	waiting       map[provider.Binding]fakeWaiting // kept across sessions until answered or given up
+}
+
+func (in *fakeInstance) setWaiting(b provider.Binding, w *fakeWaiting) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if w == nil {
+		delete(in.waiting, b)
+		return
+	}
+	in.waiting[b] = *w
+}
+
+func (in *fakeInstance) waitingOn(b provider.Binding) (fakeWaiting, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	w, ok := in.waiting[b]
+	return w, ok
 }
 
 func (in *fakeInstance) newBinding() provider.Binding {
@@ -165,7 +192,12 @@ func (in *fakeInstance) Resume(ctx context.Context, req provider.ResumeRequest) 
 	if in.flaw == flawResumeElsewhere {
 		b = in.newBinding()
 	}
-	return in.session(req.SessionID, b, req.HostTools, turns), nil
+	s := in.session(req.SessionID, b, req.HostTools, turns)
+	if w, ok := in.waitingOn(b); ok && in.flaw != flawForgetsPending {
+		r := w.req
+		s.active, s.input, s.pending = w.turnID, w.input, &r
+	}
+	return s, nil
 }
 
 func (in *fakeInstance) Branch(ctx context.Context, req provider.BranchRequest) (provider.Session, error) {
@@ -210,6 +242,16 @@ type fakeSession struct {
 
 func (s *fakeSession) Binding() provider.Binding { return s.binding }
 
+// Pending is the turn a resumed conversation still waits on.
+func (s *fakeSession) Pending() (string, provider.Request, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		return "", provider.Request{}, false
+	}
+	return s.active, *s.pending, true
+}
+
 func (s *fakeSession) out(kind provider.OutputKind, turnID string) provider.Output {
 	return provider.Output{Kind: kind, SessionID: s.id, TurnID: turnID}
 }
@@ -233,9 +275,10 @@ func (s *fakeSession) RunTurn(ctx context.Context, req provider.TurnRequest) ite
 			}
 			s.mu.Lock()
 			s.reqs++
-			r := &provider.Request{ID: fmt.Sprintf("%s-request-%d", s.binding, s.reqs), Kind: kind, Prompt: "may the fake go on?"}
+			r := &provider.Request{ID: fmt.Sprintf("%s-%s-request-%d", s.binding, s.id, s.reqs), Kind: kind, Prompt: "may the fake go on?"}
 			s.pending = r
 			s.mu.Unlock()
+			s.in.setWaiting(s.binding, &fakeWaiting{turnID: req.TurnID, input: req.Input, req: *r})
 			o := s.out(provider.OutputRequest, req.TurnID)
 			o.Request = r
 			yield(o, nil)
@@ -305,6 +348,7 @@ func (s *fakeSession) finish(turnID string, outcome provider.Outcome, yield func
 	s.active, s.wake, s.pending = "", nil, nil
 	s.mu.Unlock()
 	s.in.save(s.binding, history)
+	s.in.setWaiting(s.binding, nil)
 	o := s.out(provider.OutputTurnCompleted, turnID)
 	o.Outcome = outcome
 	yield(o, nil)
@@ -335,6 +379,7 @@ func (s *fakeSession) Interrupt(ctx context.Context, turnID string) error {
 	}
 	if s.pending != nil {
 		s.active, s.wake, s.pending = "", nil, nil
+		s.in.setWaiting(s.binding, nil)
 		return nil
 	}
 	select {
@@ -369,6 +414,16 @@ func (s *fakeSession) Close(ctx context.Context, reason provider.CloseReason) er
 	}
 	if s.in.flaw == flawCloseFails {
 		return errors.New("the fake would not close")
+	}
+	if reason == provider.CloseRequested {
+		// The host closed the conversation: its waiting turn is over.
+		// Any other reason keeps it for a resume.
+		s.mu.Lock()
+		waiting := s.pending != nil
+		s.mu.Unlock()
+		if waiting {
+			s.in.setWaiting(s.binding, nil)
+		}
 	}
 	return nil
 }
