@@ -109,6 +109,11 @@ type CreateRequest struct {
 	// to learn the binding as soon as the provider knows it; the provider
 	// must call the one it is given exactly once before Create returns.
 	OnBinding func(Binding)
+	// Interactions is the host's way to hear the session's questions and
+	// notices. A provider that declares interactions receives the
+	// wrapper's facade in its place, for the opening and the session's
+	// life; one that declares none receives nil.
+	Interactions Interactions
 }
 
 // ResumeRequest reopens a session from its binding.
@@ -119,6 +124,7 @@ type ResumeRequest struct {
 	Binding          Binding
 	HostBinding      *HostBinding
 	HostTools        HostTools
+	Interactions     Interactions
 }
 
 // BranchSource names the session and turn a branch continues from.
@@ -136,6 +142,7 @@ type BranchRequest struct {
 	HostBinding      *HostBinding
 	HostTools        HostTools
 	OnBinding        func(Binding)
+	Interactions     Interactions
 }
 
 // TurnRequest starts a turn.

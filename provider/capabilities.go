@@ -21,6 +21,7 @@ type Capabilities struct {
 	Requests       RequestCapabilities   `json:"requests"`
 	HostBinding    HostBindingSupport    `json:"hostBinding"`
 	Authentication AuthenticationSupport `json:"authentication"`
+	Interactions   InteractionSupport    `json:"interactions"`
 	Limits         Limits                `json:"limits"`
 }
 
@@ -134,7 +135,7 @@ func jsonProblem(err error) error {
 
 // CheckCapabilities checks c and returns it normalised: the empty branch
 // support becomes BranchUnsupported, zero limits their defaults, and
-// placements and flows sorted.
+// placements, flows and interaction kinds sorted.
 func CheckCapabilities(c Capabilities) (Capabilities, error) {
 	bad := func(format string, args ...any) (Capabilities, error) {
 		e := violation("", CodeInvalidCapabilities, format, args...)
@@ -193,6 +194,18 @@ func CheckCapabilities(c Capabilities) (Capabilities, error) {
 	}
 	c.Authentication = au
 
+	kinds := slices.Clone(c.Interactions.Kinds)
+	slices.Sort(kinds)
+	for i, k := range kinds {
+		if k != InteractionQuestion && k != InteractionNotice {
+			return bad("interactions.kinds[%d] is not %q or %q", i, InteractionQuestion, InteractionNotice)
+		}
+		if i > 0 && kinds[i-1] == k {
+			return bad("interactions.kinds lists %q twice", k)
+		}
+	}
+	c.Interactions.Kinds = kinds
+
 	l := &c.Limits
 	switch {
 	case l.MaxInputBytes == 0:
@@ -221,7 +234,8 @@ func (c Capabilities) Equal(d Capabilities) bool {
 		c.HostBinding.Supported == d.HostBinding.Supported &&
 		slices.Equal(c.HostBinding.InstructionPlacements, d.HostBinding.InstructionPlacements) &&
 		c.Authentication.Supported == d.Authentication.Supported &&
-		slices.Equal(c.Authentication.Flows, d.Authentication.Flows)
+		slices.Equal(c.Authentication.Flows, d.Authentication.Flows) &&
+		slices.Equal(c.Interactions.Kinds, d.Interactions.Kinds)
 }
 
 // supportsPlacement reports whether host-binding instructions may use p.

@@ -58,6 +58,10 @@ const (
 	// panicked (HostToolResult.Error.Code).
 	CodeHostToolFailed Code = "host_tool_failed"
 
+	// Session interactions.
+	CodeInvalidSessionInteraction      Code = "invalid_session_interaction"
+	CodeSessionInteractionsUnsupported Code = "session_interactions_unsupported"
+
 	// Registry.
 	CodeInvalidDriver                Code = "invalid_driver"
 	CodeDuplicateProvider            Code = "duplicate_provider"
@@ -104,6 +108,8 @@ var fixes = map[Code]string{
 	CodeHostToolResultInvalid:        "return exactly one of output or error, at most 32 KiB of JSON",
 	CodeHostToolCapacityExhausted:    "wait for an invocation to finish; at most 16 run at once",
 	CodeHostToolFailed:               "see the host's logs",
+	CodeInvalidSessionInteraction:      "send a well-formed interaction with a new id while the session is open, and answer a question with one of its options",
+	CodeSessionInteractionsUnsupported: "use only the interaction kinds the capabilities declare",
 	CodeInvalidDriver:                "register a driver with a valid provider key whose materialisation declares matching capabilities",
 	CodeDuplicateProvider:            "register one driver per provider key",
 	CodeDuplicateInstance:            "give every instance a distinct id",
@@ -127,6 +133,7 @@ func Codes() []Code {
 		CodeInvalidHostBinding, CodeHostBindingUnsupported, CodeHostBindingReused, CodeHostBindingClosed,
 		CodeHostToolNameConflict, CodeHostToolInputInvalid, CodeHostToolResultInvalid,
 		CodeHostToolCapacityExhausted, CodeHostToolFailed,
+		CodeInvalidSessionInteraction, CodeSessionInteractionsUnsupported,
 		CodeInvalidDriver, CodeDuplicateProvider, CodeDuplicateInstance, CodeProviderNotRegistered,
 		CodeMultipleInstancesUnsupported, CodeInstanceNotFound, CodeInstanceDisposed, CodeRegistryDisposed,
 		CodeInstanceCleanupFailed,

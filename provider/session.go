@@ -24,6 +24,7 @@ type ValidatedSession struct {
 	inner       Session
 	binding     Binding
 	lease       *lease
+	interacts   *interactionOwner // nil when the provider was handed none
 	interrupter Interrupter
 	steerer     Steerer
 	cleanup     retrier
@@ -60,9 +61,9 @@ var (
 // adopt checks a candidate session and wraps it. A rejected candidate is
 // closed (reason contract_rejected), and its lease released, before the
 // error returns.
-func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease, obs *observer, resumed, source Binding) (*ValidatedSession, error) {
+func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease, ia *interactionOwner, obs *observer, resumed, source Binding) (*ValidatedSession, error) {
 	key := v.caps.ProviderKey
-	s := &ValidatedSession{v: v, id: o.sessionID, mode: o.mode, inner: cand, lease: l}
+	s := &ValidatedSession{v: v, id: o.sessionID, mode: o.mode, inner: cand, lease: l, interacts: ia}
 	s.cleanup.fn = s.doClose
 	var calls int
 	var reported Binding
@@ -73,6 +74,7 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 	}
 	var b Binding
 	if err := safely("the provider's Binding", func() error { b = cand.Binding(); return nil }); err != nil {
+		ia.end()
 		return nil, v.reject(ctx, cand, l, &OperationError{Provider: key, Op: o.mode, Started: true, Err: err})
 	}
 	s.binding = b
@@ -104,6 +106,8 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 		bad = s.restorePending(cand.(Pender))
 	}
 	if bad != nil {
+		// Torn down first: a rejected session asks nobody anything.
+		ia.end()
 		return nil, v.reject(ctx, cand, l, bad)
 	}
 	if v.emitting() {
@@ -693,6 +697,7 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	s.mu.Unlock()
 
 	var errs errList
+	s.interacts.end()
 	if s.lease != nil {
 		s.lease.halt()
 	}

@@ -284,16 +284,18 @@ func (v *Validated) Create(ctx context.Context, req CreateRequest) (*ValidatedSe
 	}
 	return v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
 		obs := &observer{host: req.OnBinding}
+		ia := v.interactionsFor(req.SessionID, req.Interactions)
 		preq := CreateRequest{SessionID: req.SessionID, WorkingDirectory: req.WorkingDirectory,
-			Configuration: clone(req.Configuration), OnBinding: obs.report}
+			Configuration: clone(req.Configuration), OnBinding: obs.report, Interactions: ia.facade()}
 		if l != nil {
 			preq.HostTools = facade{l}
 		}
 		cand, err := v.delegate("create", obs, func() (Session, error) { return v.inner.Create(ctx, preq) })
 		if err != nil {
+			ia.end()
 			return nil, err
 		}
-		return v.adopt(ctx, o, cand, l, obs, "", "")
+		return v.adopt(ctx, o, cand, l, ia, obs, "", "")
 	})
 }
 
@@ -316,16 +318,18 @@ func (v *Validated) Resume(ctx context.Context, req ResumeRequest) (*ValidatedSe
 		return nil, err
 	}
 	return v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
+		ia := v.interactionsFor(req.SessionID, req.Interactions)
 		preq := ResumeRequest{SessionID: req.SessionID, WorkingDirectory: req.WorkingDirectory,
-			Configuration: clone(req.Configuration), Binding: req.Binding}
+			Configuration: clone(req.Configuration), Binding: req.Binding, Interactions: ia.facade()}
 		if l != nil {
 			preq.HostTools = facade{l}
 		}
 		cand, err := v.delegate("resume", nil, func() (Session, error) { return r.Resume(ctx, preq) })
 		if err != nil {
+			ia.end()
 			return nil, err
 		}
-		return v.adopt(ctx, o, cand, l, nil, req.Binding, "")
+		return v.adopt(ctx, o, cand, l, ia, nil, req.Binding, "")
 	})
 }
 
@@ -352,16 +356,18 @@ func (v *Validated) Branch(ctx context.Context, req BranchRequest) (*ValidatedSe
 	}
 	return v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
 		obs := &observer{host: req.OnBinding}
+		ia := v.interactionsFor(req.SessionID, req.Interactions)
 		preq := BranchRequest{SessionID: req.SessionID, WorkingDirectory: req.WorkingDirectory,
-			Configuration: clone(req.Configuration), Source: req.Source, OnBinding: obs.report}
+			Configuration: clone(req.Configuration), Source: req.Source, OnBinding: obs.report, Interactions: ia.facade()}
 		if l != nil {
 			preq.HostTools = facade{l}
 		}
 		cand, err := v.delegate("branch", obs, func() (Session, error) { return br.Branch(ctx, preq) })
 		if err != nil {
+			ia.end()
 			return nil, err
 		}
-		return v.adopt(ctx, o, cand, l, obs, "", req.Source.Binding)
+		return v.adopt(ctx, o, cand, l, ia, obs, "", req.Source.Binding)
 	})
 }
 
