@@ -6,8 +6,9 @@
 // a request (when requests are declared); interrupt and steer (when
 // declared); idempotent close; resume to an equal binding, a waiting turn
 // that survives a close for shutdown, and branch to a new one (when
-// declared); host bindings (claim, invoke, capacity, release
-// on close; when declared); idempotent registry disposal.
+// declared); host bindings (claim, invoke, capacity, release on close;
+// when declared); session interactions (when declared); idempotent
+// registry disposal.
 //
 // The kit watches the adapter from between the validated wrapper and the
 // adapter, so it sees what the provider received and every host tool
@@ -75,6 +76,11 @@ type Fixture struct {
 	// HostToolPrompt makes the provider call HostToolName once. Required
 	// when host bindings are supported.
 	HostToolPrompt string
+	// InteractionPrompt is a turn during which the provider interacts
+	// with the host (a question or a notice) and then completes. Required
+	// when interactions are declared. The kit answers a question with
+	// its first option, or "yes".
+	InteractionPrompt string
 	// Timeout bounds each check (default 10s).
 	Timeout time.Duration
 }
@@ -95,6 +101,7 @@ const (
 	CheckHostInvoke  = "host_binding/invoke"
 	CheckHostCap     = "host_binding/capacity"
 	CheckHostRelease = "host_binding/release"
+	CheckInteract    = "interactions"
 	CheckDispose     = "dispose"
 )
 
@@ -120,6 +127,7 @@ var checks = []check{
 	{CheckHostInvoke, []string{CheckHostClaim, CheckTurn}, hostBindings, checkHostInvoke},
 	{CheckHostCap, []string{CheckHostInvoke}, hostBindings, checkHostCapacity},
 	{CheckHostRelease, []string{CheckHostClaim}, hostBindings, checkHostRelease},
+	{CheckInteract, []string{CheckTurn, CheckClose}, func(c provider.Capabilities) bool { return len(c.Interactions.Kinds) > 0 }, checkInteractions},
 	{CheckDispose, []string{CheckMaterialize}, nil, checkDispose},
 }
 
@@ -794,6 +802,68 @@ func checkHostRelease(c *checker) {
 		if a.duringClosing {
 			c.errorf("the provider invoked %s while its session was closing", a.tool)
 		}
+	}
+}
+
+// kitPerson is the host's Interactions in the interactions check.
+type kitPerson struct {
+	mu       sync.Mutex
+	sessions []string
+	asked    []provider.Interaction
+}
+
+func (p *kitPerson) Interact(ctx context.Context, sessionID string, in provider.Interaction) (provider.InteractionReply, error) {
+	p.mu.Lock()
+	p.sessions = append(p.sessions, sessionID)
+	p.asked = append(p.asked, in)
+	p.mu.Unlock()
+	if in.Kind != provider.InteractionQuestion {
+		return provider.InteractionReply{}, nil
+	}
+	if len(in.Options) > 0 {
+		return provider.InteractionReply{Answer: in.Options[0]}, nil
+	}
+	return provider.InteractionReply{Answer: "yes"}, nil
+}
+
+func checkInteractions(c *checker) {
+	c.require("InteractionPrompt", c.f.InteractionPrompt)
+	p := &kitPerson{}
+	inst := c.instance()
+	req := provider.CreateRequest{SessionID: c.id("conformance-session"), WorkingDirectory: c.f.WorkingDirectory,
+		Configuration: c.f.Configuration, Interactions: p, OnBinding: func(provider.Binding) {}}
+	s, err := inst.Adapter().Create(c.ctx, req)
+	if err != nil {
+		c.fatalf("creating a session with interactions: %v", err)
+	}
+	c.adopt(s)
+	ia := c.spy.lastInteractions()
+	if ia == nil {
+		c.fatalf("the provider declares interactions and received none")
+	}
+	c.completes(c.turn(s, "turn-1", c.f.InteractionPrompt), "the interaction turn")
+	p.mu.Lock()
+	asked, sessions := append([]provider.Interaction(nil), p.asked...), append([]string(nil), p.sessions...)
+	p.mu.Unlock()
+	if len(asked) == 0 {
+		c.fatalf("the provider did not interact during the interaction turn")
+	}
+	for i, id := range sessions {
+		if id != s.ID() {
+			c.errorf("interaction %d names another session", i)
+		}
+	}
+	for _, a := range c.spy.interactAttempts() {
+		if a != "" {
+			c.errorf("the provider's interaction was refused: %s", a)
+		}
+	}
+	if err := s.Close(c.ctx, provider.CloseRequested); err != nil {
+		c.fatalf("close: %v", err)
+	}
+	_, err = ia.Interact(c.ctx, s.ID(), provider.Interaction{ID: "kit-after-close", Kind: asked[0].Kind, Message: "still there?"})
+	if !provider.HasCode(err, provider.CodeInvalidSessionInteraction) {
+		c.errorf("after close the session's interactions accepted one: %v", err)
 	}
 }
 

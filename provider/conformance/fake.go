@@ -28,6 +28,17 @@ const (
 	// FakeCall, followed by a tool name and JSON arguments, invokes a host
 	// tool: "call conformance_echo {\"text\":\"hi\"}".
 	FakeCall = "call"
+	// FakeInteract asks the host a question (options "yes" and "no")
+	// through the session's interactions, tells it a notice of the
+	// answer, and completes with what the person said.
+	FakeInteract = "interact"
+)
+
+// The fake's question, for FakeInteract.
+const (
+	FakeQuestion = "May the fake go on?"
+	FakeYes      = "yes"
+	FakeNo       = "no"
 )
 
 // FakeCapabilities is what the fake declares: every session and turn port
@@ -42,17 +53,19 @@ func FakeCapabilities() provider.Capabilities {
 		Requests:    provider.RequestCapabilities{Approval: true, Elicitation: true},
 		HostBinding: provider.HostBindingSupport{Supported: true,
 			InstructionPlacements: []provider.Placement{provider.PlacementSystem, provider.PlacementContext}},
+		Interactions: provider.InteractionSupport{Kinds: []provider.InteractionKind{provider.InteractionQuestion, provider.InteractionNotice}},
 	}
 }
 
 // FakeFixture is the fixture that drives the fake through every check.
 func FakeFixture() Fixture {
 	return Fixture{
-		Prompt:          "hello",
-		RequestPrompt:   FakeAsk,
-		InterruptPrompt: FakeHold,
-		SteerPrompt:     FakeSteer,
-		HostToolPrompt:  FakeCall + " " + HostToolName + ` {"text":"hi"}`,
+		Prompt:            "hello",
+		RequestPrompt:     FakeAsk,
+		InterruptPrompt:   FakeHold,
+		SteerPrompt:       FakeSteer,
+		HostToolPrompt:    FakeCall + " " + HostToolName + ` {"text":"hi"}`,
+		InteractionPrompt: FakeInteract,
 	}
 }
 
@@ -62,6 +75,8 @@ func FakeFixture() Fixture {
 // in for a real agent in examples and in hosts' tests.
 type FakeDriver struct {
 	flaw flaw // set only by this package's tests, to break one rule
+
+	live sync.Map // session id → *fakeSession, the open sessions of every instance
 }
 
 // flaw names the one rule a deliberately broken fake breaks.
@@ -84,6 +99,7 @@ const (
 	flawToolsOnClose
 	flawDisposeFails
 	flawForgetsPending
+	flawNeverInteracts
 )
 
 // NewFakeDriver returns the fake's driver.
@@ -95,7 +111,7 @@ func (d *FakeDriver) SupportsMultipleInstances() bool { return true }
 // Materialize builds an instance. The definition's configuration is
 // ignored.
 func (d *FakeDriver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
-	in := &fakeInstance{id: def.ID, flaw: d.flaw, conversations: map[provider.Binding][]fakeTurn{},
+	in := &fakeInstance{id: def.ID, flaw: d.flaw, driver: d, conversations: map[provider.Binding][]fakeTurn{},
 		waiting: map[provider.Binding]fakeWaiting{}}
 	return provider.Materialized{
 		Capabilities: FakeCapabilities(),
@@ -124,9 +140,10 @@ type fakeWaiting struct {
 }
 
 type fakeInstance struct {
-	id   string
-	flaw flaw
-	n    atomic.Int64
+	id     string
+	flaw   flaw
+	driver *FakeDriver
+	n      atomic.Int64
 
 	mu            sync.Mutex
 	conversations map[provider.Binding][]fakeTurn
@@ -167,9 +184,27 @@ func (in *fakeInstance) load(b provider.Binding) ([]fakeTurn, bool) {
 	return append([]fakeTurn(nil), t...), ok
 }
 
-func (in *fakeInstance) session(id string, b provider.Binding, tools provider.HostTools, turns []fakeTurn) *fakeSession {
+func (in *fakeInstance) session(id string, b provider.Binding, tools provider.HostTools, ia provider.Interactions, turns []fakeTurn) *fakeSession {
 	in.save(b, turns)
-	return &fakeSession{in: in, id: id, binding: b, tools: tools, history: turns}
+	s := &fakeSession{in: in, id: id, binding: b, tools: tools, interactions: ia, history: turns}
+	in.driver.live.Store(id, s)
+	return s
+}
+
+// Interact makes the open fake session with that id interact with its
+// host, outside any turn: how a host's test makes the fake ask a person
+// something. It fails when no such session is open or the host supplied
+// no interactions.
+func (d *FakeDriver) Interact(ctx context.Context, sessionID string, in provider.Interaction) (provider.InteractionReply, error) {
+	v, ok := d.live.Load(sessionID)
+	if !ok {
+		return provider.InteractionReply{}, errors.New("conformance: no fake session with that id is open")
+	}
+	s := v.(*fakeSession)
+	if s.interactions == nil {
+		return provider.InteractionReply{}, errors.New("conformance: the fake session was opened without interactions")
+	}
+	return s.interactions.Interact(ctx, sessionID, in)
 }
 
 func (in *fakeInstance) Create(ctx context.Context, req provider.CreateRequest) (provider.Session, error) {
@@ -180,7 +215,7 @@ func (in *fakeInstance) Create(ctx context.Context, req provider.CreateRequest) 
 	if in.flaw != flawNoCallback {
 		req.OnBinding(b)
 	}
-	return in.session(req.SessionID, b, req.HostTools, nil), nil
+	return in.session(req.SessionID, b, req.HostTools, req.Interactions, nil), nil
 }
 
 func (in *fakeInstance) Resume(ctx context.Context, req provider.ResumeRequest) (provider.Session, error) {
@@ -192,7 +227,7 @@ func (in *fakeInstance) Resume(ctx context.Context, req provider.ResumeRequest) 
 	if in.flaw == flawResumeElsewhere {
 		b = in.newBinding()
 	}
-	s := in.session(req.SessionID, b, req.HostTools, turns)
+	s := in.session(req.SessionID, b, req.HostTools, req.Interactions, turns)
 	if w, ok := in.waitingOn(b); ok && in.flaw != flawForgetsPending {
 		r := w.req
 		s.active, s.input, s.pending = w.turnID, w.input, &r
@@ -219,17 +254,18 @@ func (in *fakeInstance) Branch(ctx context.Context, req provider.BranchRequest) 
 		b = req.Source.Binding
 	}
 	req.OnBinding(b)
-	return in.session(req.SessionID, b, req.HostTools, turns[:cut+1]), nil
+	return in.session(req.SessionID, b, req.HostTools, req.Interactions, turns[:cut+1]), nil
 }
 
 // fakeSession is one conversation. The wrapper guarantees one turn at a
 // time; the mutex guards what Interrupt, Steer and Close touch
 // concurrently with a turn.
 type fakeSession struct {
-	in      *fakeInstance
-	id      string
-	binding provider.Binding
-	tools   provider.HostTools
+	in           *fakeInstance
+	id           string
+	binding      provider.Binding
+	tools        provider.HostTools
+	interactions provider.Interactions
 
 	mu      sync.Mutex
 	history []fakeTurn
@@ -301,6 +337,13 @@ func (s *fakeSession) RunTurn(ctx context.Context, req provider.TurnRequest) ite
 				}
 				break
 			}
+		case req.Input == FakeInteract && s.in.flaw != flawNeverInteracts:
+			said, err := s.interact(ctx, req.TurnID)
+			if err != nil {
+				yield(provider.Output{}, err)
+				return
+			}
+			text.Text = said
 		case verb == FakeCall && s.in.flaw != flawNeverCallsTools:
 			name, args, _ := strings.Cut(rest, " ")
 			said, err := s.call(ctx, req.TurnID, name, args)
@@ -320,6 +363,28 @@ func (s *fakeSession) RunTurn(ctx context.Context, req provider.TurnRequest) ite
 		}
 		s.finish(req.TurnID, provider.OutcomeCompleted, yield)
 	}
+}
+
+// interact asks the person the fake's question and tells them what it
+// heard.
+func (s *fakeSession) interact(ctx context.Context, turnID string) (string, error) {
+	if s.interactions == nil {
+		return "there is nobody to ask", nil
+	}
+	r, err := s.interactions.Interact(ctx, s.id, provider.Interaction{ID: turnID + "-question", Kind: provider.InteractionQuestion,
+		Message: FakeQuestion, Options: []string{FakeYes, FakeNo}})
+	if err != nil {
+		return "", err
+	}
+	said := "the person declined"
+	if !r.Declined {
+		said = "the person said: " + r.Answer
+	}
+	if _, err := s.interactions.Interact(ctx, s.id, provider.Interaction{ID: turnID + "-notice", Kind: provider.InteractionNotice,
+		Message: "The fake heard you."}); err != nil {
+		return "", err
+	}
+	return said, nil
 }
 
 // call invokes a host tool and says how it went. A refusal is something
@@ -407,6 +472,7 @@ func (s *fakeSession) Steer(ctx context.Context, req provider.SteerRequest) erro
 }
 
 func (s *fakeSession) Close(ctx context.Context, reason provider.CloseReason) error {
+	s.in.driver.live.CompareAndDelete(s.id, s)
 	if s.in.flaw == flawToolsOnClose && s.tools != nil {
 		for _, t := range s.tools.Tools() {
 			s.tools.Invoke(ctx, provider.HostInvocation{ID: "on-close", Tool: t.Name, Arguments: json.RawMessage(`{"text":"bye"}`)})
