@@ -361,90 +361,94 @@ func (n notStarted) Error() string { return n.err.Error() }
 
 var errClosedMidTurn = errors.New("closed mid-turn")
 
+// pull is the state of one drive: what the outputs so far have shown.
+// It is one allocation, where separate variables captured by the loop
+// body would each be one.
+type pull struct {
+	started, produced, abandoned, inHost bool
+	holding                              bool   // held is the turn's last output
+	held                                 Output // turn.completed or a request
+	fail                                 error
+}
+
 // drive pulls a provider's outputs through the checks and on to the host.
 func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func() iter.Seq2[Output, error], yield func(Output, error) bool) {
 	key := s.v.caps.ProviderKey
-	started := continuation
-	produced := false
-	var held *Output
-	var fail error
-	abandoned := false
-	inHost := false
+	st := &pull{started: continuation}
 
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				if inHost {
+				if st.inHost {
 					// The host's own loop body panicked: the turn was
 					// abandoned mid-way. The panic is the host's.
 					s.quarantine(errors.New("the host's loop body panicked before the turn reached a stable boundary"))
 					panic(r)
 				}
-				if fail != nil {
+				if st.fail != nil {
 					// The provider went on after being told to stop; the
 					// first problem is the one to report.
 					return
 				}
-				fail = &OperationError{Provider: key, Op: op, Started: true, Err: &PanicError{Where: "the provider's " + op, Value: r}}
+				st.fail = &OperationError{Provider: key, Op: op, Started: true, Err: &PanicError{Where: "the provider's " + op, Value: r}}
 			}
 		}()
 		seq := open()
 		if seq == nil {
-			fail = violation(key, CodeInvalidTurnSequence, "the provider's %s returned no output sequence", op)
+			st.fail = violation(key, CodeInvalidTurnSequence, "the provider's %s returned no output sequence", op)
 			return
 		}
 		for out, err := range seq {
 			if s.isClosing() {
-				fail = errClosedMidTurn
+				st.fail = errClosedMidTurn
 				return
 			}
 			if err != nil {
-				if !produced && errors.Is(err, ErrNotStarted) {
-					fail = notStarted{err}
+				if !st.produced && errors.Is(err, ErrNotStarted) {
+					st.fail = notStarted{err}
 				} else {
-					fail = &OperationError{Provider: key, Op: op, Started: true, Err: err}
+					st.fail = &OperationError{Provider: key, Op: op, Started: true, Err: err}
 				}
 				return
 			}
-			produced = true
-			if held != nil {
-				fail = violation(key, CodeInvalidTurnSequence, "an output followed %s", held.Kind)
+			st.produced = true
+			if st.holding {
+				st.fail = violation(key, CodeInvalidTurnSequence, "an output followed %s", st.held.Kind)
 				return
 			}
-			if err := s.checkOutput(out, turnID, &started); err != nil {
-				fail = err
+			if err := s.checkOutput(out, turnID, &st.started); err != nil {
+				st.fail = err
 				return
 			}
 			if out.Kind == OutputRequest || out.Kind == OutputTurnCompleted {
-				o := out
-				if o.Request != nil {
-					r := *o.Request
+				st.held, st.holding = out, true
+				if out.Request != nil {
+					r := *out.Request
 					r.Schema = clone(r.Schema)
-					o.Request = &r
+					st.held.Request = &r
 				}
-				held = &o
 				continue
 			}
-			inHost = true
+			st.inHost = true
 			ok := yield(out, nil)
-			inHost = false
+			st.inHost = false
 			if !ok {
-				abandoned = true
+				st.abandoned = true
 				return
 			}
 		}
 	}()
 
-	if s.isClosing() && !abandoned {
-		fail = errClosedMidTurn
+	if s.isClosing() && !st.abandoned {
+		st.fail = errClosedMidTurn
 	}
-	var ns notStarted
+	ns, notStartedFail := st.fail.(notStarted)
 	switch {
-	case abandoned:
+	case st.abandoned:
 		s.quarantine(errors.New("the host stopped pulling a turn before it reached a stable boundary"))
-	case fail == errClosedMidTurn:
+	case st.fail == errClosedMidTurn:
 		yield(Output{}, violation(key, CodeSessionClosed, "the session was closed during the turn"))
-	case errors.As(fail, &ns):
+	case notStartedFail:
 		s.mu.Lock()
 		if continuation {
 			s.phase = waiting
@@ -454,28 +458,30 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 		}
 		s.mu.Unlock()
 		yield(Output{}, &OperationError{Provider: key, Op: op, Started: false, Err: ns.err})
-	case fail != nil:
-		s.quarantine(fail)
-		yield(Output{}, fail)
-	case held == nil:
+	case st.fail != nil:
+		s.quarantine(st.fail)
+		yield(Output{}, st.fail)
+	case !st.holding:
 		err := violation(key, CodeInvalidTurnSequence, "the outputs ended before turn.completed or a request")
 		s.quarantine(err)
 		yield(Output{}, err)
-	case held.Kind == OutputTurnCompleted:
+	case st.held.Kind == OutputTurnCompleted:
 		s.mu.Lock()
 		took := time.Since(s.turnStart)
 		s.phase, s.turnID, s.pending = idle, "", nil
 		s.mu.Unlock()
 		if s.v.emitting() {
-			s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(held.Outcome), DurationMs: event.Ms(took)})
+			s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(st.held.Outcome), DurationMs: event.Ms(took)})
 		}
-		yield(*held, nil)
+		yield(st.held, nil)
 	default:
 		s.mu.Lock()
-		s.phase, s.pending = waiting, held.Request
+		s.phase, s.pending = waiting, st.held.Request
 		s.mu.Unlock()
-		s.v.emit(s.id, event.TypeProviderRequest, &event.ProviderRequest{Provider: key, TurnID: turnID, RequestID: held.Request.ID, Kind: string(held.Request.Kind)})
-		yield(*held, nil)
+		if s.v.emitting() {
+			s.v.emit(s.id, event.TypeProviderRequest, &event.ProviderRequest{Provider: key, TurnID: turnID, RequestID: st.held.Request.ID, Kind: string(st.held.Request.Kind)})
+		}
+		yield(st.held, nil)
 	}
 }
 

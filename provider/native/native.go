@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -236,9 +237,15 @@ func (a adapter) Branch(ctx context.Context, req provider.BranchRequest) (provid
 // newBinding returns a fresh conversation identity: 128 random bits, so a
 // binding cannot be guessed.
 func newBinding() provider.Binding {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return provider.Binding("native-" + hex.EncodeToString(b[:]))
+	var raw [16]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails
+	var hexed [32]byte
+	hex.Encode(hexed[:], raw[:])
+	var b strings.Builder
+	b.Grow(len("native-") + len(hexed))
+	b.WriteString("native-")
+	b.Write(hexed[:])
+	return provider.Binding(b.String())
 }
 
 // load returns the conversation b names, if it was created under identity.
