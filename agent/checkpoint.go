@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -78,6 +79,8 @@ type ResumeOptions struct {
 	// session-scoped tool sessions and its events. Identity is still the
 	// checkpoint's.
 	SessionID string
+	// Progress is Input.Progress for the resumed run.
+	Progress func(event.Event)
 }
 
 // ParseCheckpoint decodes a stored checkpoint and checks its shape and
@@ -303,6 +306,7 @@ func (a *Agent) ResumeWith(ctx context.Context, cp Checkpoint, d Decision, opt R
 		return Result{}, err
 	}
 	defer a.finish(r)
+	r.progress = opt.Progress
 	if err := a.claim(r, cp.ID); err != nil {
 		return Result{RunID: cp.RunID}, err
 	}

@@ -35,6 +35,19 @@ type Input struct {
 	// example). Their names must not clash with the agent's tools. A pause
 	// records their names; pass the same tools to ResumeWith.
 	Tools []tool.Tool
+	// Progress, if set, hears this run's progress as it happens, whatever
+	// the agent's sinks: the events of ProgressTypes, called synchronously
+	// on the goroutine that produces them (tool calls that run
+	// concurrently report from their own), before the run goes on. Their
+	// Meta has the run's ids; Seq and Time are left to a bus to stamp.
+	Progress func(event.Event)
+}
+
+// ProgressTypes are the events Input.Progress hears: the turn beginning,
+// the model's text (streamed deltas, or whole messages), and each tool
+// call's start and end.
+var ProgressTypes = []event.Type{
+	event.TypeTurnStart, event.TypeLLMDelta, event.TypeLLMMessage, event.TypeToolStart, event.TypeToolEnd,
 }
 
 // Result is how a turn ended: an answer (Output), or a pause (Paused).
@@ -91,6 +104,22 @@ type run struct {
 	iter     int // model calls across the run, pauses included
 	turnIter int // model calls in this turn
 	register tool.Registrar
+	progress func(event.Event) // Input.Progress
+}
+
+// hears reports whether an event of progress type t has anyone to hear
+// it: a sink, or the run's Progress.
+func (r *run) hears(t event.Type) bool { return r.progress != nil || r.a.wants(t) }
+
+// report sends a progress event to the bus (when a sink wants it) and to
+// the run's Progress.
+func (r *run) report(e event.Event) {
+	if r.a.wants(e.Type) {
+		r.a.bus.Export(e)
+	}
+	if r.progress != nil {
+		r.progress(e)
+	}
 }
 
 // Run runs one turn: the model, the tools it calls, until an answer, an
@@ -119,6 +148,7 @@ func (a *Agent) Run(ctx context.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	defer a.finish(r)
+	r.progress = in.Progress
 	r.msgs = make([]llm.Message, 0, len(prior)+8)
 	r.msgs = append(r.msgs, prior...)
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: in.Message})
@@ -202,8 +232,8 @@ func (r *run) registerTeardown(o toolsession.Origin, cleanup func(context.Contex
 func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
 	a := r.a
 	start := time.Now()
-	if a.wants(event.TypeTurnStart) {
-		a.bus.Export(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
+	if r.hears(event.TypeTurnStart) {
+		r.report(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
 			Payload: &event.TurnStart{Resumed: b != nil, MessageChars: messageChars, Tools: len(r.defs)}})
 	}
 	if b != nil && d != nil && a.wants(event.TypePauseResume) {
@@ -322,15 +352,15 @@ func (r *run) generate() (llm.Response, error) {
 		}
 		a.bus.Export(event.Event{Type: event.TypeLLMEnd, Meta: r.meta, Payload: p})
 	}
-	if err == nil && resp.Text != "" && a.wants(event.TypeLLMMessage) {
-		a.bus.Export(event.Event{Type: event.TypeLLMMessage, Meta: r.meta,
+	if err == nil && resp.Text != "" && r.hears(event.TypeLLMMessage) {
+		r.report(event.Event{Type: event.TypeLLMMessage, Meta: r.meta,
 			Payload: &event.LLMMessage{Iteration: r.iter, Role: string(llm.RoleAssistant), Content: resp.Text}})
 	}
 	return resp, err
 }
 
 func (r *run) stream(s llm.Streamer, req llm.Request) (llm.Response, error) {
-	deltas := r.a.bus.Enabled(event.TypeLLMDelta)
+	deltas := r.hears(event.TypeLLMDelta)
 	var text strings.Builder
 	var calls []llm.ToolCall
 	for c, err := range s.Stream(r.ctx, req) {
@@ -343,7 +373,7 @@ func (r *run) stream(s llm.Streamer, req llm.Request) (llm.Response, error) {
 		if c.Text != "" {
 			text.WriteString(c.Text)
 			if deltas {
-				r.a.bus.Export(event.Event{Type: event.TypeLLMDelta, Meta: r.meta,
+				r.report(event.Event{Type: event.TypeLLMDelta, Meta: r.meta,
 					Payload: &event.LLMDelta{Iteration: r.iter, Text: c.Text}})
 			}
 		}
@@ -538,13 +568,12 @@ func (r *run) doorID(modelID string) string { return r.id + ":" + modelID }
 
 // refuse settles a call that does not run, with a result for the model.
 func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
-	a := r.a
 	id := r.doorID(c.ID)
-	if a.wants(event.TypeToolStart) {
-		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
+	if r.hears(event.TypeToolStart) {
+		r.report(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
 	}
-	if a.wants(event.TypeToolEnd) {
-		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id, IsError: true, ErrorClass: class}})
+	if r.hears(event.TypeToolEnd) {
+		r.report(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id, IsError: true, ErrorClass: class}})
 	}
 	return &CheckpointResult{Content: content, IsError: true, ErrorClass: class}
 }
@@ -555,8 +584,8 @@ func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
 func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	a := r.a
 	id := r.doorID(c.ID)
-	if a.wants(event.TypeToolStart) {
-		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
+	if r.hears(event.TypeToolStart) {
+		r.report(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
 	}
 	start := time.Now()
 	var res *CheckpointResult
@@ -592,8 +621,8 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	}
 	took := time.Since(start)
 	a.fireCall(r.parent, id)
-	if a.wants(event.TypeToolEnd) {
-		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
+	if r.hears(event.TypeToolEnd) {
+		r.report(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
 			DurationMs: event.Ms(took), IsError: res.IsError, ErrorClass: res.ErrorClass}})
 	}
 	return outcome{res: res}
