@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/agentry-dev/agentry/agent"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
@@ -84,14 +83,9 @@ func Capabilities(key string) provider.Capabilities {
 	}
 }
 
-// progressTypes are the agent events a turn's outputs are made of.
-var progressTypes = []event.Type{
-	event.TypeTurnStart, event.TypeLLMDelta, event.TypeLLMMessage, event.TypeToolStart, event.TypeToolEnd,
-}
-
-// Materialize builds the agent of one instance. The instance adds one
-// route of its own to the agent's options, through which it hears the
-// progress of its sessions' runs.
+// Materialize builds the agent of one instance. Each session's runs
+// report their progress to it directly (agent.Input.Progress), so the
+// agent's options are used as they are.
 func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
 	opt, err := d.build(ctx, def)
 	if err != nil {
@@ -101,10 +95,6 @@ func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (prov
 	if in.store == nil {
 		in.store = NewMemoryStore(0)
 	}
-	opt.Routes = append(slices.Clone(opt.Routes), agent.Route{
-		Sink:   router{in},
-		Filter: event.Filter{Types: progressTypes, Tier: event.TierFull},
-	})
 	a, err := agent.New(opt)
 	if err != nil {
 		return provider.Materialized{}, fmt.Errorf("native: building the agent of instance %s: %w", def.ID, err)
@@ -143,27 +133,6 @@ type instance struct {
 	sessions map[string]*session       // open sessions by session id
 	bindings map[provider.Binding]bool // conversations open in a session
 }
-
-// router is the instance's sink on its agent's bus: it hands each run's
-// events to the session the run is bound to. Export may wait for the
-// session's host to pull: that is how a turn's backpressure reaches the
-// agent.
-type router struct{ in *instance }
-
-func (r router) Export(e event.Event) {
-	if e.Meta.SessionID == "" {
-		return
-	}
-	r.in.mu.Lock()
-	s := r.in.sessions[e.Meta.SessionID]
-	r.in.mu.Unlock()
-	if s != nil {
-		s.observe(e)
-	}
-}
-
-func (router) Flush(context.Context) error { return nil }
-func (router) Close(context.Context) error { return nil }
 
 // adapter is the instance's provider.Adapter, with the Resumer and
 // Brancher ports.

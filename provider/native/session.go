@@ -168,7 +168,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		}
 		t := s.newTurnLocked(ctx, req.TurnID, false, "", yield)
 		t.input = agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
-			Conversation: s.conversationLocked(), Tools: s.tools}
+			Conversation: s.conversationLocked(), Tools: s.tools, Progress: t.observe}
 		s.mu.Unlock()
 		t.run()
 		s.finish(t, nil)
@@ -230,7 +230,7 @@ func (t *turn) run() {
 	}()
 	a := t.s.in.agent
 	if p := t.resume; p != nil {
-		t.res, t.err = a.ResumeWith(t.ctx, p.Checkpoint, t.decision, agent.ResumeOptions{Tools: t.s.tools, SessionID: t.s.id})
+		t.res, t.err = a.ResumeWith(t.ctx, p.Checkpoint, t.decision, agent.ResumeOptions{Tools: t.s.tools, SessionID: t.s.id, Progress: t.observe})
 		return
 	}
 	t.res, t.err = a.Run(t.ctx, t.input)
@@ -499,26 +499,12 @@ func (s *session) output(kind provider.OutputKind, turnID string, set func(*prov
 	return o
 }
 
-// observe hands one of the agent's events to the session's active turn.
-func (s *session) observe(e event.Event) {
-	s.mu.Lock()
-	t := s.active
-	s.mu.Unlock()
-	if t != nil {
-		t.observe(e)
-	}
-}
-
 // observe maps an event of the turn's run to an output and waits until
 // the host takes it (or nobody will).
 func (t *turn) observe(e event.Event) {
 	t.mu.Lock()
-	switch {
-	case t.runID == "":
+	if t.runID == "" {
 		t.runID = e.Meta.RunID
-	case e.Meta.RunID != t.runID:
-		t.mu.Unlock()
-		return
 	}
 	var o provider.Output
 	switch p := e.Payload.(type) {
