@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
@@ -38,6 +39,7 @@ type ValidatedSession struct {
 	requests       idSet
 	busy           int // interrupts and steers in flight
 	closing        bool
+	ending         atomic.Bool // closing || closed, for the per-output check
 	closed         bool
 	broken         error
 	reason         CloseReason
@@ -249,11 +251,9 @@ func (s *ValidatedSession) quarantine(cause error) {
 	}
 }
 
-func (s *ValidatedSession) isClosing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing || s.closed
-}
+// isClosing is read for every output, so it is an atomic mirror of
+// closing || closed, written under mu.
+func (s *ValidatedSession) isClosing() bool { return s.ending.Load() }
 
 // RunTurn starts a turn and yields its outputs as they are pulled. A
 // refusal is the only pair yielded: an error and a zero Output. The turn
@@ -694,6 +694,7 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	key := s.v.caps.ProviderKey
 	s.mu.Lock()
 	s.closing = true
+	s.ending.Store(true)
 	reason := s.reason
 	if reason == "" {
 		reason = CloseRequested
@@ -724,6 +725,7 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	if len(errs) > 0 {
 		s.mu.Lock()
 		s.closing = false
+		s.ending.Store(false)
 		if s.broken == nil {
 			s.broken = errs
 		}

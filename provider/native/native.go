@@ -263,12 +263,23 @@ func (in *instance) open(ctx context.Context, o opening, save bool) (*session, e
 	in.bindings[o.binding] = true
 	in.mu.Unlock()
 	if save {
-		if err := in.store.Save(ctx, o.binding, o.record); err != nil {
+		if err := in.save(ctx, o.binding, o.record.view()); err != nil {
 			in.forget(s)
 			return nil, fmt.Errorf("native: saving the new conversation: %w", err)
 		}
 	}
 	return s, nil
+}
+
+// save stores a session's record. The instance's sessions never change
+// a record once saved (they replace its parts), so a MemoryStore keeps it
+// without the copy it makes for other callers.
+func (in *instance) save(ctx context.Context, b provider.Binding, r Record) error {
+	if m, ok := in.store.(*MemoryStore); ok {
+		m.keep(b, r)
+		return nil
+	}
+	return in.store.Save(ctx, b, r)
 }
 
 // forget unregisters a closed session.

@@ -200,7 +200,7 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 		s.pending, s.record.Pending = nil, nil
 		rec := s.record.view()
 		s.mu.Unlock()
-		if err := s.in.store.Save(detached(ctx), s.binding, rec); err != nil {
+		if err := s.in.save(detached(ctx), s.binding, rec); err != nil {
 			s.mu.Lock()
 			if !s.closing {
 				s.pending, s.record.Pending = p, p
@@ -414,7 +414,7 @@ func (s *session) conclude(t *turn, p *PendingTurn) ([]provider.Output, error) {
 		}
 		if restore {
 			// The pause still waits: store it again.
-			if serr := s.in.store.Save(detached(t.ctx), s.binding, rec); serr != nil {
+			if serr := s.in.save(detached(t.ctx), s.binding, rec); serr != nil {
 				err = errors.Join(err, fmt.Errorf("native: storing the pause again: %w", serr))
 			}
 		}
@@ -433,7 +433,7 @@ func (s *session) conclude(t *turn, p *PendingTurn) ([]provider.Output, error) {
 		s.mu.Unlock()
 		// Stored, so the pause survives the session: a resume comes back
 		// waiting on it.
-		if err := s.in.store.Save(detached(t.ctx), s.binding, rec); err != nil {
+		if err := s.in.save(detached(t.ctx), s.binding, rec); err != nil {
 			return nil, fmt.Errorf("native: saving the paused turn: %w", err)
 		}
 		r := pt.request()
@@ -473,7 +473,7 @@ func (s *session) conclude(t *turn, p *PendingTurn) ([]provider.Output, error) {
 	s.markLocked(t.id)
 	rec := s.record.view()
 	s.mu.Unlock()
-	if err := s.in.store.Save(detached(t.ctx), s.binding, rec); err != nil {
+	if err := s.in.save(detached(t.ctx), s.binding, rec); err != nil {
 		return nil, fmt.Errorf("native: saving the conversation after the turn: %w", err)
 	}
 	return outs, nil
@@ -595,7 +595,7 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 	if _, err := s.in.agent.AbandonCheckpoint(ctx, p.Checkpoint); err != nil && !errors.Is(err, agent.ErrCheckpointAbandoned) {
 		return fmt.Errorf("native: giving up the paused turn: %w", err)
 	}
-	if err := s.in.store.Save(ctx, s.binding, rec); err != nil {
+	if err := s.in.save(ctx, s.binding, rec); err != nil {
 		return fmt.Errorf("native: saving the conversation after the interrupt: %w", err)
 	}
 	return nil
@@ -662,7 +662,7 @@ func (s *session) settlePause(ctx context.Context, reason provider.CloseReason) 
 	if unsaved {
 		// The teardown abandons the pause in the agent; the store must no
 		// longer say the conversation waits.
-		if err := s.in.store.Save(ctx, s.binding, rec); err != nil {
+		if err := s.in.save(ctx, s.binding, rec); err != nil {
 			return fmt.Errorf("native: saving the conversation after giving up its waiting turn; close again: %w", err)
 		}
 		s.mu.Lock()

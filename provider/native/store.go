@@ -172,7 +172,14 @@ func (m *MemoryStore) Load(_ context.Context, b provider.Binding) (Record, error
 
 // Save stores a copy of r under b.
 func (m *MemoryStore) Save(_ context.Context, b provider.Binding, r Record) error {
-	r = r.clone()
+	m.keep(b, r.clone())
+	return nil
+}
+
+// keep stores r under b as it is: for a caller that hands the record
+// over (the instance's own sessions, which never change a record they
+// saved, and hand over clipped slices).
+func (m *MemoryStore) keep(b provider.Binding, r Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.byKey[b]
@@ -191,7 +198,6 @@ func (m *MemoryStore) Save(_ context.Context, b provider.Binding, r Record) erro
 		delete(m.byKey, last.b)
 		m.n--
 	}
-	return nil
 }
 
 func (m *MemoryStore) unlink(e *memoryEntry) {
