@@ -271,14 +271,8 @@ func (in *instance) open(ctx context.Context, o opening, save bool) (*session, e
 	return s, nil
 }
 
-// save stores a session's record. The instance's sessions never change
-// a record once saved (they replace its parts), so a MemoryStore keeps it
-// without the copy it makes for other callers.
+// save stores a session's record.
 func (in *instance) save(ctx context.Context, b provider.Binding, r Record) error {
-	if m, ok := in.store.(*MemoryStore); ok {
-		m.keep(b, r)
-		return nil
-	}
 	return in.store.Save(ctx, b, r)
 }
 

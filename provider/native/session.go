@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -451,11 +450,7 @@ func (s *session) conclude(t *turn, p *PendingTurn) ([]provider.Output, error) {
 		s.mu.Lock()
 		outs = []provider.Output{completed(provider.OutcomeInterrupted)}
 	case err == nil:
-		c := s.strip(*res.Conversation)
-		// A copy of its own: the agent's slice has room to spare, and the
-		// record outlives the run (the store keeps it).
-		c.Messages = slices.Clone(c.Messages)
-		s.record.Conversation = c
+		s.record.Conversation = s.strip(*res.Conversation)
 		outs = []provider.Output{completed(provider.OutcomeCompleted)}
 	case interrupted:
 		outs = []provider.Output{completed(provider.OutcomeInterrupted)}

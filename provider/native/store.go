@@ -131,7 +131,9 @@ const DefaultMaxConversations = 10000
 // MemoryStore is the default Store: conversations in memory, at most a
 // fixed number of them. Past the bound the conversation saved least
 // recently is forgotten, and resuming it is refused like any unknown
-// binding.
+// binding. Each record is kept encoded in one flat byte slice, so what it
+// holds is never shared with a caller and costs the garbage collector
+// nothing to walk.
 type MemoryStore struct {
 	max int
 
@@ -145,7 +147,7 @@ type MemoryStore struct {
 type memoryEntry struct {
 	prev, next *memoryEntry
 	b          provider.Binding
-	r          Record
+	data       []byte // the encoded record
 }
 
 // NewMemoryStore returns an empty store of at most max conversations
@@ -167,27 +169,23 @@ func (m *MemoryStore) Load(_ context.Context, b provider.Binding) (Record, error
 	if !ok {
 		return Record{}, ErrNotStored
 	}
-	return e.r.clone(), nil
+	return decodeRecord(e.data)
 }
 
 // Save stores a copy of r under b.
 func (m *MemoryStore) Save(_ context.Context, b provider.Binding, r Record) error {
-	m.keep(b, r.clone())
-	return nil
-}
-
-// keep stores r under b as it is: for a caller that hands the record
-// over (the instance's own sessions, which never change a record they
-// saved, and hand over clipped slices).
-func (m *MemoryStore) keep(b provider.Binding, r Record) {
+	data, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.byKey[b]
 	if ok {
-		e.r = r
+		e.data = data
 		m.unlink(e)
 	} else {
-		e = &memoryEntry{b: b, r: r}
+		e = &memoryEntry{b: b, data: data}
 		m.byKey[b] = e
 		m.n++
 	}
@@ -198,6 +196,7 @@ func (m *MemoryStore) keep(b provider.Binding, r Record) {
 		delete(m.byKey, last.b)
 		m.n--
 	}
+	return nil
 }
 
 func (m *MemoryStore) unlink(e *memoryEntry) {
