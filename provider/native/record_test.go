@@ -50,7 +50,7 @@ func sampleRecord() Record {
 		Pending: &PendingTurn{TurnID: "t2", Question: "may I?", Tool: "deploy",
 			Checkpoint: agent.Checkpoint{Version: 1, ID: "cp-1", RunID: "run-1", Tools: []string{"deploy"}, Iteration: 1,
 				Messages: []llm.Message{{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "x", Name: "deploy", Args: json.RawMessage(`{}`)}}}},
-				Results: []*agent.CheckpointResult{nil}, Waiting: []agent.CheckpointWait{{Index: 0, Question: "may I?"}}}},
+				Results:  []*agent.CheckpointResult{nil}, Waiting: []agent.CheckpointWait{{Index: 0, Question: "may I?"}}}},
 	}
 }
 
