@@ -305,7 +305,7 @@ func (a *Agent) fireRun(ctx context.Context, runID string) int {
 }
 
 func (a *Agent) emit(typ event.Type, payload any, meta event.Meta) {
-	if a.emitting() {
+	if a.wants(typ) {
 		a.bus.Export(event.Event{Type: typ, Payload: payload, Meta: meta})
 	}
 }
@@ -381,4 +381,6 @@ func newID(prefix string) string {
 // emitting reports whether any sink is attached, so the loop can skip
 // building payloads nobody reads. It is read per event, so sinks added
 // later through Bus see everything from then on.
-func (a *Agent) emitting() bool { return a.bus.Len() > 0 }
+// wants reports whether a sink would receive an event of type t, so a
+// payload nobody reads is never built.
+func (a *Agent) wants(t event.Type) bool { return a.bus.Enabled(t) }

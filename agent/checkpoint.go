@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -72,6 +73,14 @@ type ResumeOptions struct {
 	// Tools are the run's extra tools (Input.Tools), by the names the
 	// checkpoint recorded.
 	Tools []tool.Tool
+	// SessionID, when set, binds the resumed run to this session instead
+	// of the checkpoint's: a conversation re-opened under a new session
+	// id (after a restart or an eviction) continues there, with its
+	// session-scoped tool sessions and its events. Identity is still the
+	// checkpoint's.
+	SessionID string
+	// Progress is Input.Progress for the resumed run.
+	Progress func(event.Event)
 }
 
 // ParseCheckpoint decodes a stored checkpoint and checks its shape and
@@ -232,7 +241,7 @@ func (r *run) pause(b *batch) *Pause {
 		Tools:     slices.Clone(a.toolNames),
 		RunID:     r.id,
 		SessionID: r.session,
-		Identity:  cloneIdentity(r.identity),
+		Identity:  r.identity.Clone(),
 		Iteration: r.iter,
 		Messages:  slices.Clone(r.msgs),
 		Results:   slices.Clone(b.results),
@@ -288,11 +297,16 @@ func (a *Agent) ResumeWith(ctx context.Context, cp Checkpoint, d Decision, opt R
 	if err := a.admit(&cp, extra); err != nil {
 		return Result{}, err
 	}
-	r, err := a.begin(ctx, cp.RunID, cp.SessionID, cloneIdentity(cp.Identity), extra)
+	session := cp.SessionID
+	if opt.SessionID != "" {
+		session = opt.SessionID
+	}
+	r, err := a.begin(ctx, cp.RunID, false, session, cp.Identity.Clone(), extra)
 	if err != nil {
 		return Result{}, err
 	}
 	defer a.finish(r)
+	r.progress = opt.Progress
 	if err := a.claim(r, cp.ID); err != nil {
 		return Result{RunID: cp.RunID}, err
 	}
@@ -379,6 +393,43 @@ func (a *Agent) AbandonCheckpoint(ctx context.Context, cp Checkpoint) (int, erro
 	a.spendLocked(cp.ID, ErrCheckpointAbandoned)
 	a.mu.Unlock()
 	p := pausedRun{runID: cp.RunID, asked: askedIDs(cp.RunID, cp.Messages[len(cp.Messages)-1].ToolCalls, cp.Waiting)}
+	return a.closePaused(ctx, p), nil
+}
+
+// ReleaseCheckpoint lets go of a pause in this process without giving it
+// up: what the paused run holds here closes (its run-scoped tool sessions
+// and the call-scoped sessions of calls that asked mid-call, reason
+// run-end), and the checkpoint stays resumable — in this process or
+// another — as a checkpoint written elsewhere is: the resumed run opens
+// new sessions for what it needs. A host uses it when the live session of
+// a paused conversation goes (an eviction, a shutdown) and the pause is
+// kept for the person to answer later. It refuses what AbandonCheckpoint
+// refuses, and returns how many sessions it closed.
+func (a *Agent) ReleaseCheckpoint(ctx context.Context, cp Checkpoint) (int, error) {
+	if err := cp.check(); err != nil {
+		return 0, err
+	}
+	if len(a.cpKey) > 0 && (cp.MAC == "" || !hmac.Equal([]byte(cp.MAC), []byte(a.mac(cp)))) {
+		return 0, &CheckpointError{Field: "mac", Problem: "the checkpoint is unsigned or its signature does not match"}
+	}
+	if cp.Agent != a.id {
+		return 0, &CheckpointError{Field: "agent", Problem: fmt.Sprintf("written by agent %q, and this is agent %q", cp.Agent, a.id)}
+	}
+	a.mu.Lock()
+	if why, ok := a.spent[cp.ID]; ok {
+		a.mu.Unlock()
+		return 0, why
+	}
+	if err := a.staleLocked(nil, cp.RunID, cp.ID); err != nil {
+		a.mu.Unlock()
+		return 0, err
+	}
+	p, held := a.paused[cp.ID]
+	delete(a.paused, cp.ID)
+	a.mu.Unlock()
+	if !held {
+		return 0, nil // paused elsewhere, or already released: nothing is held here
+	}
 	return a.closePaused(ctx, p), nil
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentry-dev/agentry/agent"
@@ -135,5 +137,42 @@ func TestAFailingModelIsAFatalEvent(t *testing.T) {
 	}
 	if ends := rec.turnEnds(); ends[0].Outcome != event.OutcomeError || ends[0].Error == "" {
 		t.Fatalf("%+v", ends)
+	}
+}
+
+// Progress hears a run's progress events, with no sink at all, in order,
+// and only that run's.
+func TestProgressHearsTheRun(t *testing.T) {
+	t.Parallel()
+	w := newWorkspaces(t)
+	a, err := agent.New(agent.Options{Model: scripted.New(calls(call("notes", `{}`)), answer("done")),
+		Tools: []tool.Tool{w.tool("notes", toolsession.ScopeRun)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(bg())
+	var mu sync.Mutex
+	var got []event.Type
+	res, err := a.Run(bg(), agent.Input{Message: "x", SessionID: "s1", Progress: func(e event.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Meta.SessionID != "s1" || e.Meta.RunID == "" {
+			t.Errorf("%s meta %+v", e.Type, e.Meta)
+		}
+		got = append(got, e.Type)
+	}})
+	if err != nil || res.Output != "done" {
+		t.Fatal(res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []event.Type{event.TypeTurnStart, event.TypeToolStart, event.TypeToolEnd, event.TypeLLMMessage}
+	if !slices.Equal(got, want) {
+		t.Fatalf("progress %v; want %v", got, want)
+	}
+	for _, typ := range got {
+		if !slices.Contains(agent.ProgressTypes, typ) {
+			t.Fatalf("%s is not a progress type", typ)
+		}
 	}
 }

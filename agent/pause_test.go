@@ -501,3 +501,72 @@ func TestAToolCanAskMidCallAndItsCallScopeWaitsForTheAnswer(t *testing.T) {
 		t.Fatalf("%+v", cl)
 	}
 }
+
+// Releasing a pause closes what it holds here and keeps it resumable: the
+// resumed run opens what it needs afresh, and runs the approved call once.
+func TestReleasingAPauseKeepsItResumable(t *testing.T) {
+	t.Parallel()
+	w := newWorkspaces(t)
+	var ran atomic.Int32
+	a, rec := newAgent(t, agent.Options{Model: approvalScript(), Tools: []tool.Tool{w.tool("notes", toolsession.ScopeRun), deployTool(&ran)}})
+	res, err := a.Run(bg(), agent.Input{Message: "x", SessionID: "s1"})
+	if err != nil || res.Paused == nil {
+		t.Fatal(res, err)
+	}
+	cp := res.Paused.Checkpoint
+	n, err := a.ReleaseCheckpoint(bg(), cp)
+	if err != nil || n != 1 {
+		t.Fatalf("release: %d %v", n, err)
+	}
+	if cl := rec.closeEvents(); len(cl) != 1 || cl[0].Reason != "run-end" {
+		t.Fatalf("%+v", cl)
+	}
+	// Released twice: nothing more is held; closing the conversation no
+	// longer finds the pause to abandon.
+	if n, err := a.ReleaseCheckpoint(bg(), cp); err != nil || n != 0 {
+		t.Fatalf("release twice: %d %v", n, err)
+	}
+	if n := a.CloseToolSessions(bg(), "s1"); n != 0 {
+		t.Fatalf("closing the conversation closed %d", n)
+	}
+	out, err := a.Resume(bg(), cp, agent.Decision{Approve: true})
+	if err != nil || out.Output != "deployed" || ran.Load() != 1 {
+		t.Fatalf("resume after release: %+v %v (ran %d)", out, err, ran.Load())
+	}
+	if _, err := a.ReleaseCheckpoint(bg(), cp); !errors.Is(err, agent.ErrAlreadyResumed) {
+		t.Fatalf("release of a resumed checkpoint: %v", err)
+	}
+	if open, opened, closed := w.stats(); open != 0 || opened != closed {
+		t.Fatalf("open %d opened %d closed %d", open, opened, closed)
+	}
+}
+
+// A resume may bind the run to the session its conversation was re-opened
+// under: its events and the session it belongs to are the new one's.
+func TestResumeUnderAnotherSession(t *testing.T) {
+	t.Parallel()
+	w := newWorkspaces(t)
+	var ran atomic.Int32
+	a, rec := newAgent(t, agent.Options{Model: approvalScript(), Tools: []tool.Tool{w.tool("notes", toolsession.ScopeRun), deployTool(&ran)}})
+	res, err := a.Run(bg(), agent.Input{Message: "x", SessionID: "old"})
+	if err != nil || res.Paused == nil {
+		t.Fatal(res, err)
+	}
+	if _, err := a.ReleaseCheckpoint(bg(), res.Paused.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rec.all())
+	out, err := a.ResumeWith(bg(), res.Paused.Checkpoint, agent.Decision{Approve: true}, agent.ResumeOptions{SessionID: "new"})
+	if err != nil || out.Output != "deployed" {
+		t.Fatal(out, err)
+	}
+	evs := rec.all()[before:]
+	if len(evs) == 0 {
+		t.Fatal("the resumed run emitted nothing")
+	}
+	for _, e := range evs {
+		if e.Meta.RunID == res.RunID && e.Meta.SessionID != "new" {
+			t.Fatalf("%s of the resumed run has session %q", e.Type, e.Meta.SessionID)
+		}
+	}
+}

@@ -35,6 +35,25 @@ type Input struct {
 	// example). Their names must not clash with the agent's tools. A pause
 	// records their names; pass the same tools to ResumeWith.
 	Tools []tool.Tool
+	// RunID names the run, when the caller has an id for it already (a
+	// host's turn id, so its events and the host's answer name the same
+	// run): printable, no spaces, at most 128 bytes, and not the id of a
+	// run in flight. Empty: the agent makes one ("run-" and 128 random
+	// bits).
+	RunID string
+	// Progress, if set, hears this run's progress as it happens, whatever
+	// the agent's sinks: the events of ProgressTypes, called synchronously
+	// on the goroutine that produces them (tool calls that run
+	// concurrently report from their own), before the run goes on. Their
+	// Meta has the run's ids; Seq and Time are left to a bus to stamp.
+	Progress func(event.Event)
+}
+
+// ProgressTypes are the events Input.Progress hears: the turn beginning,
+// the model's text (streamed deltas, or whole messages), and each tool
+// call's start and end.
+var ProgressTypes = []event.Type{
+	event.TypeTurnStart, event.TypeLLMDelta, event.TypeLLMMessage, event.TypeToolStart, event.TypeToolEnd,
 }
 
 // Result is how a turn ended: an answer (Output), or a pause (Paused).
@@ -92,6 +111,22 @@ type run struct {
 	turnIter int // model calls in this turn
 	register tool.Registrar
 	hold     tool.Holder
+	progress func(event.Event) // Input.Progress
+}
+
+// hears reports whether an event of progress type t has anyone to hear
+// it: a sink, or the run's Progress.
+func (r *run) hears(t event.Type) bool { return r.progress != nil || r.a.wants(t) }
+
+// report sends a progress event to the bus (when a sink wants it) and to
+// the run's Progress.
+func (r *run) report(e event.Event) {
+	if r.a.wants(e.Type) {
+		r.a.bus.Export(e)
+	}
+	if r.progress != nil {
+		r.progress(e)
+	}
 }
 
 // Run runs one turn: the model, the tools it calls, until an answer, an
@@ -101,12 +136,12 @@ func (a *Agent) Run(ctx context.Context, in Input) (Result, error) {
 		return Result{}, ErrEmptyMessage
 	}
 	var prior []llm.Message
-	identity := cloneIdentity(in.Identity)
+	identity := in.Identity.Clone()
 	if c := in.Conversation; c != nil {
 		if c.Version != 0 && c.Version != ConversationVersion {
 			return Result{}, fmt.Errorf("agent: conversation version %d is not supported (this agent reads version %d)", c.Version, ConversationVersion)
 		}
-		if c.Identity != nil && !sameIdentity(c.Identity, in.Identity) {
+		if c.Identity != nil && !c.Identity.Equal(in.Identity) {
 			return Result{}, ErrIdentityMismatch
 		}
 		prior = c.Messages
@@ -115,25 +150,57 @@ func (a *Agent) Run(ctx context.Context, in Input) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r, err := a.begin(ctx, newID("run-"), in.SessionID, identity, extra)
+	runID := in.RunID
+	if runID == "" {
+		runID = newID("run-")
+	} else if err := checkRunID(runID); err != nil {
+		return Result{}, err
+	}
+	r, err := a.begin(ctx, runID, in.RunID != "", in.SessionID, identity, extra)
 	if err != nil {
 		return Result{}, err
 	}
 	defer a.finish(r)
+	r.progress = in.Progress
 	r.msgs = make([]llm.Message, 0, len(prior)+8)
 	r.msgs = append(r.msgs, prior...)
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: in.Message})
 	return r.turn(len(in.Message), nil, nil)
 }
 
-// begin admits a run: refused after Shutdown began, or when its session is
-// busy.
-func (a *Agent) begin(ctx context.Context, runID, session string, identity *tool.Identity, extra []*toolEntry) (*run, error) {
+// ErrRunIDInUse: Input.RunID names a run that is in flight.
+var ErrRunIDInUse = errors.New("agent: a run with this id is in flight; give each run its own id, or none")
+
+// checkRunID accepts a caller's run id: 1 to 128 printable bytes, no
+// spaces.
+func checkRunID(id string) error {
+	if len(id) > 128 {
+		return errors.New("agent: Input.RunID is longer than 128 bytes")
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c >= 0x7f {
+			return errors.New("agent: Input.RunID must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// begin admits a run: refused after Shutdown began, when its session is
+// busy, or when its id is a run's in flight.
+func (a *Agent) begin(ctx context.Context, runID string, named bool, session string, identity *tool.Identity, extra []*toolEntry) (*run, error) {
 	r := &run{a: a, parent: ctx, id: runID, session: session, identity: identity, extra: extra}
 	a.mu.Lock()
 	if a.closing {
 		a.mu.Unlock()
 		return nil, ErrShutdown
+	}
+	if named { // the agent's own ids are random: only a caller's can clash
+		for other := range a.runs {
+			if other.id == runID {
+				a.mu.Unlock()
+				return nil, ErrRunIDInUse
+			}
+		}
 	}
 	if session != "" {
 		if _, busy := a.busy[session]; busy {
@@ -216,21 +283,21 @@ func (r *run) holdSession(ctx context.Context, o toolsession.Origin, opt toolses
 func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
 	a := r.a
 	start := time.Now()
-	if a.emitting() {
-		a.bus.Export(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
+	if r.hears(event.TypeTurnStart) {
+		r.report(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
 			Payload: &event.TurnStart{Resumed: b != nil, MessageChars: messageChars, Tools: len(r.defs)}})
-		if b != nil && d != nil {
-			c := b.calls[b.waiting[0].Index]
-			a.bus.Export(event.Event{Type: event.TypePauseResume, Meta: r.meta,
-				Payload: &event.PauseResume{Tool: c.Name, ToolCallID: r.doorID(c.ID), Approved: d.Approve}})
-		}
+	}
+	if b != nil && d != nil && a.wants(event.TypePauseResume) {
+		c := b.calls[b.waiting[0].Index]
+		a.bus.Export(event.Event{Type: event.TypePauseResume, Meta: r.meta,
+			Payload: &event.PauseResume{Tool: c.Name, ToolCallID: r.doorID(c.ID), Approved: d.Approve}})
 	}
 	out, p, err := r.loop(b, d)
 	end := &event.TurnEnd{Iterations: r.turnIter}
 	switch {
 	case p != nil:
 		end.Outcome = event.OutcomePaused
-		if a.emitting() {
+		if a.wants(event.TypePauseRequest) {
 			w := p.Checkpoint.Waiting[0]
 			a.bus.Export(event.Event{Type: event.TypePauseRequest, Meta: r.meta,
 				Payload: &event.PauseRequest{Tool: p.ToolName, ToolCallID: r.doorID(r.msgs[len(r.msgs)-1].ToolCalls[w.Index].ID)}})
@@ -260,7 +327,7 @@ func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
 		return Result{RunID: r.id}, err
 	}
 	return Result{RunID: r.id, Output: out, Conversation: &Conversation{
-		Version: ConversationVersion, Identity: cloneIdentity(r.identity), Messages: r.msgs}}, nil
+		Version: ConversationVersion, Identity: r.identity.Clone(), Messages: r.msgs}}, nil
 }
 
 func errorClass(err error) string {
@@ -317,7 +384,7 @@ func (r *run) loop(b *batch, d *Decision) (string, *Pause, error) {
 func (r *run) generate() (llm.Response, error) {
 	a := r.a
 	req := llm.Request{System: a.system, Messages: r.msgs[:len(r.msgs):len(r.msgs)], Tools: r.defs[:len(r.defs):len(r.defs)]}
-	if a.emitting() {
+	if a.wants(event.TypeLLMStart) {
 		a.bus.Export(event.Event{Type: event.TypeLLMStart, Meta: r.meta,
 			Payload: &event.LLMStart{Model: a.modelName, Iteration: r.iter, Messages: len(req.Messages), Tools: len(req.Tools)}})
 	}
@@ -329,7 +396,7 @@ func (r *run) generate() (llm.Response, error) {
 	} else {
 		resp, err = a.model.Generate(r.ctx, req)
 	}
-	if a.emitting() {
+	if a.wants(event.TypeLLMEnd) {
 		p := &event.LLMEnd{Model: a.modelName, Iteration: r.iter, DurationMs: event.Ms(time.Since(start)),
 			InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 			StopReason: string(resp.StopReason), ToolCalls: len(resp.ToolCalls)}
@@ -340,16 +407,16 @@ func (r *run) generate() (llm.Response, error) {
 			p.Error = err.Error()
 		}
 		a.bus.Export(event.Event{Type: event.TypeLLMEnd, Meta: r.meta, Payload: p})
-		if err == nil && resp.Text != "" && a.bus.Enabled(event.TypeLLMMessage) {
-			a.bus.Export(event.Event{Type: event.TypeLLMMessage, Meta: r.meta,
-				Payload: &event.LLMMessage{Iteration: r.iter, Role: string(llm.RoleAssistant), Content: resp.Text}})
-		}
+	}
+	if err == nil && resp.Text != "" && r.hears(event.TypeLLMMessage) {
+		r.report(event.Event{Type: event.TypeLLMMessage, Meta: r.meta,
+			Payload: &event.LLMMessage{Iteration: r.iter, Role: string(llm.RoleAssistant), Content: resp.Text}})
 	}
 	return resp, err
 }
 
 func (r *run) stream(s llm.Streamer, req llm.Request) (llm.Response, error) {
-	deltas := r.a.bus.Enabled(event.TypeLLMDelta)
+	deltas := r.hears(event.TypeLLMDelta)
 	var text strings.Builder
 	var calls []llm.ToolCall
 	for c, err := range s.Stream(r.ctx, req) {
@@ -362,7 +429,7 @@ func (r *run) stream(s llm.Streamer, req llm.Request) (llm.Response, error) {
 		if c.Text != "" {
 			text.WriteString(c.Text)
 			if deltas {
-				r.a.bus.Export(event.Event{Type: event.TypeLLMDelta, Meta: r.meta,
+				r.report(event.Event{Type: event.TypeLLMDelta, Meta: r.meta,
 					Payload: &event.LLMDelta{Iteration: r.iter, Text: c.Text}})
 			}
 		}
@@ -568,11 +635,12 @@ func (r *run) doorID(modelID string) string { return r.id + ":" + modelID }
 
 // refuse settles a call that does not run, with a result for the model.
 func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
-	a := r.a
-	if a.emitting() {
-		id := r.doorID(c.ID)
-		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
-		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id, IsError: true, ErrorClass: class}})
+	id := r.doorID(c.ID)
+	if r.hears(event.TypeToolStart) {
+		r.report(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
+	}
+	if r.hears(event.TypeToolEnd) {
+		r.report(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id, IsError: true, ErrorClass: class}})
 	}
 	return &CheckpointResult{Content: content, IsError: true, ErrorClass: class}
 }
@@ -583,8 +651,8 @@ func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
 func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	a := r.a
 	id := r.doorID(c.ID)
-	if a.emitting() {
-		a.bus.Export(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
+	if r.hears(event.TypeToolStart) {
+		r.report(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
 	}
 	start := time.Now()
 	var res *CheckpointResult
@@ -596,7 +664,7 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 		if d != nil {
 			ctx = context.WithValue(ctx, decisionKey{}, *d)
 		}
-		call := tool.NewCall(c.Name, id, r.id, r.session, cloneIdentity(r.identity), allScopes(), r.register).
+		call := tool.NewCall(c.Name, id, r.id, r.session, r.identity.Clone(), allScopes(), r.register).
 			WithEvents(r.toolEvent).WithHolder(r.hold)
 		out, err, panicked := invoke(ctx, e.tool, call, c.Args)
 		var ask *CheckInRequest
@@ -626,8 +694,8 @@ func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
 	}
 	took := time.Since(start)
 	a.fireCall(r.parent, id)
-	if a.emitting() {
-		a.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
+	if r.hears(event.TypeToolEnd) {
+		r.report(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
 			DurationMs: event.Ms(took), IsError: res.IsError, ErrorClass: res.ErrorClass}})
 	}
 	return outcome{res: res, fatal: capErr}
@@ -654,25 +722,10 @@ func allScopes() []toolsession.Scope {
 	return []toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession, toolsession.ScopeShutdown}
 }
 
-func cloneIdentity(id *tool.Identity) *tool.Identity {
-	if id == nil {
-		return nil
-	}
-	c := *id
-	return &c
-}
-
-func sameIdentity(a, b *tool.Identity) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
 // toolEvent carries an event a tool sends through tool.Call.Emit to the
 // bus, stamped with this run's meta where the tool left it empty.
 func (r *run) toolEvent(e event.Event) {
-	if !r.a.emitting() {
+	if !r.a.wants(e.Type) {
 		return
 	}
 	if e.Meta.AgentID == "" {

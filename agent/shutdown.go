@@ -48,6 +48,31 @@ func (a *Agent) CloseToolSessionsReason(ctx context.Context, sessionID string, r
 	return n
 }
 
+// CancelRun cancels the run with id runID if it is in flight (a Run, or a
+// Resume continuing it): its context is cancelled with cause, which the
+// run's error then wraps, and the run ends as a cancelled run does. It
+// reports whether such a run was in flight. A host that stops a turn
+// this way needs no cancellable context of its own around the run.
+func (a *Agent) CancelRun(runID string, cause error) bool {
+	if runID == "" {
+		return false
+	}
+	a.mu.Lock()
+	var found *run
+	for r := range a.runs {
+		if r.id == runID {
+			found = r
+			break
+		}
+	}
+	a.mu.Unlock()
+	if found == nil {
+		return false
+	}
+	found.cancel(cause)
+	return true
+}
+
 // Shutdown stops the agent: new runs and resumes are refused
 // (ErrShutdown); in-flight runs may finish until ctx ends, and are then
 // cancelled (their error wraps ErrShutdown) and given TeardownTimeout to

@@ -240,3 +240,46 @@ func TestShutdownReportsASinkThatFailsAndStillFinishes(t *testing.T) {
 		t.Fatal("OnError heard nothing")
 	}
 }
+
+// CancelRun stops one run in flight by its id: the run ends cancelled, its
+// error wraps the cause, and its run-scoped sessions close.
+func TestCancelRun(t *testing.T) {
+	t.Parallel()
+	w := newWorkspaces(t)
+	g := newGate()
+	a, rec := newAgent(t, agent.Options{Model: scripted.New(calls(call("gate", `{}`)), answer("never")), Tools: []tool.Tool{g.tool(w)}})
+	if a.CancelRun("", errors.New("x")) || a.CancelRun("run-nobody", errors.New("x")) {
+		t.Fatal("CancelRun found a run that is not in flight")
+	}
+	type outcome struct {
+		res agent.Result
+		err error
+	}
+	ran := make(chan outcome, 1)
+	go func() {
+		res, err := a.Run(bg(), agent.Input{Message: "x"})
+		ran <- outcome{res, err}
+	}()
+	<-g.entered
+	runID := ""
+	for _, e := range rec.all() {
+		if e.Meta.RunID != "" {
+			runID = e.Meta.RunID
+			break
+		}
+	}
+	stop := errors.New("the host stopped the turn")
+	if !a.CancelRun(runID, stop) {
+		t.Fatal("CancelRun did not find the run in flight")
+	}
+	out := <-ran
+	if !errors.Is(out.err, stop) {
+		t.Fatalf("the cancelled run's error: %v", out.err)
+	}
+	if cl := rec.closeEvents(); len(cl) != 1 || cl[0].Reason != "run-end" {
+		t.Fatalf("%+v", cl)
+	}
+	if a.CancelRun(runID, stop) {
+		t.Fatal("CancelRun found a run that had ended")
+	}
+}

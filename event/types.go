@@ -45,6 +45,11 @@ const (
 	TypeProviderRequest       Type = "agentry.provider.request"
 	TypeProviderCleanupFailed Type = "agentry.provider.cleanup_failed"
 	TypeProviderQuarantined   Type = "agentry.provider.quarantined"
+	// TypeProviderInteraction and TypeProviderInteractionEnd bracket a
+	// session interaction (a question or notice outside a turn). They
+	// never carry its text: only its size and shape.
+	TypeProviderInteraction    Type = "agentry.provider.interaction"
+	TypeProviderInteractionEnd Type = "agentry.provider.interaction_end"
 
 	// host: the standing host.
 	TypeHostSessionOpened    Type = "agentry.host.session_opened"
@@ -421,49 +426,69 @@ type UnjailedServing struct {
 	Why string `json:"why"`
 }
 
+// ProviderInteraction is the payload of provider interaction and
+// interaction_end: what a provider asked or told the host outside a
+// turn, described, never quoted.
+type ProviderInteraction struct {
+	Provider      string `json:"provider"`
+	InteractionID string `json:"interactionId"`
+	// Kind is question or notice.
+	Kind string `json:"kind"`
+	// MessageBytes is the length of the message; Options how many
+	// choices a question offered.
+	MessageBytes int `json:"messageBytes"`
+	Options      int `json:"options,omitempty"`
+	// Outcome (interaction_end): answered, declined, acknowledged or
+	// failed.
+	Outcome    string  `json:"outcome,omitempty"`
+	DurationMs float64 `json:"durationMs,omitempty"`
+}
+
 var payloads = map[Type]func() any{
-	TypeTurnStart:             func() any { return new(TurnStart) },
-	TypeTurnEnd:               func() any { return new(TurnEnd) },
-	TypeLLMStart:              func() any { return new(LLMStart) },
-	TypeLLMEnd:                func() any { return new(LLMEnd) },
-	TypeLLMDelta:              func() any { return new(LLMDelta) },
-	TypeLLMMessage:            func() any { return new(LLMMessage) },
-	TypeToolStart:             func() any { return new(ToolStart) },
-	TypeToolEnd:               func() any { return new(ToolEnd) },
-	TypeSessionStarted:        func() any { return new(ToolSession) },
-	TypeSessionReused:         func() any { return new(ToolSession) },
-	TypeSessionClosed:         func() any { return new(ToolSessionClosed) },
-	TypeSessionCloseFailed:    func() any { return new(ToolSessionClosed) },
-	TypeCodeRun:               func() any { return new(CodeRun) },
-	TypeSessionCapacity:       func() any { return new(ToolSessionCapacity) },
-	TypePauseRequest:          func() any { return new(PauseRequest) },
-	TypePauseResume:           func() any { return new(PauseResume) },
-	TypeFatal:                 func() any { return new(Fatal) },
-	TypeToolPanic:             func() any { return new(ToolPanic) },
-	TypeProviderSessionOpened: func() any { return new(ProviderSession) },
-	TypeProviderSessionClosed: func() any { return new(ProviderSession) },
-	TypeProviderTurnStart:     func() any { return new(ProviderTurn) },
-	TypeProviderTurnEnd:       func() any { return new(ProviderTurn) },
-	TypeProviderRequest:       func() any { return new(ProviderRequest) },
-	TypeProviderCleanupFailed: func() any { return new(ProviderProblem) },
-	TypeProviderQuarantined:   func() any { return new(ProviderProblem) },
-	TypeHostSessionOpened:     func() any { return new(HostSession) },
-	TypeHostSessionClosed:     func() any { return new(HostSession) },
-	TypeHostSessionEvicted:    func() any { return new(HostSession) },
-	TypeHostAdmissionRefused:  func() any { return new(AdmissionRefused) },
-	TypeHostTurnFailed:        func() any { return new(HostTurnFailed) },
-	TypeUnjailedServing:       func() any { return new(UnjailedServing) },
-	TypeJailStarted:           func() any { return new(JailStarted) },
-	TypeJailRefused:           func() any { return new(JailRefused) },
-	TypeJailStopped:           func() any { return new(JailStopped) },
-	TypeHostCleanupFailed:     func() any { return new(HostCleanup) },
-	TypeHostCleanupDone:       func() any { return new(HostCleanup) },
-	TypeRunnerLimits:          func() any { return new(RunnerLimits) },
-	TypeRunnerSwept:           func() any { return new(RunnerSwept) },
-	TypeACPAgentStarted:       func() any { return new(ACPAgentStarted) },
-	TypeACPAgentStopped:       func() any { return new(ACPAgentStopped) },
-	TypeACPFile:               func() any { return new(ACPFile) },
-	TypeACPTerminal:           func() any { return new(ACPTerminal) },
+	TypeTurnStart:              func() any { return new(TurnStart) },
+	TypeTurnEnd:                func() any { return new(TurnEnd) },
+	TypeLLMStart:               func() any { return new(LLMStart) },
+	TypeLLMEnd:                 func() any { return new(LLMEnd) },
+	TypeLLMDelta:               func() any { return new(LLMDelta) },
+	TypeLLMMessage:             func() any { return new(LLMMessage) },
+	TypeToolStart:              func() any { return new(ToolStart) },
+	TypeToolEnd:                func() any { return new(ToolEnd) },
+	TypeSessionStarted:         func() any { return new(ToolSession) },
+	TypeSessionReused:          func() any { return new(ToolSession) },
+	TypeSessionClosed:          func() any { return new(ToolSessionClosed) },
+	TypeSessionCloseFailed:     func() any { return new(ToolSessionClosed) },
+	TypeCodeRun:                func() any { return new(CodeRun) },
+	TypeSessionCapacity:        func() any { return new(ToolSessionCapacity) },
+	TypePauseRequest:           func() any { return new(PauseRequest) },
+	TypePauseResume:            func() any { return new(PauseResume) },
+	TypeFatal:                  func() any { return new(Fatal) },
+	TypeToolPanic:              func() any { return new(ToolPanic) },
+	TypeProviderSessionOpened:  func() any { return new(ProviderSession) },
+	TypeProviderSessionClosed:  func() any { return new(ProviderSession) },
+	TypeProviderTurnStart:      func() any { return new(ProviderTurn) },
+	TypeProviderTurnEnd:        func() any { return new(ProviderTurn) },
+	TypeProviderRequest:        func() any { return new(ProviderRequest) },
+	TypeProviderCleanupFailed:  func() any { return new(ProviderProblem) },
+	TypeProviderQuarantined:    func() any { return new(ProviderProblem) },
+	TypeProviderInteraction:    func() any { return new(ProviderInteraction) },
+	TypeProviderInteractionEnd: func() any { return new(ProviderInteraction) },
+	TypeHostSessionOpened:      func() any { return new(HostSession) },
+	TypeHostSessionClosed:      func() any { return new(HostSession) },
+	TypeHostSessionEvicted:     func() any { return new(HostSession) },
+	TypeHostAdmissionRefused:   func() any { return new(AdmissionRefused) },
+	TypeHostTurnFailed:         func() any { return new(HostTurnFailed) },
+	TypeUnjailedServing:        func() any { return new(UnjailedServing) },
+	TypeJailStarted:            func() any { return new(JailStarted) },
+	TypeJailRefused:            func() any { return new(JailRefused) },
+	TypeJailStopped:            func() any { return new(JailStopped) },
+	TypeHostCleanupFailed:      func() any { return new(HostCleanup) },
+	TypeHostCleanupDone:        func() any { return new(HostCleanup) },
+	TypeRunnerLimits:           func() any { return new(RunnerLimits) },
+	TypeRunnerSwept:            func() any { return new(RunnerSwept) },
+	TypeACPAgentStarted:        func() any { return new(ACPAgentStarted) },
+	TypeACPAgentStopped:        func() any { return new(ACPAgentStopped) },
+	TypeACPFile:                func() any { return new(ACPFile) },
+	TypeACPTerminal:            func() any { return new(ACPTerminal) },
 }
 
 // RunnerLimits is a code runner's statement, once at its start, of the
@@ -504,6 +529,7 @@ func Types() []Type {
 		TypeFatal, TypeToolPanic,
 		TypeProviderSessionOpened, TypeProviderSessionClosed, TypeProviderTurnStart, TypeProviderTurnEnd,
 		TypeProviderRequest, TypeProviderCleanupFailed, TypeProviderQuarantined,
+		TypeProviderInteraction, TypeProviderInteractionEnd,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
 		TypeUnjailedServing,
 		TypeJailStarted, TypeJailRefused, TypeJailStopped,

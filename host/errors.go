@@ -31,6 +31,7 @@ const (
 	CodeNoPendingInteraction Code = "no_pending_interaction" // 409: an answer for an interaction nobody asked
 	CodeTooManyTurns         Code = "too_many_turns"         // 429
 	CodeTooManySessions      Code = "too_many_sessions"      // 429
+	CodeCapacity             Code = "capacity"               // 429: every live tool session is busy
 	CodeTurnFailed           Code = "turn_failed"            // 500: the turn ran and failed
 	CodeTurnCut              Code = "turn_cut"               // 503: the shutdown drain bound cut the turn
 	CodeShuttingDown         Code = "shutting_down"          // 503

@@ -158,10 +158,13 @@ type sessionView struct {
 	// Interaction is a question or notice the agent raised outside a
 	// turn's requests, waiting for the person (only while it waits).
 	Interaction *InteractionView `json:"interaction,omitempty"`
-	Provider    string           `json:"provider,omitempty"`
-	LastRunID   string           `json:"lastRunId,omitempty"`
-	CreatedAt   time.Time        `json:"createdAt"`
-	UpdatedAt   time.Time        `json:"updatedAt"`
+	// Interactions are all the questions it waits on, oldest first (the
+	// first is Interaction).
+	Interactions []InteractionView `json:"interactions,omitempty"`
+	Provider     string            `json:"provider,omitempty"`
+	LastRunID    string            `json:"lastRunId,omitempty"`
+	CreatedAt    time.Time         `json:"createdAt"`
+	UpdatedAt    time.Time         `json:"updatedAt"`
 }
 
 func viewOf(c Conversation) sessionView {
@@ -265,7 +268,9 @@ func (h *Host) handleGet(w http.ResponseWriter, r *http.Request, o tool.Identity
 		return
 	}
 	v := viewOf(c)
-	v.Interaction = h.askingView(id)
+	if qs := h.askingViews(id); len(qs) > 0 {
+		v.Interaction, v.Interactions = &qs[0], qs
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 

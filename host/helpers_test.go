@@ -299,6 +299,33 @@ func (g *gate) tool(w *workspaces) tool.Tool {
 	})
 }
 
+// heldTool is gate's tool as a tool that pins its session: it holds a
+// lease on its run-scoped workspace while it waits, so the session is
+// busy, never evicted, and a new one past the bound waits for room.
+func (g *gate) heldTool(w *workspaces) tool.Tool {
+	return tool.Func("held", "waits, holding its session", func(ctx context.Context, c *tool.Call, _ askArgs) (string, error) {
+		key, err := c.Key(toolsession.ScopeRun)
+		if err != nil {
+			return "", err
+		}
+		lease, err := c.Hold(ctx, toolsession.Options{Scope: toolsession.ScopeRun, Key: key, RunnerID: "tempdir", Label: "files"})
+		if err != nil {
+			return "", err
+		}
+		defer lease.Release()
+		if _, err := w.use(c, toolsession.ScopeRun); err != nil {
+			return "", err
+		}
+		g.entered <- struct{}{}
+		select {
+		case <-g.release:
+			return "released", nil
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
+	})
+}
+
 // recorder is an in-memory event sink.
 type recorder struct {
 	mu     sync.Mutex
@@ -387,6 +414,7 @@ type config struct {
 	reg      *provider.Registry
 	keepReg  bool            // leave the registry open at shutdown (the fake's conversations live in it)
 	provider provider.Driver // another driver than native or the fake
+	agentOpt func(*agent.Options)
 }
 
 var owners = map[string]tool.Identity{
@@ -448,16 +476,22 @@ func newFixture(t *testing.T, cfg config) *fixture {
 		case cfg.kind == onFake:
 			d = conformance.NewFakeDriver()
 		default:
-			tools := append([]tool.Tool{ws.filesTool(), ws.deployTool(), ws.askTool(), g.tool(ws)}, cfg.tools...)
+			tools := append([]tool.Tool{ws.filesTool(), ws.deployTool(), ws.askTool(), g.tool(ws), g.heldTool(ws)}, cfg.tools...)
+			agentOpt := cfg.agentOpt
 			nd, err := native.NewDriver(native.Config{
-				Store: st.NativeStore(),
+				TurnRunIDs: true,
+				Store:      st.NativeStore(),
 				Agent: func(context.Context, provider.Definition) (agent.Options, error) {
-					return agent.Options{
+					o := agent.Options{
 						ID:     "host-test",
 						Model:  cmdModel{},
 						Tools:  tools,
 						Routes: []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
-					}, nil
+					}
+					if agentOpt != nil {
+						agentOpt(&o)
+					}
+					return o, nil
 				},
 			})
 			if err != nil {

@@ -167,7 +167,7 @@ type liveConv struct {
 	// guarded by Host.mu
 	busy     bool
 	lastUsed time.Time
-	asking   *asking // a session interaction waiting for the person
+	asking   map[string]*asking // questions the provider asked, waiting for the person
 	// guarded by busy
 	conv Conversation
 	sess *provider.ValidatedSession // nil until a turn opens it
@@ -524,7 +524,7 @@ func (h *Host) EvictIdle(ctx context.Context) int {
 	var picked []*liveConv
 	h.mu.Lock()
 	for _, lc := range h.live {
-		if !lc.busy && lc.asking == nil && !lc.lastUsed.After(cutoff) {
+		if !lc.busy && len(lc.asking) == 0 && !lc.lastUsed.After(cutoff) {
 			lc.busy = true
 			picked = append(picked, lc)
 		}

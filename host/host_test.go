@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
 )
@@ -560,5 +561,37 @@ func TestSSEKeepAliveDuringALongTurn(t *testing.T) {
 	evs := readSSE(t, br)
 	if len(evs) == 0 || evs[len(evs)-1].name != host.ResultEvent {
 		t.Fatalf("the stream did not end with the result: %+v", evs)
+	}
+}
+
+// When every live tool session has work in flight and none comes free in
+// time, a turn that needs one more is refused 429 capacity (Retry-After),
+// nothing is evicted mid-call, and the held turn still answers.
+func TestCapacityIs429(t *testing.T) {
+	f := newFixture(t, config{agentOpt: func(o *agent.Options) {
+		o.MaxLiveSessions = 1
+		o.SessionWait = 50 * time.Millisecond
+	}})
+	a, b := f.open("alice"), f.open("bob")
+	var wg sync.WaitGroup
+	var held resp
+	wg.Go(func() { held = f.say("alice", a, "call held") })
+	<-f.gate.entered
+	r := f.say("bob", b, "call held")
+	want(t, r, http.StatusTooManyRequests, "capacity")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 capacity without Retry-After")
+	}
+	close(f.gate.release)
+	wg.Wait()
+	want(t, held, 200, "")
+	if m := held.json(t); m["output"] != "tool said: released" {
+		t.Fatalf("the held turn: %v", m)
+	}
+	// Room again: bob's next turn runs (the gate is open now).
+	want(t, f.say("bob", b, "call held"), 200, "")
+	r = f.do("GET", "/v1/sessions/"+b+"/turns", "bob", nil)
+	if !strings.Contains(string(r.body), `"outcome":"failed"`) {
+		t.Fatalf("the refused turn is not in the log: %s", r.body)
 	}
 }

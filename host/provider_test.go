@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,6 +151,8 @@ func (d *flakyDriver) Materialize(ctx context.Context, def provider.Definition) 
 	caps := conformance.FakeCapabilities()
 	caps.Sessions.Branch = provider.BranchUnsupported
 	caps.Turns = provider.TurnCapabilities{}
+	caps.Sessions.ResumePending = false
+	caps.Interactions = provider.InteractionSupport{}
 	m.Capabilities = caps
 	m.Adapter = flakyAdapter{d: d, inner: m.Adapter}
 	return m, nil
@@ -298,4 +301,118 @@ func TestHostToolsAreLent(t *testing.T) {
 			t.Fatalf("identities the lent tool saw: %+v", seen)
 		}
 	})
+}
+
+// A session interaction outside a turn waits in the conversation: GET
+// shows it, the decision endpoint answers it (checked against its
+// options), another principal cannot see or answer it, and closing the
+// conversation declines what is left.
+func TestSessionInteractions(t *testing.T) {
+	d := conformance.NewFakeDriver()
+	f := newFixture(t, config{provider: d})
+	id := f.open("alice")
+	want(t, f.say("alice", id, "hello"), 200, "") // the session is open now
+
+	ask := func(iid string) chan provider.InteractionReply {
+		got := make(chan provider.InteractionReply, 1)
+		go func() {
+			r, err := d.Interact(context.Background(), id, provider.Interaction{ID: iid, Kind: provider.InteractionQuestion,
+				Message: "Which database?", Options: []string{"staging", "prod"}})
+			if err != nil {
+				r.Answer = "error: " + err.Error()
+			}
+			got <- r
+		}()
+		f.rec.waitFor(t, event.TypeProviderInteraction, func(e event.Event) bool {
+			p, _ := e.Payload.(*event.ProviderInteraction)
+			return p != nil && p.InteractionID == iid
+		}, 10*time.Second)
+		return got
+	}
+	// The provider's event comes just before the host holds the question:
+	// read the session until it shows it (bounded).
+	shown := func(iid string) map[string]any {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			m := f.do("GET", "/v1/sessions/"+id, "alice", nil).json(t)
+			if it, ok := m["interaction"].(map[string]any); ok && it["id"] == iid {
+				return it
+			}
+		}
+		t.Fatalf("the session never showed interaction %s", iid)
+		return nil
+	}
+	got := ask("int-1")
+	view := shown("int-1")
+	if view["id"] != "int-1" || view["kind"] != "question" || view["message"] != "Which database?" {
+		t.Fatalf("the interaction as GET shows it: %v", view)
+	}
+	if m := f.do("GET", "/v1/sessions/"+id, "bob", nil); m.status != 404 {
+		t.Fatalf("bob sees alice's session: %d", m.status)
+	}
+	decide := func(who, body string) resp {
+		return f.do("POST", "/v1/sessions/"+id+"/decision", who, body)
+	}
+	want(t, decide("bob", `{"interaction":"int-1","answer":"prod"}`), 404, "not_found")
+	want(t, decide("alice", `{"interaction":"int-1","answer":"dev"}`), 400, "invalid_field")
+	want(t, decide("alice", `{"interaction":"int-9","answer":"prod"}`), 409, "no_pending_interaction")
+	want(t, decide("alice", `{"interaction":"int-1"}`), 400, "missing_field")
+	r := decide("alice", `{"interaction":"int-1","answer":"staging"}`)
+	want(t, r, 200, "")
+	if rep := <-got; rep.Answer != "staging" || rep.Declined {
+		t.Fatalf("the provider heard: %+v", rep)
+	}
+	want(t, decide("alice", `{"interaction":"int-1","answer":"staging"}`), 409, "no_pending_interaction")
+
+	// Declined by the person, then one left open when the conversation closes.
+	got = ask("int-2")
+	shown("int-2")
+	want(t, decide("alice", `{"interaction":"int-2","approve":false}`), 200, "")
+	if rep := <-got; !rep.Declined || rep.Answer != "" {
+		t.Fatalf("a decline reached the provider as %+v", rep)
+	}
+	got = ask("int-3")
+	shown("int-3")
+	want(t, f.do("DELETE", "/v1/sessions/"+id, "alice", nil), 204, "")
+	if rep := <-got; !rep.Declined && !strings.HasPrefix(rep.Answer, "error:") {
+		t.Fatalf("an interaction left at close reached the provider as %+v", rep)
+	}
+}
+
+// An interaction raised inside a turn is sent on the turn's stream, and
+// answered through the decision endpoint while the turn waits.
+func TestSessionInteractionOnTheStream(t *testing.T) {
+	f := newFixture(t, config{kind: onFake})
+	id := f.open("alice")
+	req, _ := http.NewRequest("POST", f.url+"/v1/sessions/"+id+"/turns", strings.NewReader(`{"message":"`+conformance.FakeInteract+`"}`))
+	req.Header.Set("Authorization", "Bearer "+f.tokens["alice"])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	br := bufio.NewReader(res.Body)
+	var iid string
+	for iid == "" {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before the interaction: %v", err)
+		}
+		if line == "event: "+host.InteractionEvent+"\n" {
+			data, _ := br.ReadString('\n')
+			var v struct{ ID, Message string }
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(data, "data: ")), &v); err != nil || v.Message != conformance.FakeQuestion {
+				t.Fatalf("the interaction event: %v %s", err, data)
+			}
+			iid = v.ID
+		}
+	}
+	want(t, f.do("POST", "/v1/sessions/"+id+"/decision", "alice", `{"interaction":"`+iid+`","answer":"`+conformance.FakeYes+`"}`), 200, "")
+	evs := readSSE(t, br)
+	last := evs[len(evs)-1]
+	if last.name != host.ResultEvent || !strings.Contains(string(last.data), conformance.FakeYes) {
+		t.Fatalf("the turn's result: %s %s", last.name, last.data)
+	}
 }

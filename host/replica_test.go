@@ -65,7 +65,7 @@ func newReplica(t *testing.T, dsn string, toks map[string]string) (*fixture, *fl
 	}
 	st := openStore(t, dsn)
 	tools := []tool.Tool{ws.filesTool(), ws.deployTool(), g.tool(ws)}
-	nd, err := native.NewDriver(native.Config{
+	nd, err := native.NewDriver(native.Config{TurnRunIDs: true,
 		Store: st.NativeStore(),
 		Agent: func(context.Context, provider.Definition) (agent.Options, error) {
 			return agent.Options{ID: "replica-test", Model: cmdModel{}, Tools: tools,
@@ -262,7 +262,12 @@ func TestReplicaTakeover(t *testing.T) {
 			t.Fatalf("the takeover entry: %+v", e)
 		}
 	}
-	msgs := b.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).json(t)["messages"].([]any)
+	var msgs []any
+	for _, m := range b.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).json(t)["messages"].([]any) {
+		if m.(map[string]any)["role"] != "activity" {
+			msgs = append(msgs, m)
+		}
+	}
 	if len(msgs) != 8 || msgs[2].(map[string]any)["content"] != "hello" {
 		t.Fatalf("the transcript (the person's words, without the note): %+v", msgs)
 	}

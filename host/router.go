@@ -97,6 +97,17 @@ func (s *subscription) push(e event.Event) { s.add(item{e: e}) }
 // pushOutput queues one of the turn's provider outputs.
 func (s *subscription) pushOutput(o provider.Output) { s.add(item{output: &o}) }
 
+// tell shows a session interaction on the stream of the conversation's
+// turn, if one is open.
+func (r *Router) tell(sessionID string, v *InteractionView) {
+	r.mu.RLock()
+	s := r.subs[sessionID]
+	r.mu.RUnlock()
+	if s != nil {
+		s.pushInteraction(v)
+	}
+}
+
 // pushInteraction queues a session interaction the stream should show.
 func (s *subscription) pushInteraction(v *InteractionView) { s.add(item{interaction: v}) }
 

@@ -230,19 +230,16 @@ func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
 	}
 	cfg := h.opt.SessionConfig(lc.owner, lc.id)
 	hb := h.lent.binding(lc.owner, lc.id)
-	var s provider.Session
+	ask := interactions{h}
+	var vs *provider.ValidatedSession
 	if lc.conv.Binding == "" {
-		s, err = h.prov.Create(ctx, provider.CreateRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb})
+		vs, err = h.prov.Create(ctx, provider.CreateRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb, Interactions: ask})
 	} else {
-		s, err = h.prov.Resume(ctx, provider.ResumeRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb, Binding: lc.conv.Binding})
+		vs, err = h.prov.Resume(ctx, provider.ResumeRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb,
+			Binding: lc.conv.Binding, Interactions: ask})
 	}
 	if err != nil {
 		return h.openError(lc, err)
-	}
-	vs, ok := s.(*provider.ValidatedSession)
-	if !ok {
-		_ = s.Close(context.WithoutCancel(ctx), provider.CloseContractRejected)
-		return newError(http.StatusInternalServerError, CodeInternal, "host: the provider did not return a validated session")
 	}
 	lc.sess = vs
 	lc.conv.Provider, lc.conv.Binding = h.key, vs.Binding()
@@ -399,6 +396,18 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		return "", turnResult{Error: newError(http.StatusConflict, CodeSessionBusy, "host: the agent could not start the turn now; try again")}
 	case t.err != nil && provider.HasCode(t.err, provider.CodeConcurrentTurn), t.err != nil && provider.HasCode(t.err, provider.CodeRequestPending):
 		return "", turnResult{Error: newError(http.StatusConflict, CodeSessionBusy, "host: a turn is running on this session; wait for its answer")}
+	case t.err != nil && errors.Is(t.err, toolsession.ErrCapacity):
+		// Every live tool session is busy and none came free in time: the
+		// agent started nothing; the person retries.
+		turn.Outcome, turn.Error = TurnFailed, clipMessage(t.err.Error())
+		if t.kind == "decision" {
+			c.State, c.Pending = StateOpen, nil
+		}
+		out.Error = newError(http.StatusTooManyRequests, CodeCapacity,
+			"host: every live tool session is busy with work in flight and none came free in time; retry shortly")
+		out.Error.retryAfter = 5
+		h.metrics.refused.WithLabelValues("capacity").Inc()
+		h.emit(event.TypeHostAdmissionRefused, &event.AdmissionRefused{Limit: "capacity", RetryAfter: 5}, lc.id, lc.owner)
 	case t.err != nil && t.kind == "decision" && provider.HasCode(t.err, provider.CodeRequestResolutionMismatch):
 		// The provider no longer holds the request (it could not bring
 		// the pause back after a restart or an eviction): the pause is

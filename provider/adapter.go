@@ -69,6 +69,18 @@ type Interrupter interface {
 	Interrupt(ctx context.Context, turnID string) error
 }
 
+// Pender is the optional session port of a provider that declares
+// Sessions.ResumePending. The wrapper asks a session it resumed whether
+// the conversation's last turn was waiting on a request when its previous
+// session went (closed with a reason that keeps it, or lost with its
+// process); if so, the session starts out waiting on that request, which
+// the host answers with Resolve (or ends with Interrupt) as if the turn
+// had never left. It is consulted once, when a resume is adopted.
+type Pender interface {
+	// Pending returns the waiting turn's id and its request, or ok false.
+	Pending() (turnID string, req Request, ok bool)
+}
+
 // Steerer is the optional session port that adds input to a running turn.
 type Steerer interface {
 	Steer(ctx context.Context, req SteerRequest) error
@@ -97,6 +109,11 @@ type CreateRequest struct {
 	// to learn the binding as soon as the provider knows it; the provider
 	// must call the one it is given exactly once before Create returns.
 	OnBinding func(Binding)
+	// Interactions is the host's way to hear the session's questions and
+	// notices. A provider that declares interactions receives the
+	// wrapper's facade in its place, for the opening and the session's
+	// life; one that declares none receives nil.
+	Interactions Interactions
 }
 
 // ResumeRequest reopens a session from its binding.
@@ -107,6 +124,7 @@ type ResumeRequest struct {
 	Binding          Binding
 	HostBinding      *HostBinding
 	HostTools        HostTools
+	Interactions     Interactions
 }
 
 // BranchSource names the session and turn a branch continues from.
@@ -124,6 +142,7 @@ type BranchRequest struct {
 	HostBinding      *HostBinding
 	HostTools        HostTools
 	OnBinding        func(Binding)
+	Interactions     Interactions
 }
 
 // TurnRequest starts a turn.

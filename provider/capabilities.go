@@ -21,14 +21,19 @@ type Capabilities struct {
 	Requests       RequestCapabilities   `json:"requests"`
 	HostBinding    HostBindingSupport    `json:"hostBinding"`
 	Authentication AuthenticationSupport `json:"authentication"`
+	Interactions   InteractionSupport    `json:"interactions"`
 	Limits         Limits                `json:"limits"`
 }
 
 // SessionCapabilities: every provider creates sessions; resume and branch
 // are optional ports ([Resumer], [Brancher]).
 type SessionCapabilities struct {
-	Resume bool          `json:"resume"`
-	Branch BranchSupport `json:"branch"`
+	Resume bool `json:"resume"`
+	// ResumePending: a resumed session whose last turn was waiting on a
+	// request comes back waiting on it, so the host can Resolve it. Its
+	// sessions implement [Pender]. Requires Resume.
+	ResumePending bool          `json:"resumePending,omitempty"`
+	Branch        BranchSupport `json:"branch"`
 }
 
 // BranchSupport says whether and how a session can be branched.
@@ -130,7 +135,7 @@ func jsonProblem(err error) error {
 
 // CheckCapabilities checks c and returns it normalised: the empty branch
 // support becomes BranchUnsupported, zero limits their defaults, and
-// placements and flows sorted.
+// placements, flows and interaction kinds sorted.
 func CheckCapabilities(c Capabilities) (Capabilities, error) {
 	bad := func(format string, args ...any) (Capabilities, error) {
 		e := violation("", CodeInvalidCapabilities, format, args...)
@@ -148,6 +153,10 @@ func CheckCapabilities(c Capabilities) (Capabilities, error) {
 	case BranchUnsupported, BranchThroughTurn:
 	default:
 		return bad("sessions.branch must be %q or %q", BranchUnsupported, BranchThroughTurn)
+	}
+
+	if c.Sessions.ResumePending && !c.Sessions.Resume {
+		return bad("sessions.resumePending needs sessions.resume")
 	}
 
 	hb := c.HostBinding
@@ -185,6 +194,18 @@ func CheckCapabilities(c Capabilities) (Capabilities, error) {
 	}
 	c.Authentication = au
 
+	kinds := slices.Clone(c.Interactions.Kinds)
+	slices.Sort(kinds)
+	for i, k := range kinds {
+		if k != InteractionQuestion && k != InteractionNotice {
+			return bad("interactions.kinds[%d] is not %q or %q", i, InteractionQuestion, InteractionNotice)
+		}
+		if i > 0 && kinds[i-1] == k {
+			return bad("interactions.kinds lists %q twice", k)
+		}
+	}
+	c.Interactions.Kinds = kinds
+
 	l := &c.Limits
 	switch {
 	case l.MaxInputBytes == 0:
@@ -213,7 +234,8 @@ func (c Capabilities) Equal(d Capabilities) bool {
 		c.HostBinding.Supported == d.HostBinding.Supported &&
 		slices.Equal(c.HostBinding.InstructionPlacements, d.HostBinding.InstructionPlacements) &&
 		c.Authentication.Supported == d.Authentication.Supported &&
-		slices.Equal(c.Authentication.Flows, d.Authentication.Flows)
+		slices.Equal(c.Authentication.Flows, d.Authentication.Flows) &&
+		slices.Equal(c.Interactions.Kinds, d.Interactions.Kinds)
 }
 
 // supportsPlacement reports whether host-binding instructions may use p.

@@ -56,6 +56,9 @@ func CheckID(s string) error {
 	if s == "" {
 		return errors.New("the id is empty")
 	}
+	if asciiID(s) {
+		return nil
+	}
 	if len(s) > MaxIDLen*utf8.UTFMax {
 		return fmt.Errorf("the id is longer than %d characters", MaxIDLen)
 	}
@@ -82,6 +85,21 @@ func CheckID(s string) error {
 	return nil
 }
 
+// asciiID is the fast path of CheckID: an id of printable ASCII (no
+// control characters, and ASCII has no format characters) that is short
+// enough and does not start or end with a space is well-formed.
+func asciiID(s string) bool {
+	if len(s) > MaxIDLen || s[0] == ' ' || s[len(s)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // CheckWorkingDirectory reports whether dir can be a session's working
 // directory: absolute, already clean (filepath.Clean leaves it unchanged),
 // at most 4,096 bytes of valid UTF-8, no control characters. The host
@@ -97,6 +115,9 @@ func CheckWorkingDirectory(dir string) error {
 		return errors.New("the working directory is not valid UTF-8")
 	}
 	for i, r := range dir {
+		if r < utf8.RuneSelf && r >= 0x20 && r != 0x7f {
+			continue
+		}
 		if isControl(r) {
 			return fmt.Errorf("the working directory has a control character at byte %d", i)
 		}

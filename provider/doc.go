@@ -4,7 +4,7 @@
 // writes its lifecycle code once and each agent is adapted once.
 //
 //	host ─▶ Registry ─▶ Driver.Materialize(Definition) ─▶ Instance{Capabilities, Adapter, Readiness, Dispose}
-//	                                                      Validated ─▶ Create / Resume / Branch ─▶ ValidatedSession
+//	                                                      Validated ─▶ Create / Resume / Branch ─▶ *ValidatedSession
 //	                                                      ValidatedSession ─▶ RunTurn (pull iterator) · Resolve · Interrupt · Steer · Close
 //
 // A provider implements [Adapter] and [Session] (and the optional ports its
@@ -36,6 +36,12 @@
 //     each cancelled by its caller or by the release, results checked
 //     (32 KiB of JSON), released only by the owning session after the
 //     invocations in flight return.
+//   - A resumed session whose turn was waiting on a request comes back
+//     waiting on it ([Pender], when Sessions.ResumePending is declared).
+//   - Session interactions (questions and notices outside a turn) reach
+//     the host only through the wrapper's facade, checked, bounded, and
+//     ended with the session; a provider that declares none is handed
+//     none.
 //   - A provider's panic never reaches the host: it becomes an
 //     [*OperationError].
 //

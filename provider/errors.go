@@ -58,6 +58,10 @@ const (
 	// panicked (HostToolResult.Error.Code).
 	CodeHostToolFailed Code = "host_tool_failed"
 
+	// Session interactions.
+	CodeInvalidSessionInteraction      Code = "invalid_session_interaction"
+	CodeSessionInteractionsUnsupported Code = "session_interactions_unsupported"
+
 	// Registry.
 	CodeInvalidDriver                Code = "invalid_driver"
 	CodeDuplicateProvider            Code = "duplicate_provider"
@@ -72,47 +76,49 @@ const (
 
 // fixes holds the one-line fix each code's message ends with.
 var fixes = map[Code]string{
-	CodeInvalidCapabilities:          "correct the capability declaration",
-	CodeInvalidAdapter:               "pass a non-nil adapter",
-	CodeCapabilityPortMismatch:       "implement exactly the ports the capabilities declare",
-	CodeInvalidInput:                 "correct the input named above",
-	CodeInvalidSession:               "return a session, or an error",
-	CodeInvalidBinding:               "use a binding of 1 to 256 characters with no control characters and no surrounding space",
-	CodeBindingCallbackMissing:       "report the native conversation identity through OnBinding before returning",
-	CodeBindingCallbackRepeated:      "call OnBinding exactly once",
-	CodeBindingCallbackMismatch:      "return a session whose Binding is the one reported through OnBinding",
-	CodeResumeBindingMismatch:        "a resumed session must keep the binding it was resumed with",
-	CodeBranchBindingReused:          "give the branch a new native identity",
-	CodeSessionClosed:                "open a new session",
-	CodeSessionUnusable:              "close the session and open a new one",
-	CodeConcurrentTurn:               "wait for the active turn to finish, or interrupt it",
-	CodeRequestPending:               "resolve the pending request, or interrupt the turn",
-	CodeActiveTurnMismatch:           "name the session's active turn",
-	CodeOutputSessionMismatch:        "stamp every output with the session's id",
-	CodeOutputTurnMismatch:           "stamp every output with the active turn's id",
-	CodeOutputCapabilityMismatch:     "emit only outputs the capabilities declare",
-	CodeInputCapabilityMismatch:      "use only operations the capabilities declare",
-	CodeInvalidTurnSequence:          "start with turn.started and end at turn.completed or exactly one open request",
-	CodeRequestResolutionMismatch:    "resolve the pending request of the active turn, with an answer of its kind",
-	CodeInvalidOperationResult:       "return a result of the documented shape",
-	CodeInvalidHostBinding:           "correct the host binding",
-	CodeHostBindingUnsupported:       "open the session without the binding, or use a provider that supports it",
-	CodeHostBindingReused:            "build a new host binding for every session opening",
-	CodeHostBindingClosed:            "stop using the binding once its session is closing",
-	CodeHostToolNameConflict:         "give every host tool a distinct name",
-	CodeHostToolInputInvalid:         "call a listed tool with arguments its schema accepts and an id not already in flight",
-	CodeHostToolResultInvalid:        "return exactly one of output or error, at most 32 KiB of JSON",
-	CodeHostToolCapacityExhausted:    "wait for an invocation to finish; at most 16 run at once",
-	CodeHostToolFailed:               "see the host's logs",
-	CodeInvalidDriver:                "register a driver with a valid provider key whose materialisation declares matching capabilities",
-	CodeDuplicateProvider:            "register one driver per provider key",
-	CodeDuplicateInstance:            "give every instance a distinct id",
-	CodeProviderNotRegistered:        "register a driver for the provider key",
-	CodeMultipleInstancesUnsupported: "define at most one instance of this provider",
-	CodeInstanceNotFound:             "look up an id the registry defines",
-	CodeInstanceDisposed:             "the instance is gone; open a new registry",
-	CodeRegistryDisposed:             "the registry is gone; open a new one",
-	CodeInstanceCleanupFailed:        "call Dispose again to retry the listed instances",
+	CodeInvalidCapabilities:            "correct the capability declaration",
+	CodeInvalidAdapter:                 "pass a non-nil adapter",
+	CodeCapabilityPortMismatch:         "implement exactly the ports the capabilities declare",
+	CodeInvalidInput:                   "correct the input named above",
+	CodeInvalidSession:                 "return a session, or an error",
+	CodeInvalidBinding:                 "use a binding of 1 to 256 characters with no control characters and no surrounding space",
+	CodeBindingCallbackMissing:         "report the native conversation identity through OnBinding before returning",
+	CodeBindingCallbackRepeated:        "call OnBinding exactly once",
+	CodeBindingCallbackMismatch:        "return a session whose Binding is the one reported through OnBinding",
+	CodeResumeBindingMismatch:          "a resumed session must keep the binding it was resumed with",
+	CodeBranchBindingReused:            "give the branch a new native identity",
+	CodeSessionClosed:                  "open a new session",
+	CodeSessionUnusable:                "close the session and open a new one",
+	CodeConcurrentTurn:                 "wait for the active turn to finish, or interrupt it",
+	CodeRequestPending:                 "resolve the pending request, or interrupt the turn",
+	CodeActiveTurnMismatch:             "name the session's active turn",
+	CodeOutputSessionMismatch:          "stamp every output with the session's id",
+	CodeOutputTurnMismatch:             "stamp every output with the active turn's id",
+	CodeOutputCapabilityMismatch:       "emit only outputs the capabilities declare",
+	CodeInputCapabilityMismatch:        "use only operations the capabilities declare",
+	CodeInvalidTurnSequence:            "start with turn.started and end at turn.completed or exactly one open request",
+	CodeRequestResolutionMismatch:      "resolve the pending request of the active turn, with an answer of its kind",
+	CodeInvalidOperationResult:         "return a result of the documented shape",
+	CodeInvalidHostBinding:             "correct the host binding",
+	CodeHostBindingUnsupported:         "open the session without the binding, or use a provider that supports it",
+	CodeHostBindingReused:              "build a new host binding for every session opening",
+	CodeHostBindingClosed:              "stop using the binding once its session is closing",
+	CodeHostToolNameConflict:           "give every host tool a distinct name",
+	CodeHostToolInputInvalid:           "call a listed tool with arguments its schema accepts and an id not already in flight",
+	CodeHostToolResultInvalid:          "return exactly one of output or error, at most 32 KiB of JSON",
+	CodeHostToolCapacityExhausted:      "wait for an invocation to finish; at most 16 run at once",
+	CodeHostToolFailed:                 "see the host's logs",
+	CodeInvalidSessionInteraction:      "send a well-formed interaction with a new id while the session is open, and answer a question with one of its options",
+	CodeSessionInteractionsUnsupported: "use only the interaction kinds the capabilities declare",
+	CodeInvalidDriver:                  "register a driver with a valid provider key whose materialisation declares matching capabilities",
+	CodeDuplicateProvider:              "register one driver per provider key",
+	CodeDuplicateInstance:              "give every instance a distinct id",
+	CodeProviderNotRegistered:          "register a driver for the provider key",
+	CodeMultipleInstancesUnsupported:   "define at most one instance of this provider",
+	CodeInstanceNotFound:               "look up an id the registry defines",
+	CodeInstanceDisposed:               "the instance is gone; open a new registry",
+	CodeRegistryDisposed:               "the registry is gone; open a new one",
+	CodeInstanceCleanupFailed:          "call Dispose again to retry the listed instances",
 }
 
 // Codes lists every code, in a stable order.
@@ -127,6 +133,7 @@ func Codes() []Code {
 		CodeInvalidHostBinding, CodeHostBindingUnsupported, CodeHostBindingReused, CodeHostBindingClosed,
 		CodeHostToolNameConflict, CodeHostToolInputInvalid, CodeHostToolResultInvalid,
 		CodeHostToolCapacityExhausted, CodeHostToolFailed,
+		CodeInvalidSessionInteraction, CodeSessionInteractionsUnsupported,
 		CodeInvalidDriver, CodeDuplicateProvider, CodeDuplicateInstance, CodeProviderNotRegistered,
 		CodeMultipleInstancesUnsupported, CodeInstanceNotFound, CodeInstanceDisposed, CodeRegistryDisposed,
 		CodeInstanceCleanupFailed,
@@ -310,7 +317,10 @@ type retrier struct {
 
 	mu      sync.Mutex
 	done    bool
-	running *attempt
+	running bool
+	// shared is made by the first caller that waits for an attempt in
+	// flight; the attempt closes it when it ends.
+	shared *attempt
 }
 
 type attempt struct {
@@ -326,7 +336,12 @@ func (r *retrier) do(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	if a := r.running; a != nil {
+	if r.running {
+		a := r.shared
+		if a == nil {
+			a = &attempt{finished: make(chan struct{})}
+			r.shared = a
+		}
 		r.mu.Unlock()
 		select {
 		case <-a.finished:
@@ -335,19 +350,21 @@ func (r *retrier) do(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 	}
-	a := &attempt{finished: make(chan struct{})}
-	r.running = a
+	r.running = true
 	r.mu.Unlock()
 
 	err := safely("cleanup", func() error { return r.fn(ctx) })
 
 	r.mu.Lock()
-	r.running = nil
+	r.running = false
 	if err == nil {
 		r.done = true
 	}
-	a.err = err
-	close(a.finished)
+	if a := r.shared; a != nil {
+		r.shared = nil
+		a.err = err
+		close(a.finished)
+	}
 	r.mu.Unlock()
 	return err
 }

@@ -72,7 +72,7 @@ func Example() {
 		}},
 		Release: func(context.Context) error { fmt.Println("host binding released"); return nil },
 	}
-	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{
+	session, err := inst.Adapter().Create(ctx, provider.CreateRequest{
 		SessionID:        "conversation-1",
 		WorkingDirectory: "/srv/work",
 		Configuration:    native.SessionConfig{Identity: &tool.Identity{Tenant: "acme", Principal: "alice"}}.JSON(),
@@ -84,8 +84,6 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	session := s.(*provider.ValidatedSession)
-
 	show := func(out provider.Output, err error) {
 		switch {
 		case err != nil:

@@ -57,7 +57,7 @@ func openBound(t testing.TB, v *provider.Validated, id string, b *provider.HostB
 	if err != nil {
 		return nil, err
 	}
-	return s.(*provider.ValidatedSession), nil
+	return s, nil
 }
 
 func TestHostBindingClaimOnce(t *testing.T) {

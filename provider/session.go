@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
@@ -24,19 +25,21 @@ type ValidatedSession struct {
 	inner       Session
 	binding     Binding
 	lease       *lease
+	interacts   *interactionOwner // nil when the provider was handed none
 	interrupter Interrupter
 	steerer     Steerer
-	cleanup     *retrier
+	cleanup     retrier
 
 	mu             sync.Mutex
 	phase          phase
 	turnID         string
 	pending        *Request
 	turnStart      time.Time
-	turns          map[string]struct{}
-	requests       map[string]struct{}
+	turns          idSet
+	requests       idSet
 	busy           int // interrupts and steers in flight
 	closing        bool
+	ending         atomic.Bool // closing || closed, for the per-output check
 	closed         bool
 	broken         error
 	reason         CloseReason
@@ -60,13 +63,10 @@ var (
 // adopt checks a candidate session and wraps it. A rejected candidate is
 // closed (reason contract_rejected), and its lease released, before the
 // error returns.
-func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease, obs *observer, resumed, source Binding) (*ValidatedSession, error) {
+func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease, ia *interactionOwner, obs *observer, resumed, source Binding) (*ValidatedSession, error) {
 	key := v.caps.ProviderKey
-	s := &ValidatedSession{
-		v: v, id: o.sessionID, mode: o.mode, inner: cand, lease: l,
-		turns: map[string]struct{}{}, requests: map[string]struct{}{},
-	}
-	s.cleanup = newRetrier(s.doClose)
+	s := &ValidatedSession{v: v, id: o.sessionID, mode: o.mode, inner: cand, lease: l, interacts: ia}
+	s.cleanup.fn = s.doClose
 	var calls int
 	var reported Binding
 	if obs != nil {
@@ -76,6 +76,7 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 	}
 	var b Binding
 	if err := safely("the provider's Binding", func() error { b = cand.Binding(); return nil }); err != nil {
+		ia.end()
 		return nil, v.reject(ctx, cand, l, &OperationError{Provider: key, Op: o.mode, Started: true, Err: err})
 	}
 	s.binding = b
@@ -100,12 +101,67 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 		bad = portMismatch(key, "interrupt (Interrupter)", v.caps.Turns.Interrupt)
 	case v.caps.Turns.Steer != (s.steerer != nil):
 		bad = portMismatch(key, "steer (Steerer)", v.caps.Turns.Steer)
+	case v.caps.Sessions.ResumePending != isPender(cand):
+		bad = portMismatch(key, "resume pending (Pender)", v.caps.Sessions.ResumePending)
+	}
+	if bad == nil && o.mode == "resume" && v.caps.Sessions.ResumePending {
+		bad = s.restorePending(cand.(Pender))
 	}
 	if bad != nil {
+		// Torn down first: a rejected session asks nobody anything.
+		ia.end()
 		return nil, v.reject(ctx, cand, l, bad)
 	}
-	v.emit(s.id, event.TypeProviderSessionOpened, &event.ProviderSession{Provider: key, Instance: v.opt.instance, Mode: o.mode})
+	if v.emitting() {
+		v.emit(s.id, event.TypeProviderSessionOpened, &event.ProviderSession{Provider: key, Instance: v.opt.instance, Mode: o.mode})
+	}
 	return s, nil
+}
+
+func isPender(s Session) bool {
+	_, ok := s.(Pender)
+	return ok
+}
+
+// restorePending puts a resumed session in the waiting state its provider
+// reports, after checking the request as if the turn had just raised it.
+func (s *ValidatedSession) restorePending(p Pender) *ContractError {
+	key := s.v.caps.ProviderKey
+	var turnID string
+	var req Request
+	var ok bool
+	if err := safely("the provider's Pending", func() error { turnID, req, ok = p.Pending(); return nil }); err != nil {
+		return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "the resumed session's pending request could not be read", Err: err}
+	}
+	if !ok {
+		return nil
+	}
+	if err := CheckID(turnID); err != nil {
+		return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "the pending turn id is malformed", Err: err}
+	}
+	if err := s.checkRequest(&req); err != nil {
+		return err
+	}
+	r := req
+	r.Schema = clone(req.Schema)
+	s.turns.add(turnID)
+	s.requests.add(r.ID)
+	s.phase, s.turnID, s.pending, s.turnStart = waiting, turnID, &r, time.Now()
+	return nil
+}
+
+// Pending returns the active turn's open request: the one a turn ended
+// at, or the one a resumed session came back waiting on. ok is false when
+// no request is pending.
+func (s *ValidatedSession) Pending() (turnID string, req Request, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.phase != waiting || s.busy > 0 || s.pending == nil {
+		return "", Request{}, false
+	}
+	r := *s.pending
+	r.Schema = clone(r.Schema)
+	return s.turnID, r, true
 }
 
 // reject closes a candidate the wrapper refused, and releases its lease.
@@ -195,11 +251,9 @@ func (s *ValidatedSession) quarantine(cause error) {
 	}
 }
 
-func (s *ValidatedSession) isClosing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing || s.closed
-}
+// isClosing is read for every output, so it is an atomic mirror of
+// closing || closed, written under mu.
+func (s *ValidatedSession) isClosing() bool { return s.ending.Load() }
 
 // RunTurn starts a turn and yields its outputs as they are pulled. A
 // refusal is the only pair yielded: an error and a zero Output. The turn
@@ -235,13 +289,13 @@ func (s *ValidatedSession) beginTurn(req TurnRequest) error {
 	if err := CheckID(req.TurnID); err != nil {
 		return &ContractError{Provider: key, Code: CodeInvalidInput, Message: "the turn id is malformed", Err: err}
 	}
-	if _, used := s.turns[req.TurnID]; used {
+	if s.turns.has(req.TurnID) {
 		return violation(key, CodeInvalidInput, "the turn id was already used in this session")
 	}
 	if len(req.Input) > s.v.caps.Limits.MaxInputBytes {
 		return violation(key, CodeInvalidInput, "the input is %d bytes; the provider accepts at most %d", len(req.Input), s.v.caps.Limits.MaxInputBytes)
 	}
-	s.turns[req.TurnID] = struct{}{}
+	s.turns.add(req.TurnID)
 	s.phase, s.turnID, s.pending = running, req.TurnID, nil
 	return nil
 }
@@ -307,116 +361,127 @@ func (n notStarted) Error() string { return n.err.Error() }
 
 var errClosedMidTurn = errors.New("closed mid-turn")
 
+// pull is the state of one drive: what the outputs so far have shown.
+// It is one allocation, where separate variables captured by the loop
+// body would each be one.
+type pull struct {
+	started, produced, abandoned, inHost bool
+	holding                              bool   // held is the turn's last output
+	held                                 Output // turn.completed or a request
+	fail                                 error
+}
+
 // drive pulls a provider's outputs through the checks and on to the host.
 func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func() iter.Seq2[Output, error], yield func(Output, error) bool) {
 	key := s.v.caps.ProviderKey
-	started := continuation
-	produced := false
-	var held *Output
-	var fail error
-	abandoned := false
-	inHost := false
+	st := &pull{started: continuation}
 
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				if inHost {
+				if st.inHost {
+					// The host's own loop body panicked: the turn was
+					// abandoned mid-way. The panic is the host's.
+					s.quarantine(errors.New("the host's loop body panicked before the turn reached a stable boundary"))
 					panic(r)
 				}
-				if fail != nil {
+				if st.fail != nil {
 					// The provider went on after being told to stop; the
 					// first problem is the one to report.
 					return
 				}
-				fail = &OperationError{Provider: key, Op: op, Started: true, Err: &PanicError{Where: "the provider's " + op, Value: r}}
+				st.fail = &OperationError{Provider: key, Op: op, Started: true, Err: &PanicError{Where: "the provider's " + op, Value: r}}
 			}
 		}()
 		seq := open()
 		if seq == nil {
-			fail = violation(key, CodeInvalidTurnSequence, "the provider's %s returned no output sequence", op)
+			st.fail = violation(key, CodeInvalidTurnSequence, "the provider's %s returned no output sequence", op)
 			return
 		}
 		for out, err := range seq {
 			if s.isClosing() {
-				fail = errClosedMidTurn
+				st.fail = errClosedMidTurn
 				return
 			}
 			if err != nil {
-				if !produced && errors.Is(err, ErrNotStarted) {
-					fail = notStarted{err}
+				if !st.produced && errors.Is(err, ErrNotStarted) {
+					st.fail = notStarted{err}
 				} else {
-					fail = &OperationError{Provider: key, Op: op, Started: true, Err: err}
+					st.fail = &OperationError{Provider: key, Op: op, Started: true, Err: err}
 				}
 				return
 			}
-			produced = true
-			if held != nil {
-				fail = violation(key, CodeInvalidTurnSequence, "an output followed %s", held.Kind)
+			st.produced = true
+			if st.holding {
+				st.fail = violation(key, CodeInvalidTurnSequence, "an output followed %s", st.held.Kind)
 				return
 			}
-			if err := s.checkOutput(out, turnID, &started); err != nil {
-				fail = err
+			if err := s.checkOutput(out, turnID, &st.started); err != nil {
+				st.fail = err
 				return
 			}
 			if out.Kind == OutputRequest || out.Kind == OutputTurnCompleted {
-				o := out
-				if o.Request != nil {
-					r := *o.Request
+				st.held, st.holding = out, true
+				if out.Request != nil {
+					r := *out.Request
 					r.Schema = clone(r.Schema)
-					o.Request = &r
+					st.held.Request = &r
 				}
-				held = &o
 				continue
 			}
-			inHost = true
+			st.inHost = true
 			ok := yield(out, nil)
-			inHost = false
+			st.inHost = false
 			if !ok {
-				abandoned = true
+				st.abandoned = true
 				return
 			}
 		}
 	}()
 
-	if s.isClosing() && !abandoned {
-		fail = errClosedMidTurn
+	if s.isClosing() && !st.abandoned {
+		st.fail = errClosedMidTurn
 	}
-	var ns notStarted
+	ns, notStartedFail := st.fail.(notStarted)
 	switch {
-	case abandoned:
+	case st.abandoned:
 		s.quarantine(errors.New("the host stopped pulling a turn before it reached a stable boundary"))
-	case fail == errClosedMidTurn:
+	case st.fail == errClosedMidTurn:
 		yield(Output{}, violation(key, CodeSessionClosed, "the session was closed during the turn"))
-	case errors.As(fail, &ns):
+	case notStartedFail:
 		s.mu.Lock()
 		if continuation {
 			s.phase = waiting
 		} else {
 			s.phase, s.turnID = idle, ""
-			delete(s.turns, turnID)
+			s.turns.remove(turnID)
 		}
 		s.mu.Unlock()
 		yield(Output{}, &OperationError{Provider: key, Op: op, Started: false, Err: ns.err})
-	case fail != nil:
-		s.quarantine(fail)
-		yield(Output{}, fail)
-	case held == nil:
+	case st.fail != nil:
+		s.quarantine(st.fail)
+		yield(Output{}, st.fail)
+	case !st.holding:
 		err := violation(key, CodeInvalidTurnSequence, "the outputs ended before turn.completed or a request")
 		s.quarantine(err)
 		yield(Output{}, err)
-	case held.Kind == OutputTurnCompleted:
+	case st.held.Kind == OutputTurnCompleted:
 		s.mu.Lock()
 		took := time.Since(s.turnStart)
 		s.phase, s.turnID, s.pending = idle, "", nil
 		s.mu.Unlock()
-		s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(held.Outcome), DurationMs: event.Ms(took)})
-		yield(*held, nil)
+		if s.v.emitting() {
+			s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(st.held.Outcome), DurationMs: event.Ms(took)})
+		}
+		yield(st.held, nil)
 	default:
 		s.mu.Lock()
-		s.phase, s.pending = waiting, held.Request
+		s.phase, s.pending = waiting, st.held.Request
 		s.mu.Unlock()
-		s.v.emit(s.id, event.TypeProviderRequest, &event.ProviderRequest{Provider: key, TurnID: turnID, RequestID: held.Request.ID, Kind: string(held.Request.Kind)})
-		yield(*held, nil)
+		if s.v.emitting() {
+			s.v.emit(s.id, event.TypeProviderRequest, &event.ProviderRequest{Provider: key, TurnID: turnID, RequestID: st.held.Request.ID, Kind: string(st.held.Request.Kind)})
+		}
+		yield(st.held, nil)
 	}
 }
 
@@ -424,7 +489,6 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 // sequence so far and the capabilities.
 func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool) error {
 	key := s.v.caps.ProviderKey
-	caps := s.v.caps
 	if out.SessionID != s.id {
 		return violation(key, CodeOutputSessionMismatch, "an output names another session")
 	}
@@ -440,7 +504,9 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		s.mu.Lock()
 		s.turnStart = time.Now()
 		s.mu.Unlock()
-		s.v.emit(s.id, event.TypeProviderTurnStart, &event.ProviderTurn{Provider: key, TurnID: turnID})
+		if s.v.emitting() {
+			s.v.emit(s.id, event.TypeProviderTurnStart, &event.ProviderTurn{Provider: key, TurnID: turnID})
+		}
 		return nil
 	case OutputText, OutputActivity, OutputRequest, OutputTurnCompleted:
 		if !*started {
@@ -455,24 +521,12 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		if r == nil {
 			return violation(key, CodeInvalidOperationResult, "a request output carries no request")
 		}
-		switch {
-		case r.Kind == RequestApproval && !caps.Requests.Approval,
-			r.Kind == RequestElicitation && !caps.Requests.Elicitation:
-			return violation(key, CodeOutputCapabilityMismatch, "the provider raised an %s request it does not declare", r.Kind)
-		case r.Kind != RequestApproval && r.Kind != RequestElicitation:
-			return violation(key, CodeOutputCapabilityMismatch, "a request has an unknown kind")
-		}
-		if err := CheckID(r.ID); err != nil {
-			return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request id is malformed", Err: err}
-		}
-		if len(r.Schema) > 0 {
-			if err := checkJSONObject(r.Schema, "the request schema"); err != nil {
-				return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request schema is unusable", Err: err}
-			}
+		if err := s.checkRequest(r); err != nil {
+			return err
 		}
 		s.mu.Lock()
-		_, reused := s.requests[r.ID]
-		s.requests[r.ID] = struct{}{}
+		reused := s.requests.has(r.ID)
+		s.requests.add(r.ID)
 		s.mu.Unlock()
 		if reused {
 			return violation(key, CodeInvalidTurnSequence, "a request id was used before in this session")
@@ -482,6 +536,27 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		case OutcomeCompleted, OutcomeInterrupted, OutcomeFailed:
 		default:
 			return violation(key, CodeInvalidOperationResult, "turn.completed has an unknown outcome")
+		}
+	}
+	return nil
+}
+
+// checkRequest checks a request against the capabilities.
+func (s *ValidatedSession) checkRequest(r *Request) *ContractError {
+	key, caps := s.v.caps.ProviderKey, s.v.caps
+	switch {
+	case r.Kind == RequestApproval && !caps.Requests.Approval,
+		r.Kind == RequestElicitation && !caps.Requests.Elicitation:
+		return violation(key, CodeOutputCapabilityMismatch, "the provider raised an %s request it does not declare", r.Kind)
+	case r.Kind != RequestApproval && r.Kind != RequestElicitation:
+		return violation(key, CodeOutputCapabilityMismatch, "a request has an unknown kind")
+	}
+	if err := CheckID(r.ID); err != nil {
+		return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request id is malformed", Err: err}
+	}
+	if len(r.Schema) > 0 {
+		if err := checkJSONObject(r.Schema, "the request schema"); err != nil {
+			return &ContractError{Provider: key, Code: CodeInvalidOperationResult, Message: "a request schema is unusable", Err: err}
 		}
 	}
 	return nil
@@ -608,7 +683,7 @@ func (s *ValidatedSession) Close(ctx context.Context, reason CloseReason) error 
 	s.mu.Lock()
 	providerClosed := s.providerClosed
 	s.mu.Unlock()
-	ce := CleanupError{Provider: s.v.caps.ProviderKey, Errs: flatten(err), retry: s.cleanup}
+	ce := CleanupError{Provider: s.v.caps.ProviderKey, Errs: flatten(err), retry: &s.cleanup}
 	if providerClosed {
 		return &HostBindingCleanupError{ce}
 	}
@@ -619,6 +694,7 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	key := s.v.caps.ProviderKey
 	s.mu.Lock()
 	s.closing = true
+	s.ending.Store(true)
 	reason := s.reason
 	if reason == "" {
 		reason = CloseRequested
@@ -628,6 +704,7 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	s.mu.Unlock()
 
 	var errs errList
+	s.interacts.end()
 	if s.lease != nil {
 		s.lease.halt()
 	}
@@ -648,6 +725,7 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	if len(errs) > 0 {
 		s.mu.Lock()
 		s.closing = false
+		s.ending.Store(false)
 		if s.broken == nil {
 			s.broken = errs
 		}
@@ -658,9 +736,15 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing, s.closed = false, true
 	s.mu.Unlock()
-	s.v.emit(s.id, event.TypeProviderSessionClosed, &event.ProviderSession{Provider: key, Instance: s.v.opt.instance, Reason: string(reason)})
+	if s.v.emitting() {
+		s.v.emit(s.id, event.TypeProviderSessionClosed, &event.ProviderSession{Provider: key, Instance: s.v.opt.instance, Reason: string(reason)})
+	}
 	return nil
 }
+
+// emitting reports whether the wrapper's events go anywhere, so a payload
+// nobody reads is never built.
+func (v *Validated) emitting() bool { return v.opt.events != nil }
 
 func (v *Validated) emit(sessionID string, typ event.Type, payload any) {
 	if v.opt.events == nil {
@@ -675,4 +759,55 @@ func (v *Validated) emit(sessionID string, typ event.Type, payload any) {
 
 func (v *Validated) emitProblem(sessionID string, code Code, err error) {
 	v.emit(sessionID, event.TypeProviderCleanupFailed, &event.ProviderProblem{Provider: v.caps.ProviderKey, Code: string(code), Error: err.Error()})
+}
+
+// idSet is the set of ids a session has used. Most sessions use a few, so
+// they are kept in a slice; past smallIDSet they move to a map.
+type idSet struct {
+	few  []string
+	many map[string]struct{}
+}
+
+const smallIDSet = 16
+
+func (s *idSet) has(id string) bool {
+	if s.many != nil {
+		_, ok := s.many[id]
+		return ok
+	}
+	for _, x := range s.few {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *idSet) add(id string) {
+	switch {
+	case s.many != nil:
+		s.many[id] = struct{}{}
+	case len(s.few) < smallIDSet:
+		s.few = append(s.few, id)
+	default:
+		s.many = make(map[string]struct{}, 2*smallIDSet)
+		for _, x := range s.few {
+			s.many[x] = struct{}{}
+		}
+		s.many[id] = struct{}{}
+		s.few = nil
+	}
+}
+
+func (s *idSet) remove(id string) {
+	if s.many != nil {
+		delete(s.many, id)
+		return
+	}
+	for i, x := range s.few {
+		if x == id {
+			s.few = append(s.few[:i], s.few[i+1:]...)
+			return
+		}
+	}
 }

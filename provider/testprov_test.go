@@ -350,7 +350,7 @@ func open(t testing.TB, v *provider.Validated, id string) *provider.ValidatedSes
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	return s.(*provider.ValidatedSession)
+	return s
 }
 
 // drain pulls a sequence to its end.

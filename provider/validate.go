@@ -42,40 +42,37 @@ func withGate(gate func() error) Option { return func(o *options) { o.gate = gat
 // Validated is an adapter behind the contract. It checks every input
 // before delegating (a refused call never reaches the provider), enforces
 // the binding-callback discipline, claims and releases host bindings, and
-// returns sessions that are *ValidatedSession. It implements every port;
-// a port the capabilities do not declare refuses with
-// input_capability_mismatch. Safe for concurrent use.
+// returns *ValidatedSession. It has every opening (Create, Resume, Branch)
+// and Authenticate; one the capabilities do not declare refuses with
+// input_capability_mismatch. [Validated.AsAdapter] is its view as an
+// [Adapter]. Safe for concurrent use.
 type Validated struct {
 	caps  Capabilities
 	inner Adapter
 	opt   options
 }
 
-var (
-	_ Adapter       = (*Validated)(nil)
-	_ Resumer       = (*Validated)(nil)
-	_ Brancher      = (*Validated)(nil)
-	_ Authenticator = (*Validated)(nil)
-)
+var _ Authenticator = (*Validated)(nil)
 
 // Validate puts adapter behind caps. It refuses invalid capabilities
 // (invalid_capabilities), a nil adapter (invalid_adapter), and an adapter
 // whose optional ports do not match what caps declare
 // (capability_port_mismatch).
 //
-// Validating a *Validated with the same capabilities returns it as it is
-// (the options of its first validation stand); with other capabilities it
-// wraps the original adapter afresh, never a wrapper in a wrapper.
+// Validating a wrapper (its [Validated.AsAdapter]) with the same
+// capabilities returns it as it is (the options of its first validation
+// stand); with other capabilities it wraps the original adapter afresh,
+// never a wrapper in a wrapper.
 func Validate(caps Capabilities, adapter Adapter, opts ...Option) (*Validated, error) {
 	c, err := CheckCapabilities(caps)
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := adapter.(*Validated); ok && v != nil {
-		if v.caps.Equal(c) {
-			return v, nil
+	if va, ok := adapter.(validatedAdapter); ok && va.v != nil {
+		if va.v.caps.Equal(c) {
+			return va.v, nil
 		}
-		adapter = v.inner
+		adapter = va.v.inner
 	}
 	if isNil(adapter) {
 		return nil, violation(c.ProviderKey, CodeInvalidAdapter, "the adapter is nil")
@@ -275,16 +272,8 @@ func (v *Validated) delegate(op string, obs *observer, fn func() (Session, error
 	return s, nil
 }
 
-// Create opens a session. The returned Session is a *ValidatedSession.
-func (v *Validated) Create(ctx context.Context, req CreateRequest) (Session, error) {
-	s, err := v.create(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (v *Validated) create(ctx context.Context, req CreateRequest) (*ValidatedSession, error) {
+// Create opens a session.
+func (v *Validated) Create(ctx context.Context, req CreateRequest) (*ValidatedSession, error) {
 	o := opening{mode: "create", sessionID: req.SessionID, workDir: req.WorkingDirectory, config: req.Configuration,
 		hostBinding: req.HostBinding, hostTools: req.HostTools}
 	if err := v.checkOpening(o); err != nil {
@@ -295,22 +284,23 @@ func (v *Validated) create(ctx context.Context, req CreateRequest) (*ValidatedSe
 	}
 	return v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
 		obs := &observer{host: req.OnBinding}
+		ia := v.interactionsFor(req.SessionID, req.Interactions)
 		preq := CreateRequest{SessionID: req.SessionID, WorkingDirectory: req.WorkingDirectory,
-			Configuration: clone(req.Configuration), OnBinding: obs.report}
+			Configuration: clone(req.Configuration), OnBinding: obs.report, Interactions: ia.facade()}
 		if l != nil {
 			preq.HostTools = facade{l}
 		}
 		cand, err := v.delegate("create", obs, func() (Session, error) { return v.inner.Create(ctx, preq) })
 		if err != nil {
+			ia.end()
 			return nil, err
 		}
-		return v.adopt(ctx, o, cand, l, obs, "", "")
+		return v.adopt(ctx, o, cand, l, ia, obs, "", "")
 	})
 }
 
-// Resume reopens a session from its binding. The returned Session is a
-// *ValidatedSession.
-func (v *Validated) Resume(ctx context.Context, req ResumeRequest) (Session, error) {
+// Resume reopens a session from its binding.
+func (v *Validated) Resume(ctx context.Context, req ResumeRequest) (*ValidatedSession, error) {
 	key := v.caps.ProviderKey
 	r, ok := v.inner.(Resumer)
 	if !ok {
@@ -327,27 +317,24 @@ func (v *Validated) Resume(ctx context.Context, req ResumeRequest) (Session, err
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
-	s, err := v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
+	return v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
+		ia := v.interactionsFor(req.SessionID, req.Interactions)
 		preq := ResumeRequest{SessionID: req.SessionID, WorkingDirectory: req.WorkingDirectory,
-			Configuration: clone(req.Configuration), Binding: req.Binding}
+			Configuration: clone(req.Configuration), Binding: req.Binding, Interactions: ia.facade()}
 		if l != nil {
 			preq.HostTools = facade{l}
 		}
 		cand, err := v.delegate("resume", nil, func() (Session, error) { return r.Resume(ctx, preq) })
 		if err != nil {
+			ia.end()
 			return nil, err
 		}
-		return v.adopt(ctx, o, cand, l, nil, req.Binding, "")
+		return v.adopt(ctx, o, cand, l, ia, nil, req.Binding, "")
 	})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
-// Branch forks a session after one of its turns. The returned Session is
-// a *ValidatedSession.
-func (v *Validated) Branch(ctx context.Context, req BranchRequest) (Session, error) {
+// Branch forks a session after one of its turns.
+func (v *Validated) Branch(ctx context.Context, req BranchRequest) (*ValidatedSession, error) {
 	key := v.caps.ProviderKey
 	br, ok := v.inner.(Brancher)
 	if !ok {
@@ -367,23 +354,21 @@ func (v *Validated) Branch(ctx context.Context, req BranchRequest) (Session, err
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
-	s, err := v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
+	return v.withLease(ctx, req.HostBinding, func(l *lease) (*ValidatedSession, error) {
 		obs := &observer{host: req.OnBinding}
+		ia := v.interactionsFor(req.SessionID, req.Interactions)
 		preq := BranchRequest{SessionID: req.SessionID, WorkingDirectory: req.WorkingDirectory,
-			Configuration: clone(req.Configuration), Source: req.Source, OnBinding: obs.report}
+			Configuration: clone(req.Configuration), Source: req.Source, OnBinding: obs.report, Interactions: ia.facade()}
 		if l != nil {
 			preq.HostTools = facade{l}
 		}
 		cand, err := v.delegate("branch", obs, func() (Session, error) { return br.Branch(ctx, preq) })
 		if err != nil {
+			ia.end()
 			return nil, err
 		}
-		return v.adopt(ctx, o, cand, l, obs, "", req.Source.Binding)
+		return v.adopt(ctx, o, cand, l, ia, obs, "", req.Source.Binding)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // Authenticate runs an authentication step for a declared flow.
@@ -436,4 +421,43 @@ func clone(b []byte) []byte {
 		return nil
 	}
 	return append([]byte(nil), b...)
+}
+
+// AsAdapter returns v as an [Adapter] with every port (Resumer, Brancher,
+// Authenticator), for code that takes an adapter; its sessions are
+// *ValidatedSession. Passing it to [Validate] unwraps it rather than
+// wrapping a wrapper.
+func (v *Validated) AsAdapter() Adapter { return validatedAdapter{v} }
+
+type validatedAdapter struct{ v *Validated }
+
+var (
+	_ Adapter       = validatedAdapter{}
+	_ Resumer       = validatedAdapter{}
+	_ Brancher      = validatedAdapter{}
+	_ Authenticator = validatedAdapter{}
+)
+
+func (a validatedAdapter) Create(ctx context.Context, req CreateRequest) (Session, error) {
+	return session(a.v.Create(ctx, req))
+}
+
+func (a validatedAdapter) Resume(ctx context.Context, req ResumeRequest) (Session, error) {
+	return session(a.v.Resume(ctx, req))
+}
+
+func (a validatedAdapter) Branch(ctx context.Context, req BranchRequest) (Session, error) {
+	return session(a.v.Branch(ctx, req))
+}
+
+func (a validatedAdapter) Authenticate(ctx context.Context, req AuthRequest) (AuthResult, error) {
+	return a.v.Authenticate(ctx, req)
+}
+
+// session keeps a nil *ValidatedSession from becoming a non-nil Session.
+func session(s *ValidatedSession, err error) (Session, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -61,7 +61,7 @@ func TestValidateTwiceIsTheSameWrapper(t *testing.T) {
 	t.Parallel()
 	p := newTprov()
 	v := p.validated(t)
-	again, err := provider.Validate(fullCaps(), v)
+	again, err := provider.Validate(fullCaps(), v.AsAdapter())
 	if err != nil || again != v {
 		t.Fatalf("validating a wrapper with the same capabilities: %p, %v; want %p", again, err, v)
 	}
@@ -69,7 +69,7 @@ func TestValidateTwiceIsTheSameWrapper(t *testing.T) {
 	// wrapper in a wrapper: one call reaches the provider once.
 	caps := fullCaps()
 	caps.Requests.Elicitation = false
-	other, err := provider.Validate(caps, v)
+	other, err := provider.Validate(caps, v.AsAdapter())
 	if err != nil {
 		t.Fatal(err)
 	}

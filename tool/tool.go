@@ -27,6 +27,26 @@ type Identity struct {
 	ConversationID string `json:"conversationId,omitempty"`
 }
 
+// Clone returns a copy of id that shares nothing with it, or nil when id
+// is nil: absent stays absent.
+func (id *Identity) Clone() *Identity {
+	if id == nil {
+		return nil
+	}
+	c := *id
+	return &c
+}
+
+// Equal reports whether id and other name the same caller: both nil, or
+// both set with equal fields. A nil identity never equals a set one, not
+// even an empty one.
+func (id *Identity) Equal(other *Identity) bool {
+	if id == nil || other == nil {
+		return id == other
+	}
+	return *id == *other
+}
+
 // Spec describes a tool to a model.
 type Spec struct {
 	Name        string

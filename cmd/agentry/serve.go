@@ -197,7 +197,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if deps.unjailed != nil {
 		bus.Export(event.Event{Type: event.TypeUnjailedServing, Payload: deps.unjailed})
 	}
-	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), Agent: native.Fixed(agent.Options{
+	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
 		ID:              "agentry-serve",
 		Model:           deps.model,
 		Tools:           deps.tools,

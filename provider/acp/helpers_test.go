@@ -118,7 +118,7 @@ func (r *rig) create(inst *provider.Instance, id string) *provider.ValidatedSess
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	r.t.Cleanup(func() { _ = vs.Close(context.Background(), provider.CloseRequested) })
 	return vs
 }

@@ -225,7 +225,7 @@ func TestResumeLoadsTheConversation(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer rs.Close(context.Background(), provider.CloseRequested)
-			outs := turn(t, rs.(*provider.ValidatedSession), "t3", "turns")
+			outs := turn(t, rs, "t3", "turns")
 			// The replayed history (session/load) is not a turn's output.
 			if said(outs) != "turns 3" {
 				t.Fatalf("after %s the agent says %q, want turns 3", kind, said(outs))
@@ -264,7 +264,7 @@ func TestModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close(context.Background(), provider.CloseRequested)
-	if got := said(turn(t, s2.(*provider.ValidatedSession), "t1", "mode")); got != "mode default" {
+	if got := said(turn(t, s2, "t1", "mode")); got != "mode default" {
 		t.Fatalf("the session's mode: the agent says %q", got)
 	}
 	_, err = inst.Adapter().Create(context.Background(), provider.CreateRequest{SessionID: "s3", WorkingDirectory: r.ws, Configuration: []byte(`{"mode":"yolo"}`)})

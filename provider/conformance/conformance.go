@@ -4,9 +4,11 @@
 // subtest: materialise and readiness; create with exactly one binding
 // callback; a turn to a stable boundary with well-formed outputs; resolve
 // a request (when requests are declared); interrupt and steer (when
-// declared); idempotent close; resume to an equal binding and branch to a
-// new one (when declared); host bindings (claim, invoke, capacity, release
-// on close; when declared); idempotent registry disposal.
+// declared); idempotent close; resume to an equal binding, a waiting turn
+// that survives a close for shutdown, and branch to a new one (when
+// declared); host bindings (claim, invoke, capacity, release on close;
+// when declared); session interactions (when declared); idempotent
+// registry disposal.
 //
 // The kit watches the adapter from between the validated wrapper and the
 // adapter, so it sees what the provider received and every host tool
@@ -74,6 +76,11 @@ type Fixture struct {
 	// HostToolPrompt makes the provider call HostToolName once. Required
 	// when host bindings are supported.
 	HostToolPrompt string
+	// InteractionPrompt is a turn during which the provider interacts
+	// with the host (a question or a notice) and then completes. Required
+	// when interactions are declared. The kit answers a question with
+	// its first option, or "yes".
+	InteractionPrompt string
 	// Timeout bounds each check (default 10s).
 	Timeout time.Duration
 }
@@ -88,11 +95,13 @@ const (
 	CheckSteer       = "steer"
 	CheckClose       = "close"
 	CheckResume      = "resume"
+	CheckResumeWait  = "resume_pending"
 	CheckBranch      = "branch"
 	CheckHostClaim   = "host_binding/claim"
 	CheckHostInvoke  = "host_binding/invoke"
 	CheckHostCap     = "host_binding/capacity"
 	CheckHostRelease = "host_binding/release"
+	CheckInteract    = "interactions"
 	CheckDispose     = "dispose"
 )
 
@@ -112,11 +121,13 @@ var checks = []check{
 	{CheckSteer, []string{CheckTurn}, func(c provider.Capabilities) bool { return c.Turns.Steer }, checkSteer},
 	{CheckClose, []string{CheckCreate}, nil, checkClose},
 	{CheckResume, []string{CheckTurn, CheckClose}, func(c provider.Capabilities) bool { return c.Sessions.Resume }, checkResume},
+	{CheckResumeWait, []string{CheckResolve, CheckResume}, func(c provider.Capabilities) bool { return c.Sessions.ResumePending }, checkResumePending},
 	{CheckBranch, []string{CheckTurn}, func(c provider.Capabilities) bool { return c.Sessions.Branch == provider.BranchThroughTurn }, checkBranch},
 	{CheckHostClaim, []string{CheckCreate}, hostBindings, checkHostClaim},
 	{CheckHostInvoke, []string{CheckHostClaim, CheckTurn}, hostBindings, checkHostInvoke},
 	{CheckHostCap, []string{CheckHostInvoke}, hostBindings, checkHostCapacity},
 	{CheckHostRelease, []string{CheckHostClaim}, hostBindings, checkHostRelease},
+	{CheckInteract, []string{CheckTurn, CheckClose}, func(c provider.Capabilities) bool { return len(c.Interactions.Kinds) > 0 }, checkInteractions},
 	{CheckDispose, []string{CheckMaterialize}, nil, checkDispose},
 }
 
@@ -375,12 +386,12 @@ func (c *checker) open(inst *provider.Instance, b *provider.HostBinding, told *[
 	if err != nil {
 		c.fatalf("creating a session: %v", err)
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	c.adopt(vs)
 	return vs
 }
 
-func (c *checker) adopt(s provider.Session) {
+func (c *checker) adopt(s *provider.ValidatedSession) {
 	c.cleanup(func() { s.Close(context.WithoutCancel(c.ctx), provider.CloseRequested) })
 }
 
@@ -574,7 +585,54 @@ func checkResume(c *checker) {
 	if rs.Binding() != b {
 		c.errorf("the resumed session has another binding")
 	}
-	c.completes(c.turn(rs.(*provider.ValidatedSession), "turn-2", c.f.Prompt), "the turn after resuming")
+	c.completes(c.turn(rs, "turn-2", c.f.Prompt), "the turn after resuming")
+}
+
+// checkResumePending closes a session whose turn waits on a request (as
+// a host does at shutdown), resumes it, and answers the request there.
+func checkResumePending(c *checker) {
+	c.require("RequestPrompt", c.f.RequestPrompt)
+	inst := c.instance()
+	s := c.open(inst, nil, nil)
+	outs := c.turn(s, "turn-1", c.f.RequestPrompt)
+	asked := outs[len(outs)-1]
+	if asked.Kind != provider.OutputRequest {
+		c.fatalf("the request prompt's turn ended at %s, not a request", asked.Kind)
+	}
+	if err := s.Close(c.ctx, provider.CloseShutdown); err != nil {
+		c.fatalf("closing the waiting session for a shutdown: %v", err)
+	}
+	rs, err := inst.Adapter().Resume(c.ctx, provider.ResumeRequest{SessionID: c.id("conformance-resumed"),
+		WorkingDirectory: c.f.WorkingDirectory, Configuration: c.f.Configuration, Binding: s.Binding()})
+	if err != nil {
+		c.fatalf("resume: %v", err)
+	}
+	c.adopt(rs)
+	turnID, req, ok := rs.Pending()
+	switch {
+	case !ok:
+		c.fatalf("the resumed session is not waiting; its turn waited on a request when the session closed")
+	case turnID != "turn-1" || req.ID != asked.Request.ID || req.Kind != asked.Request.Kind:
+		c.fatalf("the resumed session waits on another request than the one its turn raised")
+	}
+	res := provider.Resolution{TurnID: turnID, RequestID: req.ID, Approve: true}
+	if req.Kind == provider.RequestElicitation {
+		res.Response = c.f.ElicitationResponse
+	}
+	outs = c.pull(rs.Resolve(c.ctx, res), "resolving the resumed request")
+	for range 8 {
+		last := outs[len(outs)-1]
+		if last.Kind != provider.OutputRequest {
+			break
+		}
+		res := provider.Resolution{TurnID: turnID, RequestID: last.Request.ID, Approve: true}
+		if last.Request.Kind == provider.RequestElicitation {
+			res.Response = c.f.ElicitationResponse
+		}
+		outs = c.pull(rs.Resolve(c.ctx, res), "resolving a further request")
+	}
+	c.completes(outs, "the resumed turn")
+	c.completes(c.turn(rs, "turn-2", c.f.Prompt), "the turn after the resumed one")
 }
 
 func checkBranch(c *checker) {
@@ -601,7 +659,7 @@ func checkBranch(c *checker) {
 	if br.Binding() == src.Binding() {
 		c.errorf("the branch has its source's binding")
 	}
-	c.completes(c.turn(br.(*provider.ValidatedSession), "turn-2", c.f.Prompt), "the branch's turn")
+	c.completes(c.turn(br, "turn-2", c.f.Prompt), "the branch's turn")
 	c.completes(c.turn(src, "turn-2", c.f.Prompt), "the source's turn after branching")
 }
 
@@ -744,6 +802,68 @@ func checkHostRelease(c *checker) {
 		if a.duringClosing {
 			c.errorf("the provider invoked %s while its session was closing", a.tool)
 		}
+	}
+}
+
+// kitPerson is the host's Interactions in the interactions check.
+type kitPerson struct {
+	mu       sync.Mutex
+	sessions []string
+	asked    []provider.Interaction
+}
+
+func (p *kitPerson) Interact(ctx context.Context, sessionID string, in provider.Interaction) (provider.InteractionReply, error) {
+	p.mu.Lock()
+	p.sessions = append(p.sessions, sessionID)
+	p.asked = append(p.asked, in)
+	p.mu.Unlock()
+	if in.Kind != provider.InteractionQuestion {
+		return provider.InteractionReply{}, nil
+	}
+	if len(in.Options) > 0 {
+		return provider.InteractionReply{Answer: in.Options[0]}, nil
+	}
+	return provider.InteractionReply{Answer: "yes"}, nil
+}
+
+func checkInteractions(c *checker) {
+	c.require("InteractionPrompt", c.f.InteractionPrompt)
+	p := &kitPerson{}
+	inst := c.instance()
+	req := provider.CreateRequest{SessionID: c.id("conformance-session"), WorkingDirectory: c.f.WorkingDirectory,
+		Configuration: c.f.Configuration, Interactions: p, OnBinding: func(provider.Binding) {}}
+	s, err := inst.Adapter().Create(c.ctx, req)
+	if err != nil {
+		c.fatalf("creating a session with interactions: %v", err)
+	}
+	c.adopt(s)
+	ia := c.spy.lastInteractions()
+	if ia == nil {
+		c.fatalf("the provider declares interactions and received none")
+	}
+	c.completes(c.turn(s, "turn-1", c.f.InteractionPrompt), "the interaction turn")
+	p.mu.Lock()
+	asked, sessions := append([]provider.Interaction(nil), p.asked...), append([]string(nil), p.sessions...)
+	p.mu.Unlock()
+	if len(asked) == 0 {
+		c.fatalf("the provider did not interact during the interaction turn")
+	}
+	for i, id := range sessions {
+		if id != s.ID() {
+			c.errorf("interaction %d names another session", i)
+		}
+	}
+	for _, a := range c.spy.interactAttempts() {
+		if a != "" {
+			c.errorf("the provider's interaction was refused: %s", a)
+		}
+	}
+	if err := s.Close(c.ctx, provider.CloseRequested); err != nil {
+		c.fatalf("close: %v", err)
+	}
+	_, err = ia.Interact(c.ctx, s.ID(), provider.Interaction{ID: "kit-after-close", Kind: asked[0].Kind, Message: "still there?"})
+	if !provider.HasCode(err, provider.CodeInvalidSessionInteraction) {
+		c.errorf("after close the session's interactions accepted one: %v", err)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing/synctest"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentry-dev/agentry/provider"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,11 +49,13 @@ func TestEachFlawFailsExactlyItsCheck(t *testing.T) {
 		{flawSteerFails, CheckSteer},
 		{flawCloseFails, CheckClose},
 		{flawResumeElsewhere, CheckResume},
+		{flawForgetsPending, CheckResumeWait},
 		{flawBranchReuses, CheckBranch},
 		{flawRefusesHostTools, CheckHostClaim},
 		{flawNeverCallsTools, CheckHostInvoke},
 		{flawBreaksOnRefusal, CheckHostCap},
 		{flawToolsOnClose, CheckHostRelease},
+		{flawNeverInteracts, CheckInteract},
 		{flawDisposeFails, CheckDispose},
 	} {
 		t.Run(tc.check, func(t *testing.T) {
@@ -78,7 +82,7 @@ func TestEveryCheckHasAFlaw(t *testing.T) {
 	// The table above names every check; keep it so when checks change.
 	want := Checks()
 	covered := []string{CheckMaterialize, CheckCreate, CheckTurn, CheckResolve, CheckInterrupt, CheckSteer, CheckClose,
-		CheckResume, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease, CheckDispose}
+		CheckResume, CheckResumeWait, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease, CheckInteract, CheckDispose}
 	if !slices.Equal(want, covered) {
 		t.Fatalf("checks %v; the flaw table covers %v", want, covered)
 	}
@@ -113,9 +117,40 @@ func TestUndeclaredChecksAreSkipped(t *testing.T) {
 	if got := rep.Failed(); len(got) != 0 {
 		t.Fatalf("failed %v: %+v", got, rep.Results)
 	}
-	for _, name := range []string{CheckResolve, CheckInterrupt, CheckSteer, CheckResume, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease} {
+	for _, name := range []string{CheckResolve, CheckInterrupt, CheckSteer, CheckResume, CheckResumeWait, CheckBranch, CheckHostClaim, CheckHostInvoke, CheckHostCap, CheckHostRelease, CheckInteract} {
 		if res, _ := rep.Result(name); res.Status != Skipped {
 			t.Errorf("%s: %s", name, res.Status)
 		}
+	}
+}
+
+// A host's test makes the fake ask a person something outside any turn.
+func TestFakeDriverInteract(t *testing.T) {
+	t.Parallel()
+	d := NewFakeDriver()
+	reg, err := provider.OpenRegistry(t.Context(), []provider.Driver{d}, []provider.Definition{{ID: "f", Provider: FakeKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Dispose(t.Context())
+	inst, _ := reg.Instance("f")
+	p := &kitPerson{}
+	s, err := inst.Adapter().Create(t.Context(), provider.CreateRequest{SessionID: "s1", WorkingDirectory: "/", Interactions: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := provider.Interaction{ID: "q1", Kind: provider.InteractionQuestion, Message: FakeQuestion, Options: []string{FakeNo, FakeYes}}
+	r, err := d.Interact(t.Context(), "s1", q)
+	if err != nil || r.Answer != FakeNo {
+		t.Fatalf("interact: %+v %v", r, err)
+	}
+	if _, err := d.Interact(t.Context(), "s2", q); err == nil {
+		t.Fatal("interacted through a session that is not open")
+	}
+	if err := s.Close(t.Context(), provider.CloseRequested); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Interact(t.Context(), "s1", q); err == nil {
+		t.Fatal("interacted through a closed session")
 	}
 }

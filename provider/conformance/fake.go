@@ -28,30 +28,44 @@ const (
 	// FakeCall, followed by a tool name and JSON arguments, invokes a host
 	// tool: "call conformance_echo {\"text\":\"hi\"}".
 	FakeCall = "call"
+	// FakeInteract asks the host a question (options "yes" and "no")
+	// through the session's interactions, tells it a notice of the
+	// answer, and completes with what the person said.
+	FakeInteract = "interact"
 )
 
-// FakeCapabilities is what the fake declares: every session and turn port,
-// both request kinds, host bindings with both instruction placements, no
+// The fake's question, for FakeInteract.
+const (
+	FakeQuestion = "May the fake go on?"
+	FakeYes      = "yes"
+	FakeNo       = "no"
+)
+
+// FakeCapabilities is what the fake declares: every session and turn port
+// (a resumed session comes back waiting on its open request), both
+// request kinds, host bindings with both instruction placements, no
 // authentication.
 func FakeCapabilities() provider.Capabilities {
 	return provider.Capabilities{
 		ProviderKey: FakeKey,
-		Sessions:    provider.SessionCapabilities{Resume: true, Branch: provider.BranchThroughTurn},
+		Sessions:    provider.SessionCapabilities{Resume: true, ResumePending: true, Branch: provider.BranchThroughTurn},
 		Turns:       provider.TurnCapabilities{Interrupt: true, Steer: true},
 		Requests:    provider.RequestCapabilities{Approval: true, Elicitation: true},
 		HostBinding: provider.HostBindingSupport{Supported: true,
 			InstructionPlacements: []provider.Placement{provider.PlacementSystem, provider.PlacementContext}},
+		Interactions: provider.InteractionSupport{Kinds: []provider.InteractionKind{provider.InteractionQuestion, provider.InteractionNotice}},
 	}
 }
 
 // FakeFixture is the fixture that drives the fake through every check.
 func FakeFixture() Fixture {
 	return Fixture{
-		Prompt:          "hello",
-		RequestPrompt:   FakeAsk,
-		InterruptPrompt: FakeHold,
-		SteerPrompt:     FakeSteer,
-		HostToolPrompt:  FakeCall + " " + HostToolName + ` {"text":"hi"}`,
+		Prompt:            "hello",
+		RequestPrompt:     FakeAsk,
+		InterruptPrompt:   FakeHold,
+		SteerPrompt:       FakeSteer,
+		HostToolPrompt:    FakeCall + " " + HostToolName + ` {"text":"hi"}`,
+		InteractionPrompt: FakeInteract,
 	}
 }
 
@@ -61,6 +75,8 @@ func FakeFixture() Fixture {
 // in for a real agent in examples and in hosts' tests.
 type FakeDriver struct {
 	flaw flaw // set only by this package's tests, to break one rule
+
+	live sync.Map // session id → *fakeSession, the open sessions of every instance
 }
 
 // flaw names the one rule a deliberately broken fake breaks.
@@ -82,6 +98,8 @@ const (
 	flawBreaksOnRefusal
 	flawToolsOnClose
 	flawDisposeFails
+	flawForgetsPending
+	flawNeverInteracts
 )
 
 // NewFakeDriver returns the fake's driver.
@@ -93,7 +111,8 @@ func (d *FakeDriver) SupportsMultipleInstances() bool { return true }
 // Materialize builds an instance. The definition's configuration is
 // ignored.
 func (d *FakeDriver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
-	in := &fakeInstance{id: def.ID, flaw: d.flaw, conversations: map[provider.Binding][]fakeTurn{}}
+	in := &fakeInstance{id: def.ID, flaw: d.flaw, driver: d, conversations: map[provider.Binding][]fakeTurn{},
+		waiting: map[provider.Binding]fakeWaiting{}}
 	return provider.Materialized{
 		Capabilities: FakeCapabilities(),
 		Adapter:      in,
@@ -114,13 +133,38 @@ func (d *FakeDriver) Materialize(ctx context.Context, def provider.Definition) (
 
 type fakeTurn struct{ id, input string }
 
+// fakeWaiting is a conversation's turn that waits on a request.
+type fakeWaiting struct {
+	turnID, input string
+	req           provider.Request
+}
+
 type fakeInstance struct {
-	id   string
-	flaw flaw
-	n    atomic.Int64
+	id     string
+	flaw   flaw
+	driver *FakeDriver
+	n      atomic.Int64
 
 	mu            sync.Mutex
 	conversations map[provider.Binding][]fakeTurn
+	waiting       map[provider.Binding]fakeWaiting // kept across sessions until answered or given up
+}
+
+func (in *fakeInstance) setWaiting(b provider.Binding, w *fakeWaiting) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if w == nil {
+		delete(in.waiting, b)
+		return
+	}
+	in.waiting[b] = *w
+}
+
+func (in *fakeInstance) waitingOn(b provider.Binding) (fakeWaiting, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	w, ok := in.waiting[b]
+	return w, ok
 }
 
 func (in *fakeInstance) newBinding() provider.Binding {
@@ -140,9 +184,27 @@ func (in *fakeInstance) load(b provider.Binding) ([]fakeTurn, bool) {
 	return append([]fakeTurn(nil), t...), ok
 }
 
-func (in *fakeInstance) session(id string, b provider.Binding, tools provider.HostTools, turns []fakeTurn) *fakeSession {
+func (in *fakeInstance) session(id string, b provider.Binding, tools provider.HostTools, ia provider.Interactions, turns []fakeTurn) *fakeSession {
 	in.save(b, turns)
-	return &fakeSession{in: in, id: id, binding: b, tools: tools, history: turns}
+	s := &fakeSession{in: in, id: id, binding: b, tools: tools, interactions: ia, history: turns}
+	in.driver.live.Store(id, s)
+	return s
+}
+
+// Interact makes the open fake session with that id interact with its
+// host, outside any turn: how a host's test makes the fake ask a person
+// something. It fails when no such session is open or the host supplied
+// no interactions.
+func (d *FakeDriver) Interact(ctx context.Context, sessionID string, in provider.Interaction) (provider.InteractionReply, error) {
+	v, ok := d.live.Load(sessionID)
+	if !ok {
+		return provider.InteractionReply{}, errors.New("conformance: no fake session with that id is open")
+	}
+	s := v.(*fakeSession)
+	if s.interactions == nil {
+		return provider.InteractionReply{}, errors.New("conformance: the fake session was opened without interactions")
+	}
+	return s.interactions.Interact(ctx, sessionID, in)
 }
 
 func (in *fakeInstance) Create(ctx context.Context, req provider.CreateRequest) (provider.Session, error) {
@@ -153,7 +215,7 @@ func (in *fakeInstance) Create(ctx context.Context, req provider.CreateRequest) 
 	if in.flaw != flawNoCallback {
 		req.OnBinding(b)
 	}
-	return in.session(req.SessionID, b, req.HostTools, nil), nil
+	return in.session(req.SessionID, b, req.HostTools, req.Interactions, nil), nil
 }
 
 func (in *fakeInstance) Resume(ctx context.Context, req provider.ResumeRequest) (provider.Session, error) {
@@ -165,7 +227,12 @@ func (in *fakeInstance) Resume(ctx context.Context, req provider.ResumeRequest) 
 	if in.flaw == flawResumeElsewhere {
 		b = in.newBinding()
 	}
-	return in.session(req.SessionID, b, req.HostTools, turns), nil
+	s := in.session(req.SessionID, b, req.HostTools, req.Interactions, turns)
+	if w, ok := in.waitingOn(b); ok && in.flaw != flawForgetsPending {
+		r := w.req
+		s.active, s.input, s.pending = w.turnID, w.input, &r
+	}
+	return s, nil
 }
 
 func (in *fakeInstance) Branch(ctx context.Context, req provider.BranchRequest) (provider.Session, error) {
@@ -187,17 +254,18 @@ func (in *fakeInstance) Branch(ctx context.Context, req provider.BranchRequest) 
 		b = req.Source.Binding
 	}
 	req.OnBinding(b)
-	return in.session(req.SessionID, b, req.HostTools, turns[:cut+1]), nil
+	return in.session(req.SessionID, b, req.HostTools, req.Interactions, turns[:cut+1]), nil
 }
 
 // fakeSession is one conversation. The wrapper guarantees one turn at a
 // time; the mutex guards what Interrupt, Steer and Close touch
 // concurrently with a turn.
 type fakeSession struct {
-	in      *fakeInstance
-	id      string
-	binding provider.Binding
-	tools   provider.HostTools
+	in           *fakeInstance
+	id           string
+	binding      provider.Binding
+	tools        provider.HostTools
+	interactions provider.Interactions
 
 	mu      sync.Mutex
 	history []fakeTurn
@@ -209,6 +277,16 @@ type fakeSession struct {
 }
 
 func (s *fakeSession) Binding() provider.Binding { return s.binding }
+
+// Pending is the turn a resumed conversation still waits on.
+func (s *fakeSession) Pending() (string, provider.Request, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		return "", provider.Request{}, false
+	}
+	return s.active, *s.pending, true
+}
 
 func (s *fakeSession) out(kind provider.OutputKind, turnID string) provider.Output {
 	return provider.Output{Kind: kind, SessionID: s.id, TurnID: turnID}
@@ -233,9 +311,10 @@ func (s *fakeSession) RunTurn(ctx context.Context, req provider.TurnRequest) ite
 			}
 			s.mu.Lock()
 			s.reqs++
-			r := &provider.Request{ID: fmt.Sprintf("%s-request-%d", s.binding, s.reqs), Kind: kind, Prompt: "may the fake go on?"}
+			r := &provider.Request{ID: fmt.Sprintf("%s-%s-request-%d", s.binding, s.id, s.reqs), Kind: kind, Prompt: "may the fake go on?"}
 			s.pending = r
 			s.mu.Unlock()
+			s.in.setWaiting(s.binding, &fakeWaiting{turnID: req.TurnID, input: req.Input, req: *r})
 			o := s.out(provider.OutputRequest, req.TurnID)
 			o.Request = r
 			yield(o, nil)
@@ -258,6 +337,13 @@ func (s *fakeSession) RunTurn(ctx context.Context, req provider.TurnRequest) ite
 				}
 				break
 			}
+		case req.Input == FakeInteract && s.in.flaw != flawNeverInteracts:
+			said, err := s.interact(ctx, req.TurnID)
+			if err != nil {
+				yield(provider.Output{}, err)
+				return
+			}
+			text.Text = said
 		case verb == FakeCall && s.in.flaw != flawNeverCallsTools:
 			name, args, _ := strings.Cut(rest, " ")
 			said, err := s.call(ctx, req.TurnID, name, args)
@@ -277,6 +363,28 @@ func (s *fakeSession) RunTurn(ctx context.Context, req provider.TurnRequest) ite
 		}
 		s.finish(req.TurnID, provider.OutcomeCompleted, yield)
 	}
+}
+
+// interact asks the person the fake's question and tells them what it
+// heard.
+func (s *fakeSession) interact(ctx context.Context, turnID string) (string, error) {
+	if s.interactions == nil {
+		return "there is nobody to ask", nil
+	}
+	r, err := s.interactions.Interact(ctx, s.id, provider.Interaction{ID: turnID + "-question", Kind: provider.InteractionQuestion,
+		Message: FakeQuestion, Options: []string{FakeYes, FakeNo}})
+	if err != nil {
+		return "", err
+	}
+	said := "the person declined"
+	if !r.Declined {
+		said = "the person said: " + r.Answer
+	}
+	if _, err := s.interactions.Interact(ctx, s.id, provider.Interaction{ID: turnID + "-notice", Kind: provider.InteractionNotice,
+		Message: "The fake heard you."}); err != nil {
+		return "", err
+	}
+	return said, nil
 }
 
 // call invokes a host tool and says how it went. A refusal is something
@@ -305,6 +413,7 @@ func (s *fakeSession) finish(turnID string, outcome provider.Outcome, yield func
 	s.active, s.wake, s.pending = "", nil, nil
 	s.mu.Unlock()
 	s.in.save(s.binding, history)
+	s.in.setWaiting(s.binding, nil)
 	o := s.out(provider.OutputTurnCompleted, turnID)
 	o.Outcome = outcome
 	yield(o, nil)
@@ -335,6 +444,7 @@ func (s *fakeSession) Interrupt(ctx context.Context, turnID string) error {
 	}
 	if s.pending != nil {
 		s.active, s.wake, s.pending = "", nil, nil
+		s.in.setWaiting(s.binding, nil)
 		return nil
 	}
 	select {
@@ -362,6 +472,7 @@ func (s *fakeSession) Steer(ctx context.Context, req provider.SteerRequest) erro
 }
 
 func (s *fakeSession) Close(ctx context.Context, reason provider.CloseReason) error {
+	s.in.driver.live.CompareAndDelete(s.id, s)
 	if s.in.flaw == flawToolsOnClose && s.tools != nil {
 		for _, t := range s.tools.Tools() {
 			s.tools.Invoke(ctx, provider.HostInvocation{ID: "on-close", Tool: t.Name, Arguments: json.RawMessage(`{"text":"bye"}`)})
@@ -369,6 +480,16 @@ func (s *fakeSession) Close(ctx context.Context, reason provider.CloseReason) er
 	}
 	if s.in.flaw == flawCloseFails {
 		return errors.New("the fake would not close")
+	}
+	if reason == provider.CloseRequested {
+		// The host closed the conversation: its waiting turn is over.
+		// Any other reason keeps it for a resume.
+		s.mu.Lock()
+		waiting := s.pending != nil
+		s.mu.Unlock()
+		if waiting {
+			s.in.setWaiting(s.binding, nil)
+		}
 	}
 	return nil
 }

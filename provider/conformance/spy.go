@@ -15,10 +15,58 @@ import (
 type spyState struct {
 	disposes atomic.Int32
 
-	mu       sync.Mutex
-	tools    []provider.HostTools // the real facades handed to the provider
-	attempts []attempt
-	closing  bool
+	mu           sync.Mutex
+	tools        []provider.HostTools // the real facades handed to the provider
+	attempts     []attempt
+	closing      bool
+	interactions []provider.Interactions // the facades handed to the provider
+	interacted   []provider.Code         // each interaction's refusal code, "" when it went through
+}
+
+func (s *spyState) lastInteractions() provider.Interactions {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.interactions) == 0 {
+		return nil
+	}
+	return s.interactions[len(s.interactions)-1]
+}
+
+func (s *spyState) interactAttempts() []provider.Code {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]provider.Code(nil), s.interacted...)
+}
+
+// spyInteractions records the provider's interactions on their way to
+// the real facade.
+func (s *spyState) spyInteractions(ia provider.Interactions) provider.Interactions {
+	if ia == nil {
+		return nil
+	}
+	s.mu.Lock()
+	s.interactions = append(s.interactions, ia)
+	s.mu.Unlock()
+	return spyInteract{ia, s}
+}
+
+type spyInteract struct {
+	inner provider.Interactions
+	state *spyState
+}
+
+func (i spyInteract) Interact(ctx context.Context, sessionID string, in provider.Interaction) (provider.InteractionReply, error) {
+	r, err := i.inner.Interact(ctx, sessionID, in)
+	code := provider.Code("")
+	if err != nil {
+		if code = provider.CodeOf(err); code == "" {
+			code = "error"
+		}
+	}
+	i.state.mu.Lock()
+	i.state.interacted = append(i.state.interacted, code)
+	i.state.mu.Unlock()
+	return r, err
 }
 
 type attempt struct {
@@ -81,6 +129,7 @@ type spyCreate struct {
 
 func (c spyCreate) Create(ctx context.Context, req provider.CreateRequest) (provider.Session, error) {
 	req.HostTools = c.state.spyOn(req.HostTools)
+	req.Interactions = c.state.spyInteractions(req.Interactions)
 	return c.inner.Create(ctx, req)
 }
 
@@ -91,6 +140,7 @@ type spyResume struct {
 
 func (r spyResume) Resume(ctx context.Context, req provider.ResumeRequest) (provider.Session, error) {
 	req.HostTools = r.state.spyOn(req.HostTools)
+	req.Interactions = r.state.spyInteractions(req.Interactions)
 	return r.inner.Resume(ctx, req)
 }
 
@@ -101,6 +151,7 @@ type spyBranch struct {
 
 func (b spyBranch) Branch(ctx context.Context, req provider.BranchRequest) (provider.Session, error) {
 	req.HostTools = b.state.spyOn(req.HostTools)
+	req.Interactions = b.state.spyInteractions(req.Interactions)
 	return b.inner.Branch(ctx, req)
 }
 

@@ -36,10 +36,10 @@ func (c SessionConfig) JSON() json.RawMessage {
 // a session with none. The error describes the problem without quoting the
 // input.
 func ParseSessionConfig(raw json.RawMessage) (SessionConfig, error) {
-	var c SessionConfig
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return c, nil
+		return SessionConfig{}, nil
 	}
+	var c SessionConfig
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {

@@ -29,10 +29,16 @@
 //     the agent refused before it began is an error wrapping
 //     provider.ErrNotStarted; a run cancelled by the host's context or by
 //     the agent's shutdown is an error.
-//   - The run waits for the host: at most 16 outputs are produced ahead
-//     of what the host has pulled.
+//   - The run executes inside the host's pull, on the goroutine that
+//     ranges over the outputs: each event is handed to the host as the
+//     agent reports it, so the agent is never ahead of what the host has
+//     taken, and a turn costs no goroutine of its own.
 //   - Interrupt cancels a running turn (it ends at turn.completed,
 //     interrupted) or gives up a waiting one (agent.AbandonCheckpoint).
+//   - A pause is kept in the conversation's record: a session resumed on
+//     its binding (here, or in a process running the same agent) comes
+//     back waiting on the request. Closing a waiting session with
+//     CloseRequested gives the pause up; any other reason keeps it.
 //   - A host binding's tools join the agent's tools for that session's
 //     runs only (agent.Input.Tools, agent.ResumeOptions.Tools); another
 //     session cannot see or call them. Its instructions are placed as

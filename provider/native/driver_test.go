@@ -196,7 +196,7 @@ func TestStoreIsPluggable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.(*provider.ValidatedSession)
+		return s
 	}
 	first := open(1)
 	turn(t, first, "t1", "say kept")

@@ -272,8 +272,18 @@ type worldOption func(*agent.Options)
 
 func newWorld(t *testing.T, opts ...worldOption) *world {
 	t.Helper()
-	w := &world{model: &promptModel{}, lab: newLab(), sink: &recordSink{}, dir: filepath.Clean(t.TempDir())}
-	d, err := native.NewDriver(native.Config{Agent: func(ctx context.Context, def provider.Definition) (agent.Options, error) {
+	return newWorldOn(t, nil, nil, opts...)
+}
+
+// newWorldOn is newWorld over a given store and lab (nil: new ones): a
+// second world on the first one's is the same agent after a restart.
+func newWorldOn(t *testing.T, store native.Store, l *lab, opts ...worldOption) *world {
+	t.Helper()
+	if l == nil {
+		l = newLab()
+	}
+	w := &world{model: &promptModel{}, lab: l, sink: &recordSink{}, dir: filepath.Clean(t.TempDir())}
+	d, err := native.NewDriver(native.Config{Store: store, Agent: func(ctx context.Context, def provider.Definition) (agent.Options, error) {
 		o := agent.Options{ID: "native-test", Model: w.model, Tools: w.lab.tools(), MaxIterations: 6,
 			Sinks: []event.Sink{w.sink}}
 		for _, f := range opts {
@@ -322,7 +332,7 @@ func (w *world) create(t *testing.T, req provider.CreateRequest) *provider.Valid
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	t.Cleanup(func() { vs.Close(context.Background(), provider.CloseRequested) })
 	return vs
 }
@@ -339,7 +349,7 @@ func (w *world) resume(t *testing.T, req provider.ResumeRequest) (*provider.Vali
 	if err != nil {
 		return nil, err
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	t.Cleanup(func() { vs.Close(context.Background(), provider.CloseRequested) })
 	return vs, nil
 }
@@ -356,7 +366,7 @@ func (w *world) branch(t *testing.T, req provider.BranchRequest) (*provider.Vali
 	if err != nil {
 		return nil, err
 	}
-	vs := s.(*provider.ValidatedSession)
+	vs := s
 	t.Cleanup(func() { vs.Close(context.Background(), provider.CloseRequested) })
 	return vs, nil
 }

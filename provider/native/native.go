@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/agentry-dev/agentry/agent"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
@@ -33,15 +33,23 @@ type Config struct {
 	// Store keeps the instances' conversations. nil gives every instance
 	// its own NewMemoryStore(0).
 	Store Store
+	// TurnRunIDs makes each turn's id the agent's run id, so the agent's
+	// events name the run the host answers with. Set it only when the
+	// host's turn ids are unique across every session and every owner
+	// (agentry's host makes 128 random bits for each): run-scoped tool
+	// sessions are keyed by owner and run id. Off, the agent makes a run
+	// id of its own for every turn.
+	TurnRunIDs bool
 }
 
 // Driver materialises native instances: each an *agent.Agent behind the
 // provider contract. It supports multiple instances, each with its own
 // agent.
 type Driver struct {
-	key   string
-	build func(context.Context, provider.Definition) (agent.Options, error)
-	store Store
+	key        string
+	build      func(context.Context, provider.Definition) (agent.Options, error)
+	store      Store
+	turnRunIDs bool
 }
 
 var _ provider.Driver = (*Driver)(nil)
@@ -58,7 +66,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if cfg.Agent == nil {
 		return nil, errors.New("native: Config.Agent is nil; pass a function that returns the agent.Options of an instance")
 	}
-	return &Driver{key: key, build: cfg.Agent, store: cfg.Store}, nil
+	return &Driver{key: key, build: cfg.Agent, store: cfg.Store, turnRunIDs: cfg.TurnRunIDs}, nil
 }
 
 // ProviderKey returns the driver's provider key.
@@ -68,14 +76,14 @@ func (d *Driver) ProviderKey() string { return d.key }
 func (d *Driver) SupportsMultipleInstances() bool { return true }
 
 // Capabilities is what every native instance declares, under key: create,
-// resume and branch through a turn; interrupt (no steer: a running agent
+// resume (a paused turn comes back waiting) and branch through a turn; interrupt (no steer: a running agent
 // takes no new input); approval requests (a check-in pause), no
 // elicitation; host bindings with instructions placed as context (the
 // agent's system prompt is fixed when it is built); no authentication.
 func Capabilities(key string) provider.Capabilities {
 	return provider.Capabilities{
 		ProviderKey: key,
-		Sessions:    provider.SessionCapabilities{Resume: true, Branch: provider.BranchThroughTurn},
+		Sessions:    provider.SessionCapabilities{Resume: true, ResumePending: true, Branch: provider.BranchThroughTurn},
 		Turns:       provider.TurnCapabilities{Interrupt: true},
 		Requests:    provider.RequestCapabilities{Approval: true},
 		HostBinding: provider.HostBindingSupport{Supported: true,
@@ -83,27 +91,18 @@ func Capabilities(key string) provider.Capabilities {
 	}
 }
 
-// progressTypes are the agent events a turn's outputs are made of.
-var progressTypes = []event.Type{
-	event.TypeTurnStart, event.TypeLLMDelta, event.TypeLLMMessage, event.TypeToolStart, event.TypeToolEnd,
-}
-
-// Materialize builds the agent of one instance. The instance adds one
-// route of its own to the agent's options, through which it hears the
-// progress of its sessions' runs.
+// Materialize builds the agent of one instance. Each session's runs
+// report their progress to it directly (agent.Input.Progress), so the
+// agent's options are used as they are.
 func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
 	opt, err := d.build(ctx, def)
 	if err != nil {
 		return provider.Materialized{}, fmt.Errorf("native: building the options of instance %s: %w", def.ID, err)
 	}
-	in := &instance{key: d.key, store: d.store, sessions: map[string]*session{}, bindings: map[provider.Binding]bool{}}
+	in := &instance{key: d.key, store: d.store, turnRunIDs: d.turnRunIDs, sessions: map[string]*session{}, bindings: map[provider.Binding]bool{}}
 	if in.store == nil {
 		in.store = NewMemoryStore(0)
 	}
-	opt.Routes = append(slices.Clone(opt.Routes), agent.Route{
-		Sink:   router{in},
-		Filter: event.Filter{Types: progressTypes, Tier: event.TierFull},
-	})
 	a, err := agent.New(opt)
 	if err != nil {
 		return provider.Materialized{}, fmt.Errorf("native: building the agent of instance %s: %w", def.ID, err)
@@ -137,32 +136,13 @@ type instance struct {
 	agent     *agent.Agent
 	toolNames []string
 	store     Store
+	// turnRunIDs: the host's turn ids are the agent's run ids.
+	turnRunIDs bool
 
 	mu       sync.Mutex
 	sessions map[string]*session       // open sessions by session id
 	bindings map[provider.Binding]bool // conversations open in a session
 }
-
-// router is the instance's sink on its agent's bus: it hands each run's
-// events to the session the run is bound to. Export may wait for the
-// session's host to pull: that is how a turn's backpressure reaches the
-// agent.
-type router struct{ in *instance }
-
-func (r router) Export(e event.Event) {
-	if e.Meta.SessionID == "" {
-		return
-	}
-	r.in.mu.Lock()
-	s := r.in.sessions[e.Meta.SessionID]
-	r.in.mu.Unlock()
-	if s != nil {
-		s.observe(e)
-	}
-}
-
-func (router) Flush(context.Context) error { return nil }
-func (router) Close(context.Context) error { return nil }
 
 // adapter is the instance's provider.Adapter, with the Resumer and
 // Brancher ports.
@@ -236,9 +216,15 @@ func (a adapter) Branch(ctx context.Context, req provider.BranchRequest) (provid
 // newBinding returns a fresh conversation identity: 128 random bits, so a
 // binding cannot be guessed.
 func newBinding() provider.Binding {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return provider.Binding("native-" + hex.EncodeToString(b[:]))
+	var raw [16]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails
+	var hexed [32]byte
+	hex.Encode(hexed[:], raw[:])
+	var b strings.Builder
+	b.Grow(len("native-") + len(hexed))
+	b.WriteString("native-")
+	b.Write(hexed[:])
+	return provider.Binding(b.String())
 }
 
 // load returns the conversation b names, if it was created under identity.
@@ -249,7 +235,7 @@ func (in *instance) load(ctx context.Context, b provider.Binding, identity *tool
 		return Record{}, ErrConversationNotFound
 	case err != nil:
 		return Record{}, fmt.Errorf("native: loading the conversation: %w", err)
-	case !sameIdentity(rec.Conversation.Identity, identity):
+	case !rec.Conversation.Identity.Equal(identity):
 		return Record{}, ErrConversationNotFound
 	}
 	return rec, nil
@@ -258,7 +244,8 @@ func (in *instance) load(ctx context.Context, b provider.Binding, identity *tool
 // open registers a session. save stores its record first (create and
 // branch make a new conversation).
 func (in *instance) open(ctx context.Context, o opening, save bool) (*session, error) {
-	s := &session{in: in, id: o.sessionID, binding: o.binding, identity: cloneIdentity(o.identity), record: o.record}
+	s := &session{in: in, id: o.sessionID, binding: o.binding, identity: o.identity.Clone(), record: o.record,
+		pending: o.record.Pending}
 	if ht := o.hostTools; ht != nil {
 		for _, spec := range ht.Tools() {
 			if slices.Contains(in.toolNames, spec.Name) {
@@ -286,12 +273,17 @@ func (in *instance) open(ctx context.Context, o opening, save bool) (*session, e
 	in.bindings[o.binding] = true
 	in.mu.Unlock()
 	if save {
-		if err := in.store.Save(ctx, o.binding, o.record); err != nil {
+		if err := in.save(ctx, o.binding, o.record.view()); err != nil {
 			in.forget(s)
 			return nil, fmt.Errorf("native: saving the new conversation: %w", err)
 		}
 	}
 	return s, nil
+}
+
+// save stores a session's record.
+func (in *instance) save(ctx context.Context, b provider.Binding, r Record) error {
+	return in.store.Save(ctx, b, r)
 }
 
 // forget unregisters a closed session.
@@ -302,19 +294,4 @@ func (in *instance) forget(s *session) {
 		delete(in.bindings, s.binding)
 	}
 	in.mu.Unlock()
-}
-
-func cloneIdentity(id *tool.Identity) *tool.Identity {
-	if id == nil {
-		return nil
-	}
-	c := *id
-	return &c
-}
-
-func sameIdentity(a, b *tool.Identity) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }

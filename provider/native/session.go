@@ -24,10 +24,6 @@ var (
 	errAbandoned   = errors.New("native: the host stopped pulling the turn's outputs")
 )
 
-// outputBuffer is how many outputs a run may get ahead of its host before
-// it waits for the host to pull.
-const outputBuffer = 16
-
 // session is one conversation bound to a session id. The validated
 // wrapper serialises turns; the mutex guards what Interrupt, Close and the
 // agent's events touch while a turn runs.
@@ -43,41 +39,73 @@ type session struct {
 	record Record
 	active *turn
 	// pending is the paused run a request waits on.
-	pending *pending
+	pending *PendingTurn
 	// interruptNext is a turn interrupted before its run began.
 	interruptNext string
 	// interruptedWaiting is the last waiting turn an interrupt ended.
 	interruptedWaiting string
 	closing            bool
+	// unsaved: a close gave up the waiting turn and has not stored that
+	// yet; a retried Close stores it.
+	unsaved bool
 }
 
 var (
 	_ provider.Session     = (*session)(nil)
 	_ provider.Interrupter = (*session)(nil)
+	_ provider.Pender      = (*session)(nil)
 )
 
-type pending struct {
-	turnID string
-	cp     agent.Checkpoint
+// Pending reports the turn a resumed conversation was waiting on (the
+// pause its record keeps) as the approval request it raised.
+func (s *session) Pending() (string, provider.Request, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		return "", provider.Request{}, false
+	}
+	return s.pending.TurnID, s.pending.request(), true
 }
 
-// turn is one run of the agent (a Run, or a ResumeWith continuing one),
-// and the outputs it has produced that the host has not pulled yet.
+// turn is one run of the agent (a Run, or a ResumeWith continuing one).
+// The run executes inside the host's pull: on the goroutine that ranges
+// over the turn's outputs, and each of the agent's progress events is
+// handed to the host's yield as it happens, so the agent is never ahead
+// of what the host has taken. Tool calls that run concurrently report
+// from their own goroutines; yielding is serialised.
 type turn struct {
 	s            *session
 	id           string
 	continuation bool
-	ctx          context.Context
-	cancel       context.CancelCauseFunc
-	out          chan provider.Output
-	gone         chan struct{} // closed when nobody will pull again
-	goneOnce     sync.Once
-	done         chan struct{} // closed when the run has returned
-	started      atomic.Bool   // the agent began the turn (turn_start)
+	// ctx is the host's: the run is stopped through agent.CancelRun, so
+	// the turn needs no cancellable context of its own.
+	ctx   context.Context
+	yield func(provider.Output, error) bool
+	// input is what a turn runs; resume and decision what a
+	// continuation does instead.
+	input    agent.Input
+	resume   *PendingTurn
+	decision agent.Decision
+	started  atomic.Bool // the agent began the turn (turn_start)
+
+	// yielding serialises calls of yield; it is held while the host has
+	// an output in its hands, so nothing else takes it.
+	yielding sync.Mutex
 
 	mu       sync.Mutex
 	runID    string
+	cause    error        // why the session stopped the run, if it did
 	streamed map[int]bool // iterations whose text arrived as deltas
+	parked   bool         // an output is in the host's hands
+	stopped  bool         // no more outputs: the host stopped pulling, or the session closes
+	// abandoned: the host's yield returned false (or panicked).
+	abandoned bool
+	hostPanic any
+	// closeAfter is set when Close found the run parked in the host's
+	// hands: the run's own goroutine tears the session down when it ends.
+	closeAfter provider.CloseReason
+	ended      bool          // the run has returned
+	endedCh    chan struct{} // made for a Close that waits; closed when the run returns
 
 	res agent.Result
 	err error
@@ -90,29 +118,26 @@ func notStarted(format string, args ...any) error {
 }
 
 // newTurnLocked makes t the active turn.
-func (s *session) newTurnLocked(ctx context.Context, id string, continuation bool, runID string) *turn {
-	tctx, cancel := context.WithCancelCause(ctx)
-	t := &turn{s: s, id: id, continuation: continuation, ctx: tctx, cancel: cancel, runID: runID,
-		out: make(chan provider.Output, outputBuffer), gone: make(chan struct{}), done: make(chan struct{}),
-		streamed: map[int]bool{}}
+func (s *session) newTurnLocked(ctx context.Context, id string, continuation bool, runID string, yield func(provider.Output, error) bool) *turn {
+	t := &turn{s: s, id: id, continuation: continuation, ctx: ctx, runID: runID, yield: yield}
 	if s.interruptNext == id {
 		s.interruptNext = ""
-		cancel(errInterrupted)
+		t.cause = errInterrupted // the run is cancelled as it begins
 	}
 	s.active = t
 	return t
 }
 
 // conversationLocked is the conversation a run continues: the stored one,
-// after the binding's instructions when there are some.
+// after the binding's instructions when there are some. The agent copies
+// what it is given, so the stored messages are passed as they are.
 func (s *session) conversationLocked() *agent.Conversation {
 	c := s.record.Conversation
-	c.Identity = cloneIdentity(c.Identity)
-	msgs := make([]llm.Message, 0, len(c.Messages)+1)
 	if s.context != nil {
+		msgs := make([]llm.Message, 0, len(c.Messages)+1)
 		msgs = append(msgs, *s.context)
+		c.Messages = append(msgs, c.Messages...)
 	}
-	c.Messages = append(msgs, c.Messages...)
 	return &c
 }
 
@@ -141,12 +166,15 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			yield(provider.Output{}, notStarted("a turn is active in this session"))
 			return
 		}
-		t := s.newTurnLocked(ctx, req.TurnID, false, "")
-		in := agent.Input{Message: req.Input, SessionID: s.id, Identity: cloneIdentity(s.identity),
-			Conversation: s.conversationLocked(), Tools: s.tools}
+		t := s.newTurnLocked(ctx, req.TurnID, false, "", yield)
+		t.input = agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
+			Conversation: s.conversationLocked(), Tools: s.tools, Progress: t.observe}
+		if s.in.turnRunIDs {
+			t.input.RunID = req.TurnID
+		}
 		s.mu.Unlock()
-		t.start(func(ctx context.Context) (agent.Result, error) { return s.in.agent.Run(ctx, in) })
-		s.drive(t, nil, yield)
+		t.run()
+		s.finish(t, nil)
 	}
 }
 
@@ -165,102 +193,210 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 			s.mu.Unlock()
 			yield(s.output(provider.OutputTurnCompleted, res.TurnID, func(o *provider.Output) { o.Outcome = provider.OutcomeInterrupted }), nil)
 			return
-		case p == nil || p.turnID != res.TurnID || p.cp.ID != res.RequestID:
+		case p == nil || p.TurnID != res.TurnID || p.Checkpoint.ID != res.RequestID:
 			s.mu.Unlock()
 			yield(provider.Output{}, notStarted("no request with that id is pending in this turn"))
 			return
 		}
-		s.pending = nil
-		t := s.newTurnLocked(ctx, res.TurnID, true, p.cp.RunID)
+		// The stored pause goes before the run continues: a process that
+		// dies mid-way loses the pause rather than answering it twice.
+		s.pending, s.record.Pending = nil, nil
+		rec := s.record.view()
 		s.mu.Unlock()
-		d := agent.Decision{Approve: res.Approve, Note: res.Note}
-		t.start(func(ctx context.Context) (agent.Result, error) {
-			return s.in.agent.ResumeWith(ctx, p.cp, d, agent.ResumeOptions{Tools: s.tools})
-		})
-		s.drive(t, p, yield)
-	}
-}
-
-// start runs fn, the agent's side of the turn, in a goroutine the turn's
-// drive (or Close) waits for.
-func (t *turn) start(fn func(context.Context) (agent.Result, error)) {
-	go func() {
-		defer close(t.done)
-		defer func() {
-			if v := recover(); v != nil {
-				t.res, t.err = agent.Result{}, &provider.PanicError{Where: "the agent", Value: v}
+		if err := s.in.save(detached(ctx), s.binding, rec); err != nil {
+			s.mu.Lock()
+			if !s.closing {
+				s.pending, s.record.Pending = p, p
 			}
-		}()
-		t.res, t.err = fn(t.ctx)
-	}()
-}
-
-// stop cancels the run and releases anything waiting to hand the host an
-// output.
-func (t *turn) stop(cause error) {
-	t.cancel(cause)
-	t.goneOnce.Do(func() { close(t.gone) })
-}
-
-// drive hands the turn's outputs to the host as it pulls them, then how
-// the turn ended. p is the request a continuation answers.
-func (s *session) drive(t *turn, p *pending, yield func(provider.Output, error) bool) {
-	defer t.cancel(nil)
-	for {
-		select {
-		case o := <-t.out:
-			if !yield(o, nil) {
-				s.abandon(t)
-				return
-			}
-			continue
-		case <-t.done:
-		}
-		break
-	}
-	// The run has returned; hand over what it produced before it did.
-	for more := true; more; {
-		select {
-		case o := <-t.out:
-			if !yield(o, nil) {
-				s.abandon(t)
-				return
-			}
-		default:
-			more = false
-		}
-	}
-	outs, err := s.conclude(t, p)
-	for _, o := range outs {
-		if !yield(o, nil) {
+			s.mu.Unlock()
+			yield(provider.Output{}, notStarted("saving the conversation before answering its pause: %v", err))
 			return
 		}
-	}
-	if err != nil {
-		yield(provider.Output{}, err)
+		s.mu.Lock()
+		t := s.newTurnLocked(ctx, res.TurnID, true, p.Checkpoint.RunID, yield)
+		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
+		s.mu.Unlock()
+		t.run()
+		s.finish(t, p)
 	}
 }
 
-// abandon ends a turn the host stopped pulling: the run is cancelled and
-// waited for, and a pause it reached is given up.
+// run runs the agent's side of the turn (a Run, or a ResumeWith for a
+// continuation) on the caller's goroutine: the host's pull. A panic of
+// the agent is its error.
+func (t *turn) run() {
+	defer t.end()
+	defer func() {
+		if v := recover(); v != nil {
+			t.res, t.err = agent.Result{}, &provider.PanicError{Where: "the agent", Value: v}
+		}
+	}()
+	a := t.s.in.agent
+	if p := t.resume; p != nil {
+		t.res, t.err = a.ResumeWith(t.ctx, p.Checkpoint, t.decision, agent.ResumeOptions{Tools: t.s.tools, SessionID: t.s.id, Progress: t.observe})
+		return
+	}
+	t.res, t.err = a.Run(t.ctx, t.input)
+}
+
+// end marks the run returned, waking a Close that waits for it.
+func (t *turn) end() {
+	t.mu.Lock()
+	t.ended = true
+	if t.endedCh != nil {
+		close(t.endedCh)
+	}
+	t.mu.Unlock()
+}
+
+// detached is ctx without its cancellation: for what must finish after
+// the turn's context is done (a save, a teardown).
+func detached(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// closedChan is a channel that is always closed.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// returned is closed once the run has returned.
+func (t *turn) returned() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return closedChan
+	}
+	if t.endedCh == nil {
+		t.endedCh = make(chan struct{})
+	}
+	return t.endedCh
+}
+
+// cancel stops the run with cause (the first cause stands). A run whose
+// id is not known yet is cancelled as it begins (see observe).
+func (t *turn) cancel(cause error) {
+	t.mu.Lock()
+	if t.cause == nil {
+		t.cause = cause
+	}
+	runID := t.runID
+	t.mu.Unlock()
+	if runID != "" {
+		t.s.in.agent.CancelRun(runID, cause)
+	}
+}
+
+// stoppedBy reports why the session stopped the run, or nil.
+func (t *turn) stoppedBy() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cause
+}
+
+// stopForClose stops the run for Close. When the run is parked in the
+// host's hands, the teardown is left to the run: it closes the session
+// (reason r) once it has returned, and stopForClose returns true.
+func (t *turn) stopForClose(r provider.CloseReason) (deferred bool) {
+	t.cancel(errClosing)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	if t.parked {
+		t.closeAfter = r
+	}
+	return t.parked
+}
+
+// deliver hands one output to the host, unless the turn takes no more.
+func (t *turn) deliver(o provider.Output) {
+	t.yielding.Lock()
+	defer t.yielding.Unlock()
+	t.mu.Lock()
+	if t.stopped {
+		t.mu.Unlock()
+		return
+	}
+	t.parked = true
+	t.mu.Unlock()
+
+	ok, panicked := t.hand(o)
+
+	t.mu.Lock()
+	t.parked = false
+	if !ok {
+		t.stopped, t.abandoned = true, true
+		if panicked != nil {
+			t.hostPanic = panicked
+		}
+	}
+	t.mu.Unlock()
+	if !ok {
+		t.cancel(errAbandoned)
+	}
+}
+
+// hand calls the host's yield, catching a panic of the host's: it is
+// raised again on the pulling goroutine once the run has stopped.
+func (t *turn) hand(o provider.Output) (ok bool, panicked any) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok, panicked = false, v
+		}
+	}()
+	return t.yield(o, nil), nil
+}
+
+// finish ends the turn once its run has returned: the last outputs (or
+// the error), a teardown Close left to the run, and a panic of the
+// host's raised again. p is the request a continuation answers.
+func (s *session) finish(t *turn, p *PendingTurn) {
+	t.mu.Lock()
+	abandoned, hostPanic, closeAfter := t.abandoned, t.hostPanic, t.closeAfter
+	t.mu.Unlock()
+	if abandoned {
+		s.abandon(t)
+	} else {
+		outs, err := s.conclude(t, p)
+		t.mu.Lock()
+		closeAfter = t.closeAfter
+		t.mu.Unlock()
+		for _, o := range outs {
+			if closeAfter != "" || !t.yield(o, nil) {
+				break
+			}
+		}
+		if err != nil && closeAfter == "" {
+			t.yield(provider.Output{}, err)
+		}
+	}
+	if closeAfter != "" {
+		s.teardown(detached(t.ctx), closeAfter)
+	}
+	if hostPanic != nil {
+		panic(hostPanic)
+	}
+}
+
+// abandon ends a turn the host stopped pulling: the run has been
+// cancelled and has returned; a pause it reached is given up.
 func (s *session) abandon(t *turn) {
-	t.stop(errAbandoned)
-	<-t.done
 	s.mu.Lock()
 	if s.active == t {
 		s.active = nil
 	}
 	s.mu.Unlock()
 	if t.err == nil && t.res.Paused != nil {
-		_, _ = s.in.agent.AbandonCheckpoint(context.WithoutCancel(t.ctx), t.res.Paused.Checkpoint)
+		_, _ = s.in.agent.AbandonCheckpoint(detached(t.ctx), t.res.Paused.Checkpoint)
 	}
 }
 
 // conclude maps how the run ended to the turn's last outputs, or to an
 // error, and updates the session.
-func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
+func (s *session) conclude(t *turn, p *PendingTurn) ([]provider.Output, error) {
 	res, err := t.res, t.err
-	cause := context.Cause(t.ctx)
+	cause := t.stoppedBy()
 	interrupted := errors.Is(cause, errInterrupted)
 
 	s.mu.Lock()
@@ -270,12 +406,20 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 	if !t.started.Load() {
 		// The agent refused before the turn began (a busy or shut-down
 		// agent, an empty message, a spent checkpoint): nothing happened.
-		if p != nil && !s.closing {
-			s.pending = p
+		restore := p != nil && !s.closing
+		if restore {
+			s.pending, s.record.Pending = p, p
 		}
+		rec := s.record.view()
 		s.mu.Unlock()
 		if err == nil {
 			err = errors.New("native: the agent returned without starting the turn")
+		}
+		if restore {
+			// The pause still waits: store it again.
+			if serr := s.in.save(detached(t.ctx), s.binding, rec); serr != nil {
+				err = errors.Join(err, fmt.Errorf("native: storing the pause again: %w", serr))
+			}
 		}
 		return nil, fmt.Errorf("%w: %w", provider.ErrNotStarted, err)
 	}
@@ -286,18 +430,24 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 	var outs []provider.Output
 	switch {
 	case err == nil && res.Paused != nil && !interrupted:
-		s.pending = &pending{turnID: t.id, cp: res.Paused.Checkpoint}
+		pt := &PendingTurn{TurnID: t.id, Question: res.Paused.Question, Tool: res.Paused.ToolName, Checkpoint: res.Paused.Checkpoint}
+		s.pending, s.record.Pending = pt, pt
+		rec := s.record.view()
 		s.mu.Unlock()
-		pause := res.Paused
-		return []provider.Output{s.output(provider.OutputRequest, t.id, func(o *provider.Output) {
-			o.Request = &provider.Request{ID: pause.Checkpoint.ID, Kind: provider.RequestApproval,
-				Prompt: pause.Question, Tool: pause.ToolName}
-		})}, nil
+		// Stored, so the pause survives the session: a resume comes back
+		// waiting on it.
+		if err := s.in.save(detached(t.ctx), s.binding, rec); err != nil {
+			return nil, fmt.Errorf("native: saving the paused turn: %w", err)
+		}
+		r := pt.request()
+		o := s.output(provider.OutputRequest, t.id, nil)
+		o.Request = &r
+		return []provider.Output{o}, nil
 	case err == nil && res.Paused != nil:
 		// Interrupted as it paused: the turn ends here, and so does the
 		// pause.
 		s.mu.Unlock()
-		if _, aerr := s.in.agent.AbandonCheckpoint(context.WithoutCancel(t.ctx), res.Paused.Checkpoint); aerr != nil {
+		if _, aerr := s.in.agent.AbandonCheckpoint(detached(t.ctx), res.Paused.Checkpoint); aerr != nil {
 			return nil, fmt.Errorf("native: giving up the pause of an interrupted turn: %w", aerr)
 		}
 		s.mu.Lock()
@@ -307,7 +457,10 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 		outs = []provider.Output{completed(provider.OutcomeCompleted)}
 	case interrupted:
 		outs = []provider.Output{completed(provider.OutcomeInterrupted)}
-	case errors.Is(err, agent.ErrShutdown), t.ctx.Err() != nil, errors.As(err, new(*provider.PanicError)):
+	case errors.Is(err, agent.ErrShutdown), cause != nil, t.ctx.Err() != nil, errors.As(err, new(*provider.PanicError)),
+		errors.Is(err, toolsession.ErrCapacity):
+		// A capacity refusal goes to the host as it is, so it can answer
+		// "busy, retry" (429) rather than "failed"; nothing was started.
 		// Cancelled by the host's context, by Close, or by the agent's
 		// shutdown; or the agent panicked (a model that panics, say), so
 		// what the run held cannot be vouched for: the turn did not reach
@@ -324,9 +477,9 @@ func (s *session) conclude(t *turn, p *pending) ([]provider.Output, error) {
 		}
 	}
 	s.markLocked(t.id)
-	rec := s.record.clone()
+	rec := s.record.view()
 	s.mu.Unlock()
-	if err := s.in.store.Save(context.WithoutCancel(t.ctx), s.binding, rec); err != nil {
+	if err := s.in.save(detached(t.ctx), s.binding, rec); err != nil {
 		return nil, fmt.Errorf("native: saving the conversation after the turn: %w", err)
 	}
 	return outs, nil
@@ -352,53 +505,49 @@ func (s *session) output(kind provider.OutputKind, turnID string, set func(*prov
 	return o
 }
 
-// observe hands one of the agent's events to the session's active turn.
-func (s *session) observe(e event.Event) {
-	s.mu.Lock()
-	t := s.active
-	s.mu.Unlock()
-	if t != nil {
-		t.observe(e)
-	}
-}
-
 // observe maps an event of the turn's run to an output and waits until
 // the host takes it (or nobody will).
 func (t *turn) observe(e event.Event) {
 	t.mu.Lock()
-	switch {
-	case t.runID == "":
+	if t.runID == "" {
 		t.runID = e.Meta.RunID
-	case e.Meta.RunID != t.runID:
-		t.mu.Unlock()
-		return
 	}
 	var o provider.Output
 	switch p := e.Payload.(type) {
 	case *event.TurnStart:
 		t.started.Store(true)
+		if cause := t.cause; cause != nil {
+			// Stopped before the run began: stop it now.
+			runID := t.runID
+			t.mu.Unlock()
+			t.s.in.agent.CancelRun(runID, cause)
+			t.mu.Lock()
+		}
 		if t.continuation {
 			t.mu.Unlock()
 			return
 		}
-		o = t.s.output(provider.OutputTurnStarted, t.id, nil)
+		o = t.output(provider.OutputTurnStarted, "")
 	case *event.LLMDelta:
+		if t.streamed == nil {
+			t.streamed = map[int]bool{}
+		}
 		t.streamed[p.Iteration] = true
 		if p.Text == "" {
 			t.mu.Unlock()
 			return
 		}
-		o = t.s.output(provider.OutputText, t.id, func(o *provider.Output) { o.Text = p.Text })
+		o = t.output(provider.OutputText, p.Text)
 	case *event.LLMMessage:
 		if p.Role != string(llm.RoleAssistant) || p.Content == "" || t.streamed[p.Iteration] {
 			t.mu.Unlock()
 			return
 		}
-		o = t.s.output(provider.OutputText, t.id, func(o *provider.Output) { o.Text = p.Content })
+		o = t.output(provider.OutputText, p.Content)
 	case *event.ToolStart:
-		o = t.s.output(provider.OutputActivity, t.id, func(o *provider.Output) { o.Text = "calling " + p.Tool })
+		o = t.output(provider.OutputActivity, "calling "+p.Tool)
 	case *event.ToolEnd:
-		o = t.s.output(provider.OutputActivity, t.id, func(o *provider.Output) { o.Text = toolEnded(p) })
+		o = t.output(provider.OutputActivity, toolEnded(p))
 	default:
 		t.mu.Unlock()
 		return
@@ -407,10 +556,12 @@ func (t *turn) observe(e event.Event) {
 	if !t.started.Load() {
 		return // nothing precedes turn.started
 	}
-	select {
-	case t.out <- o:
-	case <-t.gone:
-	}
+	t.deliver(o)
+}
+
+// output is one of the turn's outputs.
+func (t *turn) output(kind provider.OutputKind, text string) provider.Output {
+	return provider.Output{Kind: kind, SessionID: t.s.id, TurnID: t.id, Text: text}
 }
 
 func toolEnded(p *event.ToolEnd) string {
@@ -436,45 +587,101 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 		return nil
 	}
 	p := s.pending
-	if p == nil || p.turnID != turnID {
+	if p == nil || p.TurnID != turnID {
 		// Not begun yet (or already over: turn ids are never reused).
 		s.interruptNext = turnID
 		s.mu.Unlock()
 		return nil
 	}
-	s.pending = nil
+	s.pending, s.record.Pending = nil, nil
 	s.interruptedWaiting = turnID
 	s.markLocked(turnID)
-	rec := s.record.clone()
+	rec := s.record.view()
 	s.mu.Unlock()
-	if _, err := s.in.agent.AbandonCheckpoint(ctx, p.cp); err != nil {
+	if _, err := s.in.agent.AbandonCheckpoint(ctx, p.Checkpoint); err != nil && !errors.Is(err, agent.ErrCheckpointAbandoned) {
 		return fmt.Errorf("native: giving up the paused turn: %w", err)
 	}
-	if err := s.in.store.Save(ctx, s.binding, rec); err != nil {
+	if err := s.in.save(ctx, s.binding, rec); err != nil {
 		return fmt.Errorf("native: saving the conversation after the interrupt: %w", err)
 	}
 	return nil
 }
 
 // Close stops a running turn and waits for it, then closes the session's
-// tool sessions: the session-scoped ones, and what a pause still holds
-// (agent.CloseToolSessions abandons the session's pauses).
+// tool sessions: the session-scoped ones, and what a pause still holds.
+// A waiting turn is given up only when the host asks for the close
+// (CloseRequested): the pause is abandoned and the stored conversation
+// no longer waits. Any other reason (shutdown, eviction, a rejected
+// opening) keeps it: what the pause holds here closes
+// (agent.ReleaseCheckpoint), and a later Resume comes back waiting on
+// the request.
+//
+// A run parked in the host's hands (the host holds one of its outputs:
+// its loop body is running, or it pulls with iter.Pull and has not asked
+// for the next) cannot be waited for: the host may be the caller. It is
+// cancelled, takes no more outputs, and closes the tool sessions itself
+// as soon as the host lets go of it.
 func (s *session) Close(ctx context.Context, reason provider.CloseReason) error {
 	s.mu.Lock()
 	s.closing = true
 	t := s.active
 	s.mu.Unlock()
 	if t != nil {
-		t.stop(errClosing)
+		if t.stopForClose(reason) {
+			return nil
+		}
 		select {
-		case <-t.done:
+		case <-t.returned():
 		case <-ctx.Done():
 			return fmt.Errorf("native: the session's turn did not stop before the close's deadline; close again: %w", context.Cause(ctx))
 		}
 	}
+	if err := s.settlePause(ctx, reason); err != nil {
+		return err
+	}
+	s.teardown(ctx, reason)
+	return nil
+}
+
+// settlePause deals with a waiting turn as the session closes: kept for a
+// later Resume, or given up when the host closes the conversation.
+func (s *session) settlePause(ctx context.Context, reason provider.CloseReason) error {
+	s.mu.Lock()
+	p := s.pending
+	keep := reason != provider.CloseRequested
+	if p != nil && !keep {
+		s.pending, s.record.Pending = nil, nil
+		s.markLocked(p.TurnID)
+		s.unsaved = true
+	}
+	unsaved := s.unsaved
+	rec := s.record.view()
+	s.mu.Unlock()
+	if p != nil && keep {
+		// Not held here any more; a checkpoint already spent here has
+		// nothing left to release.
+		if _, err := s.in.agent.ReleaseCheckpoint(ctx, p.Checkpoint); err != nil &&
+			!errors.Is(err, agent.ErrCheckpointAbandoned) && !errors.Is(err, agent.ErrAlreadyResumed) {
+			return fmt.Errorf("native: releasing the paused turn; close again: %w", err)
+		}
+	}
+	if unsaved {
+		// The teardown abandons the pause in the agent; the store must no
+		// longer say the conversation waits.
+		if err := s.in.save(ctx, s.binding, rec); err != nil {
+			return fmt.Errorf("native: saving the conversation after giving up its waiting turn; close again: %w", err)
+		}
+		s.mu.Lock()
+		s.unsaved = false
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// teardown closes the session's tool sessions and forgets it.
+func (s *session) teardown(ctx context.Context, reason provider.CloseReason) {
 	s.in.agent.CloseToolSessionsReason(ctx, s.id, teardownReason(reason))
 	s.in.forget(s)
-	return nil
 }
 
 func teardownReason(r provider.CloseReason) toolsession.Reason {

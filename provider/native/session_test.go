@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"sync"
 	"testing"
@@ -381,5 +382,92 @@ func TestDisposeShutsTheAgentDown(t *testing.T) {
 	}
 	if err := w.reg.Dispose(t.Context()); err != nil {
 		t.Fatalf("a second dispose: %v", err)
+	}
+}
+
+// The run executes inside the host's pull, so a host may close the
+// session from its own loop body without waiting on itself: the run
+// stops, and the session's tool sessions close as soon as the host lets
+// go of the output it holds.
+func TestCloseFromTheLoopBody(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	s := w.create(t, provider.CreateRequest{})
+	var turnErr error
+	closed := false
+	for o, err := range s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t1", Input: `call workspace {"scope":"session"}`}) {
+		if err != nil {
+			turnErr = err
+			continue
+		}
+		if o.Kind == provider.OutputActivity && !closed {
+			closed = true
+			if err := s.Close(t.Context(), provider.CloseRequested); err != nil {
+				t.Fatalf("closing from the loop body: %v", err)
+			}
+		}
+	}
+	if !closed {
+		t.Fatal("the turn reported no activity")
+	}
+	if turnErr != nil && !provider.HasCode(turnErr, provider.CodeSessionClosed) {
+		t.Fatalf("the turn ended with %v", turnErr)
+	}
+	if !provider.HasCode(s.Err(), provider.CodeSessionClosed) {
+		t.Fatalf("after close: %v", s.Err())
+	}
+	if w.lab.opens() != w.lab.closes() {
+		t.Fatalf("%d workspaces opened, %d closed once the loop ended", w.lab.opens(), w.lab.closes())
+	}
+}
+
+// A host pulling with iter.Pull may close between two pulls; stopping the
+// pull lets the run end and close what it held.
+func TestCloseBetweenPulls(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	s := w.create(t, provider.CreateRequest{})
+	next, stop := iter.Pull2(s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t1", Input: `call workspace {"scope":"session"}`}))
+	for {
+		o, err, ok := next()
+		if !ok || err != nil {
+			t.Fatalf("the turn ended before its first tool call: %v", err)
+		}
+		if o.Kind == provider.OutputActivity {
+			break
+		}
+	}
+	if err := s.Close(t.Context(), provider.CloseRequested); err != nil {
+		t.Fatalf("closing between pulls: %v", err)
+	}
+	stop()
+	if w.lab.opens() != w.lab.closes() {
+		t.Fatalf("%d workspaces opened, %d closed", w.lab.opens(), w.lab.closes())
+	}
+}
+
+// A host whose loop body panics gets its panic back, on its own
+// goroutine; the run is stopped first and leaves nothing open.
+func TestHostPanicInTheLoopBody(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	s := w.create(t, provider.CreateRequest{})
+	got := func() (v any) {
+		defer func() { v = recover() }()
+		for o := range s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t1", Input: `calls workspace {"scope":"run"}`}) {
+			if o.Kind == provider.OutputActivity {
+				panic("the host tripped")
+			}
+		}
+		return nil
+	}()
+	if got != "the host tripped" {
+		t.Fatalf("recovered %v", got)
+	}
+	if w.lab.opens() != w.lab.closes() {
+		t.Fatalf("%d workspaces opened, %d closed", w.lab.opens(), w.lab.closes())
+	}
+	if !provider.HasCode(s.Err(), provider.CodeSessionUnusable) {
+		t.Fatalf("after the host's panic: %v", s.Err())
 	}
 }
