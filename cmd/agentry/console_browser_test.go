@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,13 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +21,9 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/conformance"
 )
 
 // chromiumPath finds Debian's chromium. Under CI=true a missing browser
@@ -459,84 +458,79 @@ func (b *tab) signIn2(url, token string) {
 	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.ID("signin-button")))
 }
 
-// interactionProxy stands in front of agentry serve and adds what the
-// provider-driven host will report for a pending session interaction: an
-// "interaction" object in GET /v1/sessions/{id} (in place of "pending"),
-// answered through the decision endpoint. It speaks the host's own wire
-// format; everything else passes through untouched.
-func interactionProxy(t *testing.T, target string, interaction map[string]any) string {
-	t.Helper()
-	u, err := url.Parse(target)
+// A session interaction the agent raises outside a turn is shown with its
+// options, and the person's choice reaches the agent through the decision
+// endpoint. The host here drives the conformance kit's fake provider (the
+// native agent asks nothing outside a turn), over a real listener.
+func TestBrowserConsoleSessionInteraction(t *testing.T) {
+	actx := browser(t)
+	ctx := context.Background()
+	d := conformance.NewFakeDriver()
+	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: "fake", Provider: d.ProviderKey()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(res *http.Response) error {
-		if res.Request.Method != http.MethodGet || !sessionPath.MatchString(res.Request.URL.Path) || res.StatusCode != 200 {
-			return nil
-		}
-		b, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil {
-			return err
-		}
-		var v map[string]any
-		if err := json.Unmarshal(b, &v); err != nil {
-			return err
-		}
-		if _, ok := v["pending"]; ok {
-			delete(v, "pending")
-			v["interaction"] = interaction
-		}
-		if b, err = json.Marshal(v); err != nil {
-			return err
-		}
-		res.Body = io.NopCloser(bytes.NewReader(b))
-		res.ContentLength = int64(len(b))
-		res.Header.Set("Content-Length", strconv.Itoa(len(b)))
-		return nil
+	defer reg.Dispose(ctx)
+	inst, _ := reg.Instance("fake")
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agentry.db"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	srv := httptest.NewServer(rp)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-var sessionPath = regexp.MustCompile(`^/v1/sessions/ses_[0-9a-f]{32}$`)
-
-// A pending session interaction (the field the provider-driven host adds
-// to a session) is shown with what it names, and answered through the
-// decision endpoint: Approve lets the paused call go on.
-func TestBrowserConsoleSessionInteraction(t *testing.T) {
-	needPython(t)
-	actx := browser(t)
-	tokens, toks := writeTokens(t, "alice")
-	o := serveDefaults(t)
-	o.tokens = tokens
-	o.runner = "process"
-	o.checkIns = []string{"run_code"}
-	s := startServe(t, o)
-	defer s.stop(t)
-	front := interactionProxy(t, s.url, map[string]any{
-		"kind": "approval", "requestId": "req-7", "message": "Let the coding agent write main.go?",
-		"options": []string{"allow once", "reject"},
-	})
+	tok, line, _ := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
+	auth, _ := host.ParseTokens(strings.NewReader(line))
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EvictEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer func() { _ = h.Shutdown(ctx); srv.Close() }()
 
 	b := openTab(t, actx, artifactDir(t))
-	b.signIn(front, toks["alice"])
+	b.signIn(srv.URL, tok)
 	b.do("start", chromedp.Click(chromedp.ID("new-conv")), chromedp.WaitVisible(chromedp.ID("conv-body")))
-	b.do("send", chromedp.SendKeys(chromedp.ID("message"), "print(2**10)"), chromedp.Click(chromedp.ID("send")))
-	b.until("the interaction", `!document.getElementById("approval").hidden && !document.getElementById("approve").disabled`)
-	if h, q := b.text("#approval-h"), b.text("#approval-q"); h != "The agent asks" || q != "Let the coding agent write main.go?" {
-		t.Fatalf("the interaction reads %q / %q", h, q)
+	b.do("send", chromedp.SendKeys(chromedp.ID("message"), "hello"), chromedp.Click(chromedp.ID("send")))
+	b.until("the answer", `[...document.querySelectorAll("#transcript .msg.assistant .answer")].some((e) => e.textContent === "echo: hello")`)
+	id := eval[string](b, `location.hash.replace(/^#/, "")`)
+	if !strings.HasPrefix(id, "ses_") {
+		t.Fatalf("the console's address names no conversation: %q", id)
 	}
-	detail := b.text("#interaction-detail")
-	for _, want := range []string{"req-7", "approval", "allow once"} {
-		if !strings.Contains(detail, want) {
-			t.Fatalf("the interaction's details lack %q: %q", want, detail)
+	got := make(chan provider.InteractionReply, 1)
+	go func() {
+		r, err := d.Interact(ctx, id, provider.Interaction{ID: "int-1", Kind: provider.InteractionQuestion,
+			Message: "Which database should the migration use?", Options: []string{"staging", "prod"}})
+		if err != nil {
+			r.Answer = "error: " + err.Error()
+		}
+		got <- r
+	}()
+	// The host holds the question once the API shows it (bounded); then
+	// the person refreshes.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/sessions/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(body), `"interaction":{`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host never showed the interaction: %s", body)
 		}
 	}
+	b.do("refresh", chromedp.Click(chromedp.ID("refresh")))
+	b.until("the interaction", `!document.getElementById("approval").hidden && document.querySelectorAll("#interaction-detail button.option").length === 2`)
+	if h, q := b.text("#approval-h"), b.text("#approval-q"); h != "The agent asks" || q != "Which database should the migration use?" {
+		t.Fatalf("the interaction reads %q / %q", h, q)
+	}
 	b.shot("interaction")
-	b.do("approve", chromedp.Click(chromedp.ID("approve")))
-	b.until("the answer", `document.getElementById("live-text").textContent === "1024" && document.getElementById("approval").hidden`)
+	b.do("choose staging", chromedp.Click(chromedp.CSS(`#interaction-detail button.option`)))
+	if r := <-got; r.Answer != "staging" || r.Declined {
+		t.Fatalf("the agent heard %+v", r)
+	}
+	b.until("the box closes", `document.getElementById("approval").hidden`)
 	b.clean()
 }

@@ -46,6 +46,7 @@ const state = {
   current: null, // the open conversation's id
   session: null, // its GET /v1/sessions/{id}
   busy: false, // a turn or decision in flight
+  interaction: null, // the session interaction shown, if any
 };
 
 // ---- sign in ----
@@ -199,16 +200,17 @@ function renderSession(s) {
   }
 }
 
-// renderApproval shows a pending check-in, or a pending session
-// interaction (an approval request or a question a provider raised), with
-// Approve / Decline and a note. Both are answered through the decision
-// endpoint. The interaction's shape is read defensively: what it names is
-// shown, nothing is assumed.
+// renderApproval shows a pending check-in (Approve / Decline with a
+// note, answered by resuming the turn), or else a session interaction the
+// agent raised outside a turn's requests (a question: answered with one
+// of its options, or with the note as the answer; Decline declines it).
+// Both go to the decision endpoint.
 function renderApproval(s) {
   const box = $("approval");
   const detail = $("interaction-detail");
   detail.replaceChildren();
-  const it = s.interaction && typeof s.interaction === "object" ? s.interaction : null;
+  const it = !s.pending && s.interaction && typeof s.interaction === "object" ? s.interaction : null;
+  state.interaction = it;
   if (!s.pending && !it) {
     box.hidden = true;
     return;
@@ -218,24 +220,44 @@ function renderApproval(s) {
   if (s.pending) {
     $("approval-h").textContent = "Waiting for your decision";
     $("approval-q").textContent = (s.pending.question || "May this call go ahead?") + (s.pending.tool ? " (tool " + s.pending.tool + ")" : "");
+    $("approval-note-label").textContent = "Note for the agent (optional)";
+    $("approve").textContent = "Approve";
+    detail.hidden = true;
   } else {
     $("approval-h").textContent = "The agent asks";
-    $("approval-q").textContent = String(it.question || it.message || it.prompt || it.title || "The agent is waiting for you.");
-  }
-  if (it) {
-    detail.hidden = false;
-    const dl = el("dl", {});
-    for (const [k, v] of Object.entries(it)) {
-      if (v === null || v === undefined || v === "") continue;
-      dl.append(el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v)));
+    $("approval-q").textContent = String(it.message || "The agent is waiting for you.");
+    $("approval-note-label").textContent = "Your answer";
+    $("approve").textContent = "Answer";
+    const opts = Array.isArray(it.options) ? it.options : [];
+    detail.hidden = opts.length === 0;
+    if (opts.length) {
+      const row = el("div", { class: "row", role: "group", "aria-label": "Answers the agent offers" });
+      for (const o of opts) {
+        const b = el("button", { type: "button", class: "option" }, String(o));
+        b.addEventListener("click", () => answerInteraction(String(o)));
+        row.append(b);
+      }
+      detail.append(row);
     }
-    detail.append(el("h4", {}, "Session interaction"), dl);
-  } else {
-    detail.hidden = true;
   }
   $("approve").disabled = state.busy;
-  $("decline").disabled = state.busy;
+  $("decline").disabled = state.busy && !it;
   if (wasHidden) $("approval-h").focus();
+}
+
+// answerInteraction answers the interaction shown (null declines it).
+async function answerInteraction(answer) {
+  const it = state.interaction;
+  if (!it) return;
+  const body = answer === null ? { interaction: it.id, approve: false } : { interaction: it.id, answer };
+  try {
+    await api("POST", "/v1/sessions/" + state.current + "/decision", body);
+  } catch (e) {
+    fail(e);
+    return;
+  }
+  $("approval-note").value = "";
+  await refreshConv();
 }
 
 // ---- transcript ----
@@ -374,6 +396,10 @@ async function sendMessage() {
 
 async function decide(approve) {
   const note = $("approval-note").value.trim();
+  if (state.interaction) {
+    await answerInteraction(approve ? note : null);
+    return;
+  }
   const body = { approve };
   if (note) body.note = note;
   $("approval-note").value = "";
