@@ -70,9 +70,7 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 	var calls int
 	var reported Binding
 	if obs != nil {
-		calls, reported = obs.seal(func() {
-			s.quarantine(violation(key, CodeBindingCallbackRepeated, "the provider reported a binding after the opening returned"))
-		})
+		calls, reported = obs.seal(s)
 	}
 	var b Binding
 	if err := safely("the provider's Binding", func() error { b = cand.Binding(); return nil }); err != nil {

@@ -128,6 +128,7 @@ type instance struct {
 	agent     *agent.Agent
 	toolNames []string
 	store     Store
+	phrases   phrasebook
 
 	mu       sync.Mutex
 	sessions map[string]*session       // open sessions by session id

@@ -84,6 +84,7 @@ type turn struct {
 	// input is what a turn runs; resume and decision what a
 	// continuation does instead.
 	input    agent.Input
+	conv     agent.Conversation // input.Conversation points here
 	resume   *PendingTurn
 	decision agent.Decision
 	started  atomic.Bool // the agent began the turn (turn_start)
@@ -131,14 +132,14 @@ func (s *session) newTurnLocked(ctx context.Context, id string, continuation boo
 // conversationLocked is the conversation a run continues: the stored one,
 // after the binding's instructions when there are some. The agent copies
 // what it is given, so the stored messages are passed as they are.
-func (s *session) conversationLocked() *agent.Conversation {
+func (s *session) conversationLocked() agent.Conversation {
 	c := s.record.Conversation
 	if s.context != nil {
 		msgs := make([]llm.Message, 0, len(c.Messages)+1)
 		msgs = append(msgs, *s.context)
 		c.Messages = append(msgs, c.Messages...)
 	}
-	return &c
+	return c
 }
 
 // strip removes the instructions conversationLocked placed first: they
@@ -167,8 +168,9 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			return
 		}
 		t := s.newTurnLocked(ctx, req.TurnID, false, "", yield)
+		t.conv = s.conversationLocked()
 		t.input = agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
-			Conversation: s.conversationLocked(), Tools: s.tools, Progress: t.observe}
+			Conversation: &t.conv, Tools: s.tools, Progress: t.observe}
 		s.mu.Unlock()
 		t.run()
 		s.finish(t, nil)
@@ -539,9 +541,9 @@ func (t *turn) observe(e event.Event) {
 		}
 		o = t.output(provider.OutputText, p.Content)
 	case *event.ToolStart:
-		o = t.output(provider.OutputActivity, "calling "+p.Tool)
+		o = t.output(provider.OutputActivity, t.s.in.phrases.of(p.Tool).calling)
 	case *event.ToolEnd:
-		o = t.output(provider.OutputActivity, toolEnded(p))
+		o = t.output(provider.OutputActivity, t.s.in.phrases.ended(p))
 	default:
 		t.mu.Unlock()
 		return
@@ -558,16 +560,45 @@ func (t *turn) output(kind provider.OutputKind, text string) provider.Output {
 	return provider.Output{Kind: kind, SessionID: t.s.id, TurnID: t.id, Text: text}
 }
 
-func toolEnded(p *event.ToolEnd) string {
-	switch {
-	case p.ErrorClass == "declined":
-		return p.Tool + " was declined"
-	case p.IsError && p.ErrorClass != "":
-		return p.Tool + " returned an error (" + p.ErrorClass + ")"
-	case p.IsError:
-		return p.Tool + " returned an error"
+// toolPhrases are the activity texts of one tool, made once: a turn
+// reports every call it makes.
+type toolPhrases struct{ calling, returned, failed, declined string }
+
+// phrasebook keeps the phrases of the tools the instance's sessions call:
+// the agent's own and the host bindings' (bounded: a binding lends at
+// most provider.MaxMaxHostTools).
+type phrasebook struct {
+	m sync.Map // tool name → *toolPhrases
+	n atomic.Int32
+}
+
+const maxPhrases = 4096 // past this, phrases are made per call
+
+func (b *phrasebook) of(name string) *toolPhrases {
+	if p, ok := b.m.Load(name); ok {
+		return p.(*toolPhrases)
 	}
-	return p.Tool + " returned"
+	p := &toolPhrases{calling: "calling " + name, returned: name + " returned",
+		failed: name + " returned an error", declined: name + " was declined"}
+	if b.n.Load() < maxPhrases {
+		if _, loaded := b.m.LoadOrStore(name, p); !loaded {
+			b.n.Add(1)
+		}
+	}
+	return p
+}
+
+func (b *phrasebook) ended(e *event.ToolEnd) string {
+	p := b.of(e.Tool)
+	switch {
+	case e.ErrorClass == "declined":
+		return p.declined
+	case e.IsError && e.ErrorClass != "":
+		return p.failed + " (" + e.ErrorClass + ")"
+	case e.IsError:
+		return p.failed
+	}
+	return p.returned
 }
 
 // Interrupt ends the named turn: a running one is cancelled and ends at
