@@ -200,21 +200,23 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 		// The stored pause goes before the run continues: a process that
 		// dies mid-way loses the pause rather than answering it twice.
 		s.pending, s.record.Pending = nil, nil
+		t := s.newTurnLocked(ctx, res.TurnID, true, p.Checkpoint.RunID, yield)
+		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
 		rec := s.record.view()
 		s.mu.Unlock()
 		if err := s.in.save(detached(ctx), s.binding, rec); err != nil {
 			s.mu.Lock()
+			if s.active == t {
+				s.active = nil
+			}
 			if !s.closing {
 				s.pending, s.record.Pending = p, p
 			}
 			s.mu.Unlock()
+			t.end() // a Close waiting for the turn goes on
 			yield(provider.Output{}, notStarted("saving the conversation before answering its pause: %v", err))
 			return
 		}
-		s.mu.Lock()
-		t := s.newTurnLocked(ctx, res.TurnID, true, p.Checkpoint.RunID, yield)
-		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
-		s.mu.Unlock()
 		t.run()
 		s.finish(t, p)
 	}
