@@ -226,7 +226,6 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 // continuation) on the caller's goroutine: the host's pull. A panic of
 // the agent is its error.
 func (t *turn) run() {
-	defer t.end()
 	defer func() {
 		if v := recover(); v != nil {
 			t.res, t.err = agent.Result{}, &provider.PanicError{Where: "the agent", Value: v}
@@ -240,12 +239,15 @@ func (t *turn) run() {
 	t.res, t.err = a.Run(t.ctx, t.input)
 }
 
-// end marks the run returned, waking a Close that waits for it.
+// end marks the turn over (the run returned and the session settled),
+// waking a Close that waits for it. Only the first call counts.
 func (t *turn) end() {
 	t.mu.Lock()
-	t.ended = true
-	if t.endedCh != nil {
-		close(t.endedCh)
+	if !t.ended {
+		t.ended = true
+		if t.endedCh != nil {
+			close(t.endedCh)
+		}
 	}
 	t.mu.Unlock()
 }
@@ -353,27 +355,40 @@ func (t *turn) hand(o provider.Output) (ok bool, panicked any) {
 // the error), a teardown Close left to the run, and a panic of the
 // host's raised again. p is the request a continuation answers.
 func (s *session) finish(t *turn, p *PendingTurn) {
+	// A Close waits for the turn until the session is settled (the pause
+	// stored, the conversation saved), not just until the run returns.
+	defer t.end()
 	t.mu.Lock()
 	abandoned, hostPanic, closeAfter := t.abandoned, t.hostPanic, t.closeAfter
 	t.mu.Unlock()
+	var outs []provider.Output
+	var err error
 	if abandoned {
 		s.abandon(t)
 	} else {
-		outs, err := s.conclude(t, p)
-		t.mu.Lock()
-		closeAfter = t.closeAfter
-		t.mu.Unlock()
-		for _, o := range outs {
-			if closeAfter != "" || !t.yield(o, nil) {
-				break
-			}
-		}
-		if err != nil && closeAfter == "" {
-			t.yield(provider.Output{}, err)
-		}
+		outs, err = s.conclude(t, p)
 	}
 	if closeAfter != "" {
-		s.teardown(detached(t.ctx), closeAfter)
+		// Close found the run in the host's hands and left the teardown
+		// to it: nothing more is handed over.
+		// (Close has returned: a failure to settle a pause here leaves the
+		// stored record as the turn left it, which a resume reads.)
+		ctx := detached(t.ctx)
+		_ = s.settlePause(ctx, closeAfter)
+		s.teardown(ctx, closeAfter)
+		t.end()
+	} else {
+		t.end()
+		if !abandoned {
+			for _, o := range outs {
+				if !t.yield(o, nil) {
+					break
+				}
+			}
+			if err != nil {
+				t.yield(provider.Output{}, err)
+			}
+		}
 	}
 	if hostPanic != nil {
 		panic(hostPanic)
