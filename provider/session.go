@@ -70,9 +70,7 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 	var calls int
 	var reported Binding
 	if obs != nil {
-		calls, reported = obs.seal(func() {
-			s.quarantine(violation(key, CodeBindingCallbackRepeated, "the provider reported a binding after the opening returned"))
-		})
+		calls, reported = obs.seal(s)
 	}
 	var b Binding
 	if err := safely("the provider's Binding", func() error { b = cand.Binding(); return nil }); err != nil {
@@ -467,11 +465,11 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 		yield(Output{}, err)
 	case st.held.Kind == OutputTurnCompleted:
 		s.mu.Lock()
-		took := time.Since(s.turnStart)
+		start := s.turnStart
 		s.phase, s.turnID, s.pending = idle, "", nil
 		s.mu.Unlock()
 		if s.v.emitting() {
-			s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(st.held.Outcome), DurationMs: event.Ms(took)})
+			s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(st.held.Outcome), DurationMs: event.Ms(time.Since(start))})
 		}
 		yield(st.held, nil)
 	default:
@@ -501,9 +499,12 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 			return violation(key, CodeInvalidTurnSequence, "turn.started came after the turn had started")
 		}
 		*started = true
-		s.mu.Lock()
-		s.turnStart = time.Now()
-		s.mu.Unlock()
+		if s.v.emitting() { // the start is only for turn_end's duration
+			now := time.Now()
+			s.mu.Lock()
+			s.turnStart = now
+			s.mu.Unlock()
+		}
 		if s.v.emitting() {
 			s.v.emit(s.id, event.TypeProviderTurnStart, &event.ProviderTurn{Provider: key, TurnID: turnID})
 		}

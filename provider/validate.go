@@ -208,7 +208,7 @@ type observer struct {
 	calls     int
 	first     Binding
 	sealed    bool
-	late      func()
+	late      *ValidatedSession // quarantined by a callback after the opening
 	host      func(Binding)
 	hostPanic atomic.Bool // the host's own OnBinding is running
 }
@@ -223,7 +223,7 @@ func (o *observer) report(b Binding) {
 	o.mu.Unlock()
 	if sealed {
 		if late != nil {
-			late()
+			late.quarantine(violation(late.v.caps.ProviderKey, CodeBindingCallbackRepeated, "the provider reported a binding after the opening returned"))
 		}
 		return
 	}
@@ -234,8 +234,8 @@ func (o *observer) report(b Binding) {
 	}
 }
 
-// seal ends the opening: a later callback calls late.
-func (o *observer) seal(late func()) (calls int, first Binding) {
+// seal ends the opening: a later callback quarantines late.
+func (o *observer) seal(late *ValidatedSession) (calls int, first Binding) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.sealed, o.late = true, late

@@ -2,6 +2,7 @@ package native_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -176,5 +177,55 @@ func TestBranchOfAWaitingConversationWaitsOnNothing(t *testing.T) {
 	}
 	if l := last(turn(t, b, "t3", "hello")); l.Outcome != provider.OutcomeCompleted {
 		t.Fatalf("the branch's turn: %+v", l)
+	}
+}
+
+// failingStore fails the saves it is told to.
+type failingStore struct {
+	*native.MemoryStore
+	mu   sync.Mutex
+	fail bool
+}
+
+func (f *failingStore) Save(ctx context.Context, b provider.Binding, r native.Record) error {
+	f.mu.Lock()
+	fail := f.fail
+	f.mu.Unlock()
+	if fail {
+		return errors.New("the disk is full")
+	}
+	return f.MemoryStore.Save(ctx, b, r)
+}
+
+// A pause whose answer cannot be stored first is not answered: the turn
+// still waits, and a later resolution goes through.
+func TestResolveThatCannotStoreDoesNotStart(t *testing.T) {
+	t.Parallel()
+	store := &failingStore{MemoryStore: native.NewMemoryStore(0)}
+	w := newWorldOn(t, store, nil)
+	s := w.create(t, provider.CreateRequest{})
+	req := last(turn(t, s, "t1", "ask")).Request
+	store.mu.Lock()
+	store.fail = true
+	store.mu.Unlock()
+	res := provider.Resolution{TurnID: "t1", RequestID: req.ID, Approve: true}
+	_, err := pull(s.Resolve(t.Context(), res))
+	if !errors.Is(err, provider.ErrNotStarted) {
+		t.Fatalf("resolving without a store: %v", err)
+	}
+	if _, got, ok := s.Pending(); !ok || got.ID != req.ID {
+		t.Fatalf("after the failed resolution: %+v %v", got, ok)
+	}
+	w.lab.mu.Lock()
+	ran := w.lab.approved
+	w.lab.mu.Unlock()
+	if ran != 0 {
+		t.Fatal("the approved call ran although the answer was not stored")
+	}
+	store.mu.Lock()
+	store.fail = false
+	store.mu.Unlock()
+	if outs, err := pull(s.Resolve(t.Context(), res)); err != nil || last(outs).Outcome != provider.OutcomeCompleted {
+		t.Fatalf("resolving again: %v %v", shape(outs), err)
 	}
 }

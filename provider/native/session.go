@@ -84,6 +84,7 @@ type turn struct {
 	// input is what a turn runs; resume and decision what a
 	// continuation does instead.
 	input    agent.Input
+	conv     agent.Conversation // input.Conversation points here
 	resume   *PendingTurn
 	decision agent.Decision
 	started  atomic.Bool // the agent began the turn (turn_start)
@@ -131,14 +132,14 @@ func (s *session) newTurnLocked(ctx context.Context, id string, continuation boo
 // conversationLocked is the conversation a run continues: the stored one,
 // after the binding's instructions when there are some. The agent copies
 // what it is given, so the stored messages are passed as they are.
-func (s *session) conversationLocked() *agent.Conversation {
+func (s *session) conversationLocked() agent.Conversation {
 	c := s.record.Conversation
 	if s.context != nil {
 		msgs := make([]llm.Message, 0, len(c.Messages)+1)
 		msgs = append(msgs, *s.context)
 		c.Messages = append(msgs, c.Messages...)
 	}
-	return &c
+	return c
 }
 
 // strip removes the instructions conversationLocked placed first: they
@@ -167,8 +168,9 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			return
 		}
 		t := s.newTurnLocked(ctx, req.TurnID, false, "", yield)
+		t.conv = s.conversationLocked()
 		t.input = agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
-			Conversation: s.conversationLocked(), Tools: s.tools, Progress: t.observe}
+			Conversation: &t.conv, Tools: s.tools, Progress: t.observe}
 		if s.in.turnRunIDs {
 			t.input.RunID = req.TurnID
 		}
@@ -201,21 +203,23 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 		// The stored pause goes before the run continues: a process that
 		// dies mid-way loses the pause rather than answering it twice.
 		s.pending, s.record.Pending = nil, nil
+		t := s.newTurnLocked(ctx, res.TurnID, true, p.Checkpoint.RunID, yield)
+		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
 		rec := s.record.view()
 		s.mu.Unlock()
 		if err := s.in.save(detached(ctx), s.binding, rec); err != nil {
 			s.mu.Lock()
+			if s.active == t {
+				s.active = nil
+			}
 			if !s.closing {
 				s.pending, s.record.Pending = p, p
 			}
 			s.mu.Unlock()
+			t.end() // a Close waiting for the turn goes on
 			yield(provider.Output{}, notStarted("saving the conversation before answering its pause: %v", err))
 			return
 		}
-		s.mu.Lock()
-		t := s.newTurnLocked(ctx, res.TurnID, true, p.Checkpoint.RunID, yield)
-		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
-		s.mu.Unlock()
 		t.run()
 		s.finish(t, p)
 	}
@@ -225,7 +229,6 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 // continuation) on the caller's goroutine: the host's pull. A panic of
 // the agent is its error.
 func (t *turn) run() {
-	defer t.end()
 	defer func() {
 		if v := recover(); v != nil {
 			t.res, t.err = agent.Result{}, &provider.PanicError{Where: "the agent", Value: v}
@@ -239,12 +242,15 @@ func (t *turn) run() {
 	t.res, t.err = a.Run(t.ctx, t.input)
 }
 
-// end marks the run returned, waking a Close that waits for it.
+// end marks the turn over (the run returned and the session settled),
+// waking a Close that waits for it. Only the first call counts.
 func (t *turn) end() {
 	t.mu.Lock()
-	t.ended = true
-	if t.endedCh != nil {
-		close(t.endedCh)
+	if !t.ended {
+		t.ended = true
+		if t.endedCh != nil {
+			close(t.endedCh)
+		}
 	}
 	t.mu.Unlock()
 }
@@ -352,27 +358,40 @@ func (t *turn) hand(o provider.Output) (ok bool, panicked any) {
 // the error), a teardown Close left to the run, and a panic of the
 // host's raised again. p is the request a continuation answers.
 func (s *session) finish(t *turn, p *PendingTurn) {
+	// A Close waits for the turn until the session is settled (the pause
+	// stored, the conversation saved), not just until the run returns.
+	defer t.end()
 	t.mu.Lock()
 	abandoned, hostPanic, closeAfter := t.abandoned, t.hostPanic, t.closeAfter
 	t.mu.Unlock()
+	var outs []provider.Output
+	var err error
 	if abandoned {
 		s.abandon(t)
 	} else {
-		outs, err := s.conclude(t, p)
-		t.mu.Lock()
-		closeAfter = t.closeAfter
-		t.mu.Unlock()
-		for _, o := range outs {
-			if closeAfter != "" || !t.yield(o, nil) {
-				break
-			}
-		}
-		if err != nil && closeAfter == "" {
-			t.yield(provider.Output{}, err)
-		}
+		outs, err = s.conclude(t, p)
 	}
 	if closeAfter != "" {
-		s.teardown(detached(t.ctx), closeAfter)
+		// Close found the run in the host's hands and left the teardown
+		// to it: nothing more is handed over.
+		// (Close has returned: a failure to settle a pause here leaves the
+		// stored record as the turn left it, which a resume reads.)
+		ctx := detached(t.ctx)
+		_ = s.settlePause(ctx, closeAfter)
+		s.teardown(ctx, closeAfter)
+		t.end()
+	} else {
+		t.end()
+		if !abandoned {
+			for _, o := range outs {
+				if !t.yield(o, nil) {
+					break
+				}
+			}
+			if err != nil {
+				t.yield(provider.Output{}, err)
+			}
+		}
 	}
 	if hostPanic != nil {
 		panic(hostPanic)
@@ -545,9 +564,9 @@ func (t *turn) observe(e event.Event) {
 		}
 		o = t.output(provider.OutputText, p.Content)
 	case *event.ToolStart:
-		o = t.output(provider.OutputActivity, "calling "+p.Tool)
+		o = t.output(provider.OutputActivity, t.s.in.phrases.of(p.Tool).calling)
 	case *event.ToolEnd:
-		o = t.output(provider.OutputActivity, toolEnded(p))
+		o = t.output(provider.OutputActivity, t.s.in.phrases.ended(p))
 	default:
 		t.mu.Unlock()
 		return
@@ -564,16 +583,45 @@ func (t *turn) output(kind provider.OutputKind, text string) provider.Output {
 	return provider.Output{Kind: kind, SessionID: t.s.id, TurnID: t.id, Text: text}
 }
 
-func toolEnded(p *event.ToolEnd) string {
-	switch {
-	case p.ErrorClass == "declined":
-		return p.Tool + " was declined"
-	case p.IsError && p.ErrorClass != "":
-		return p.Tool + " returned an error (" + p.ErrorClass + ")"
-	case p.IsError:
-		return p.Tool + " returned an error"
+// toolPhrases are the activity texts of one tool, made once: a turn
+// reports every call it makes.
+type toolPhrases struct{ calling, returned, failed, declined string }
+
+// phrasebook keeps the phrases of the tools the instance's sessions call:
+// the agent's own and the host bindings' (bounded: a binding lends at
+// most provider.MaxMaxHostTools).
+type phrasebook struct {
+	m sync.Map // tool name → *toolPhrases
+	n atomic.Int32
+}
+
+const maxPhrases = 4096 // past this, phrases are made per call
+
+func (b *phrasebook) of(name string) *toolPhrases {
+	if p, ok := b.m.Load(name); ok {
+		return p.(*toolPhrases)
 	}
-	return p.Tool + " returned"
+	p := &toolPhrases{calling: "calling " + name, returned: name + " returned",
+		failed: name + " returned an error", declined: name + " was declined"}
+	if b.n.Load() < maxPhrases {
+		if _, loaded := b.m.LoadOrStore(name, p); !loaded {
+			b.n.Add(1)
+		}
+	}
+	return p
+}
+
+func (b *phrasebook) ended(e *event.ToolEnd) string {
+	p := b.of(e.Tool)
+	switch {
+	case e.ErrorClass == "declined":
+		return p.declined
+	case e.IsError && e.ErrorClass != "":
+		return p.failed + " (" + e.ErrorClass + ")"
+	case e.IsError:
+		return p.failed
+	}
+	return p.returned
 }
 
 // Interrupt ends the named turn: a running one is cancelled and ends at
