@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,14 @@ func (p *jailedProcess) emit(t event.Type, payload any) {
 // Done is closed once the agent's jail has ended and its end was
 // reported.
 func (p *jailedProcess) Done() <-chan struct{} { return p.stopped }
+
+// Command runs a terminal in the agent's jail. A terminal outlives the
+// request that created it (the adapter kills it at terminal/kill,
+// release and session end), so ctx's cancellation does not reach it; the
+// jail still kills it when the agent's jail ends.
+func (p *jailedProcess) Command(ctx context.Context, argv []string, cwd string, env []string) (*exec.Cmd, error) {
+	return p.Process.Command(context.WithoutCancel(ctx), argv, cwd, env)
+}
 
 func (p *jailedProcess) Stop(ctx context.Context) error {
 	p.asked.Store(true)
