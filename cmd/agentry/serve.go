@@ -205,13 +205,13 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		reg, inst, err = openACP(ctx, deps.launcher, deps.acpConfig, bus.Export, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
 	} else {
 		reg, inst, err = native.Open(ctx, native.Config{Store: st.NativeStore(), Agent: native.Fixed(agent.Options{
-		ID:              "agentry-serve",
-		Model:           deps.model,
-		Tools:           deps.tools,
-		Routes:          []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
-		TeardownTimeout: o.teardown,
-		MaxLiveSessions: o.maxLive,
-	})}, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
+			ID:              "agentry-serve",
+			Model:           deps.model,
+			Tools:           deps.tools,
+			Routes:          []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
+			TeardownTimeout: o.teardown,
+			MaxLiveSessions: o.maxLive,
+		})}, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
 	}
 	if err != nil {
 		_ = st.Close()
