@@ -232,7 +232,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown,
-		HostTools: deps.lent, WorkingDirectory: deps.workingDir,
+		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
 	})
 	if err != nil {
 		_ = st.Close()
@@ -334,8 +334,9 @@ type serveDeps struct {
 
 	// With --agent acp: the launcher, the definition's configuration, the
 	// host tools lent to agents, and each conversation's workspace.
-	launcher   acp.Launcher
-	acpConfig  json.RawMessage
-	lent       []tool.Tool
-	workingDir func(tool.Identity, string) (string, error)
+	launcher      acp.Launcher
+	acpConfig     json.RawMessage
+	lent          []tool.Tool
+	workingDir    func(tool.Identity, string) (string, error)
+	sessionConfig func(tool.Identity, string) json.RawMessage
 }

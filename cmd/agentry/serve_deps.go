@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -115,6 +116,9 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, warn io.Writ
 		return fail(err)
 	}
 	d.launcher, d.acpConfig, d.workingDir = l, cfg, conversationDir(root)
+	// An ACP session's configuration is its mode at most; the definition
+	// gives it (--agent-mode), so sessions open with none.
+	d.sessionConfig = func(tool.Identity, string) json.RawMessage { return nil }
 	if why != "" {
 		d.unjailed = &event.UnjailedServing{Command: "serve", RunnerID: "acp", Principals: o.reach.principals,
 			Addr: o.addr, BeyondLoopback: o.reach.beyond, Why: why}
