@@ -4,11 +4,13 @@ package acp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
@@ -20,7 +22,9 @@ import (
 // and whose scripted agent (a copy of this test binary) and workspace
 // root the jail's user can reach. It fails under CI=true, and skips
 // elsewhere, when this machine cannot jail.
-func jailedRig(t *testing.T) (*rig, []string) {
+func jailedRig(t *testing.T) (*rig, []string) { return jailedRigTB(t) }
+
+func jailedRigTB(t testing.TB) (*rig, []string) {
 	t.Helper()
 	if err := jail.New(jail.Options{}).Check(context.Background()); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -134,5 +138,54 @@ func TestJailedMissingCommand(t *testing.T) {
 	rd, err := inst.Readiness(context.Background())
 	if err != nil || rd != provider.MissingExecutable {
 		t.Fatalf("readiness %v, %v; want missing_executable", rd, err)
+	}
+}
+
+// BenchmarkStartCostJailed is BenchmarkStartCost's create_first_answer
+// with the scripted agent in a sandboxed jail (acp.Jailed) and, in the
+// same run, unjailed: the difference is the jail's share of a session's
+// start.
+//
+//	go test -run XXX -bench StartCostJailed -benchtime 20x ./provider/acp/
+func BenchmarkStartCostJailed(b *testing.B) {
+	for _, jailedRun := range []bool{false, true} {
+		name := "unjailed"
+		if jailedRun {
+			name = "jailed"
+		}
+		b.Run(name, func(b *testing.B) {
+			var r *rig
+			var argv []string
+			if jailedRun {
+				r, argv = jailedRigTB(b)
+			} else {
+				r, argv = newRig(b, nil), scriptedCommand(b)
+			}
+			inst := r.instance(r.config(nil, func(c *acp.Config) { c.Command = argv }))
+			var total time.Duration
+			n := 0
+			for b.Loop() {
+				n++
+				start := time.Now()
+				s, err := inst.Adapter().Create(context.Background(), provider.CreateRequest{SessionID: fmt.Sprintf("b%d", n), WorkingDirectory: r.ws})
+				if err != nil {
+					b.Fatal(err)
+				}
+				vs := s.(*provider.ValidatedSession)
+				for o, err := range vs.RunTurn(context.Background(), provider.TurnRequest{TurnID: "t1", Input: "hello"}) {
+					if err != nil {
+						b.Fatal(err)
+					}
+					if o.Kind == provider.OutputText {
+						total += time.Since(start)
+						break
+					}
+				}
+				b.StopTimer()
+				_ = vs.Close(context.Background(), provider.CloseRequested)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(n), "first-answer-ms")
+		})
 	}
 }
