@@ -30,6 +30,10 @@ type runOptions struct {
 	session, tenant, principal string
 	approve, ask, asJSON       bool
 	sinks                      sinkFlags
+	agent                      string
+	acp                        acpFlags
+	workspace                  string
+	allowUnjailed              bool
 }
 
 // runSystem is the system prompt a language model gets from `agentry run`.
@@ -84,6 +88,20 @@ closes every tool session and exits 1.
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkAgentFlags(cmd.Flags(), o.agent, "workspace", "allow-unjailed"); err != nil {
+				return err
+			}
+			if o.agent == "acp" {
+				for _, name := range []string{"model", "runner", "ask", "json", "tenant", "principal"} {
+					if cmd.Flags().Changed(name) {
+						return usageError("--%s is for --agent native; the ACP agent brings its own model and tools", name)
+					}
+				}
+				if strings.TrimSpace(args[0]) == "" {
+					return usageError("the MESSAGE is empty; say what the agent should do")
+				}
+				return runACPTurn(cmd.Context(), o, args[0], cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runTurn(cmd.Context(), o, args[0], cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -97,6 +115,10 @@ closes every tool session and exits 1.
 	f.BoolVar(&o.ask, "ask", false, "ask a person before every run_code call (a check-in)")
 	f.BoolVar(&o.approve, "approve", false, "approve every check-in without asking")
 	f.BoolVar(&o.asJSON, "json", false, "print the result and the conversation as JSON")
+	f.StringVar(&o.agent, "agent", "native", "the agent: native (agentry's own, with --model and --runner) or acp (a coding agent over the Agent Client Protocol, jailed, with --agent-cmd)")
+	o.acp.add(f)
+	f.StringVar(&o.workspace, "workspace", "", "with --agent acp: the agent's workspace, its one writable directory (default: a fresh directory, printed)")
+	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "with --agent acp: run the agent UNJAILED when it cannot be jailed (no bubblewrap, not root): as this user, with its files and network; for one person on their own machine")
 	o.sinks.add(cmd)
 	return cmd
 }

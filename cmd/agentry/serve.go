@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/acp"
 	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -41,6 +43,12 @@ type serveOptions struct {
 	pool                                       int
 	allowUnjailed                              bool
 	checkIns                                   []string // tool names every call of which waits for a person
+	acp                                        acpFlags
+	workspaces                                 string
+	lend                                       []string
+	// agentFlagErr is the refusal of --agent-* flags that do not fit
+	// --agent (worked out from which flags were given).
+	agentFlagErr error
 
 	// reach is whom the door admits, worked out from --addr and --tokens.
 	reach exposure
@@ -71,12 +79,16 @@ flushed. A second signal exits at once.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sig)
+			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
 			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), sig, func() { os.Exit(130) })
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "where to listen (host:port)")
-	f.StringVar(&o.agent, "agent", "native", "the agent each conversation talks to: native (agentry's own agent, with --model and --runner)")
+	f.StringVar(&o.agent, "agent", "native", "the agent each conversation talks to: native (agentry's own agent, with --model and --runner) or acp (a coding agent over the Agent Client Protocol, jailed, with --agent-cmd)")
+	o.acp.add(f)
+	f.StringVar(&o.workspaces, "workspaces", "agentry-workspaces", "with --agent acp: the directory holding each conversation's workspace (kept at close, so a resumed conversation finds its files)")
+	f.StringArrayVar(&o.lend, "lend", nil, "with --agent acp: lend this host tool to every agent over MCP (repeat; run_code is the one there is: agentry's interpreter on --runner)")
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
@@ -170,8 +182,11 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if o.agent == "" {
 		o.agent = "native"
 	}
-	if o.agent != "native" {
-		return usageError("--agent %q: this build hosts the native agent (--agent native)", o.agent)
+	if o.agentFlagErr != nil {
+		return o.agentFlagErr
+	}
+	if o.agent != "native" && o.agent != "acp" {
+		return usageError("--agent %q: use native or acp", o.agent)
 	}
 	deps, err := buildServeDeps(ctx, o, stderr)
 	if err != nil {
@@ -197,14 +212,20 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if deps.unjailed != nil {
 		bus.Export(event.Event{Type: event.TypeUnjailedServing, Payload: deps.unjailed})
 	}
-	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
-		ID:              "agentry-serve",
-		Model:           deps.model,
-		Tools:           deps.tools,
-		Routes:          []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
-		TeardownTimeout: o.teardown,
-		MaxLiveSessions: o.maxLive,
-	})}, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
+	var reg *provider.Registry
+	var inst *provider.Instance
+	if o.agent == "acp" {
+		reg, inst, err = openACP(ctx, deps.launcher, deps.acpConfig, bus.Export, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
+	} else {
+		reg, inst, err = native.Open(ctx, native.Config{Store: st.NativeStore(), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
+			ID:              "agentry-serve",
+			Model:           deps.model,
+			Tools:           deps.tools,
+			Routes:          []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
+			TeardownTimeout: o.teardown,
+			MaxLiveSessions: o.maxLive,
+		})}, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
+	}
 	if err != nil {
 		_ = st.Close()
 		_ = bus.Close(context.Background())
@@ -237,6 +258,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router, Leases: leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown,
+		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -363,4 +385,12 @@ type serveDeps struct {
 	bind func(*event.Bus)
 	// close releases what building them opened, once the agent is done.
 	close func()
+
+	// With --agent acp: the launcher, the definition's configuration, the
+	// host tools lent to agents, and each conversation's workspace.
+	launcher      acp.Launcher
+	acpConfig     json.RawMessage
+	lent          []tool.Tool
+	workingDir    func(tool.Identity, string) (string, error)
+	sessionConfig func(tool.Identity, string) json.RawMessage
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -38,6 +39,9 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 			return serveDeps{}, usageError("--events: %v", err)
 		}
 		d.sinks = append(d.sinks, s)
+	}
+	if o.agent == "acp" {
+		return buildACPDeps(ctx, o, d, warn)
 	}
 	jail, err := o.caps.jail()
 	if err != nil {
@@ -88,4 +92,79 @@ func closeSinks(sinks []event.Sink) {
 	for _, s := range sinks {
 		_ = s.Close(context.Background())
 	}
+}
+
+// buildACPDeps is buildServeDeps for --agent acp: the jailed launcher (or,
+// with --allow-unjailed, the unjailed one, recorded), the agent's
+// configuration with a workspace per conversation under --workspaces, and
+// the host tools --lend names.
+func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, warn io.Writer) (serveDeps, error) {
+	fail := func(err error) (serveDeps, error) {
+		closeSinks(d.sinks)
+		return serveDeps{}, err
+	}
+	root, err := workspaces(o.workspaces)
+	if err != nil {
+		return fail(err)
+	}
+	cfg, err := o.acp.config(root)
+	if err != nil {
+		return fail(err)
+	}
+	l, why, closeLauncher, err := acpLauncher(ctx, "serve", o.caps, o.allowUnjailed, warn)
+	if err != nil {
+		return fail(err)
+	}
+	d.launcher, d.acpConfig, d.workingDir = l, cfg, conversationDir(root)
+	// An ACP session's configuration is its mode at most; the definition
+	// gives it (--agent-mode), so sessions open with none.
+	d.sessionConfig = func(tool.Identity, string) json.RawMessage { return nil }
+	if why != "" {
+		d.unjailed = &event.UnjailedServing{Command: "serve", RunnerID: "acp", Principals: o.reach.principals,
+			Addr: o.addr, BeyondLoopback: o.reach.beyond, Why: why}
+	}
+	var closeRunner func()
+	for _, name := range o.lend {
+		if name != "run_code" {
+			closeLauncher()
+			return fail(usageError("--lend %q: the host tool there is to lend is run_code", name))
+		}
+		if closeRunner != nil {
+			continue
+		}
+		jail, err := o.caps.jail()
+		if err != nil {
+			closeLauncher()
+			return fail(err)
+		}
+		r, _, err := doorRunner(ctx, o.runner, local.Options{Jail: jail}, o.reach, o.allowUnjailed, warn)
+		if err != nil {
+			closeLauncher()
+			return fail(err)
+		}
+		stateLimits(r, true, warn)
+		closeRunner = func() {}
+		if c, ok := r.(interface{ Close(context.Context) error }); ok {
+			closeRunner = func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = c.Close(ctx)
+			}
+		}
+		d.lent = append(d.lent, code.NewTool(r, code.ToolOptions{Scope: toolsession.ScopeCall})) // a lent call honours the call scope only
+	}
+	if d.lent, err = withCheckIns(d.lent, o.checkIns); err != nil {
+		closeLauncher()
+		if closeRunner != nil {
+			closeRunner()
+		}
+		return fail(err)
+	}
+	d.close = func() {
+		if closeRunner != nil {
+			closeRunner()
+		}
+		closeLauncher()
+	}
+	return d, nil
 }

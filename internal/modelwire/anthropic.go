@@ -73,7 +73,8 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 			Name        string          `json:"name"`
 			InputSchema json.RawMessage `json:"input_schema"`
 		} `json:"tools"`
-		Stream bool `json:"stream"`
+		Stream bool            `json:"stream"`
+		System json.RawMessage `json:"system"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		s.refuse(w, http.StatusBadRequest, "invalid_request_error", "the body is not valid JSON")
@@ -136,6 +137,24 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 	rec.ToolResults = results
 	s.record(rec)
 
+	if s.opt.Script != nil {
+		s.mu.Lock()
+		n := len(s.requests)
+		s.mu.Unlock()
+		sys := anthropicMessage{Content: req.System}
+		var sysText strings.Builder
+		if len(req.System) > 0 {
+			if bs, err := sys.blocks(); err == nil {
+				for _, b := range bs {
+					sysText.WriteString(b.Text)
+				}
+			}
+		}
+		sr := s.opt.Script(Turn{N: n, Message: text.String(), ToolResults: results, ToolErrors: failed,
+			Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
+		s.anthropicScripted(w, req.Model, req.Stream, sr)
+		return
+	}
 	rep := s.decide(text.String(), results, failed, rec.Tools, "toolu_01")
 	if req.Stream {
 		s.anthropicStream(w, req.Model, rep)
@@ -181,6 +200,75 @@ func (s *Server) anthropicStream(w http.ResponseWriter, model string, rep reply)
 		}
 	}
 	e.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	e.send("message_delta", map[string]any{"type": "message_delta",
+		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int{"output_tokens": 12}})
+	e.send("message_stop", `{"type":"message_stop"}`)
+}
+
+// anthropicScripted sends a scripted model's reply, whole or streamed.
+func (s *Server) anthropicScripted(w http.ResponseWriter, model string, stream bool, rep Reply) {
+	type block struct {
+		text string
+		id   string
+		call Call
+	}
+	var blocks []block
+	if rep.Text != "" || len(rep.Calls) == 0 {
+		blocks = append(blocks, block{text: rep.Text})
+	}
+	for _, c := range rep.Calls {
+		args := c.Args
+		if len(args) == 0 {
+			args = json.RawMessage("{}")
+		}
+		blocks = append(blocks, block{id: s.nextCallID("toolu_01"), call: Call{Name: c.Name, Args: args}})
+	}
+	stop := "end_turn"
+	if len(rep.Calls) > 0 {
+		stop = "tool_use"
+	}
+	id := s.nextCallID("msg_01")
+	if !stream {
+		var content []any
+		for _, b := range blocks {
+			if b.id == "" {
+				content = append(content, map[string]any{"type": "text", "text": b.text})
+			} else {
+				content = append(content, map[string]any{"type": "tool_use", "id": b.id, "name": b.call.Name, "input": b.call.Args})
+			}
+		}
+		writeJSON(w, map[string]any{
+			"id": id, "type": "message", "role": "assistant", "model": model,
+			"content": content, "stop_reason": stop, "stop_sequence": nil,
+			"usage": map[string]int{"input_tokens": 25, "output_tokens": 12},
+		})
+		return
+	}
+	e := newSSE(w)
+	e.send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+		"id": id, "type": "message", "role": "assistant", "model": model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil,
+		"usage": map[string]int{"input_tokens": 25, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+	}})
+	for i, b := range blocks {
+		if b.id == "" {
+			e.send("content_block_start", map[string]any{"type": "content_block_start", "index": i,
+				"content_block": map[string]any{"type": "text", "text": ""}})
+			for _, part := range words(b.text) {
+				e.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i,
+					"delta": map[string]any{"type": "text_delta", "text": part}})
+			}
+		} else {
+			e.send("content_block_start", map[string]any{"type": "content_block_start", "index": i,
+				"content_block": map[string]any{"type": "tool_use", "id": b.id, "name": b.call.Name, "input": map[string]any{}}})
+			e.send("ping", `{"type": "ping"}`)
+			for _, part := range halves(string(b.call.Args)) {
+				e.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i,
+					"delta": map[string]any{"type": "input_json_delta", "partial_json": part}})
+			}
+		}
+		e.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": i})
+	}
 	e.send("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int{"output_tokens": 12}})
 	e.send("message_stop", `{"type":"message_stop"}`)

@@ -36,6 +36,46 @@ type Options struct {
 	Code func(message string) string
 	// APIKey, when set, is the only key the server accepts.
 	APIKey string
+	// Script, when set, is the model of the Anthropic server instead of
+	// the run_code turn: it is shown each request and says what to
+	// answer — text, calls of any tools with any arguments, or both. The
+	// answer is streamed the way the Messages API streams (a text block,
+	// then one tool_use block per call with its input in pieces) or sent
+	// whole. It is called from the server's goroutines, one call at a
+	// time per request.
+	Script func(Turn) Reply
+}
+
+// Turn is what a scripted model is shown of one request.
+type Turn struct {
+	// N counts the requests the server has served, from 1.
+	N int
+	// Message is the text of the last user message.
+	Message string
+	// ToolResults are the tool results that message carries, in order,
+	// and ToolErrors whether any of them is an error.
+	ToolResults []string
+	ToolErrors  bool
+	// Tools names the tools the request offers.
+	Tools []string
+	// System is the request's system prompt, as text.
+	System string
+	// Stream says whether the request asked for a stream.
+	Stream bool
+}
+
+// Reply is a scripted model's answer: Text (may be empty when there are
+// calls), then Calls in order.
+type Reply struct {
+	Text  string
+	Calls []Call
+}
+
+// Call is one tool call a scripted model makes.
+type Call struct {
+	Name string
+	// Args is the call's input: a JSON object.
+	Args json.RawMessage
 }
 
 // Request is what the server made of one request.

@@ -222,6 +222,20 @@ func (g *Group) Enter(pid int) error {
 	return nil
 }
 
+// Procs lists the group's cgroup.procs files, one per hierarchy: a
+// process that writes its own pid to each (as root, before it runs
+// anything else) joins the group with whatever it starts later.
+func (g *Group) Procs() []string {
+	if g == nil {
+		return nil
+	}
+	out := make([]string, 0, len(g.dirs))
+	for _, d := range g.dirs {
+		out = append(out, filepath.Join(d, "cgroup.procs"))
+	}
+	return out
+}
+
 func children(pid int) []int {
 	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	var out []int

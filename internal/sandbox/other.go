@@ -67,6 +67,7 @@ type Group struct{}
 
 func (*Group) Enter(int) error              { return nil }
 func (*Group) OOMKills() int                { return 0 }
+func (*Group) Procs() []string              { return nil }
 func (*Group) Remove(context.Context) error { return nil }
 
 func SeccompFile() (*os.File, error) { return nil, errNotLinux }

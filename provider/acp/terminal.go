@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -63,8 +64,21 @@ func (ts *terminals) setProcess(p Process) {
 	ts.mu.Unlock()
 }
 
+// shellLine reports whether a terminal's command, given without
+// arguments, is a command line for a shell rather than a program's name:
+// agents such as claude-code-acp send their Bash tool's whole line as the
+// command.
+func shellLine(command string, args []string) bool {
+	return len(args) == 0 && strings.ContainsAny(command, " \t\n|&;<>()$`\\\"'*?[#~=%")
+}
+
 func (ts *terminals) create(ctx context.Context, command string, args []string, cwd string, env []string, limit int) (string, error) {
 	ev := &event.ACPTerminal{Op: "create", Command: filepath.Base(command)}
+	if shellLine(command, args) {
+		// The line itself may hold user data: the event names the shell.
+		command, args = "/bin/sh", []string{"-c", command}
+		ev.Command = "sh"
+	}
 	fail := func(refused bool, err error) (string, error) {
 		ev.Refused, ev.Error = refused, err.Error()
 		ts.emit(event.TypeACPTerminal, ev)

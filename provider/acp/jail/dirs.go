@@ -15,7 +15,10 @@ type sessionDirs struct {
 	root, home, tmp, etc string
 }
 
-func newSessionDirs(parent, label string) (sessionDirs, error) {
+// newSessionDirs makes the private directory; prepare, when set, is
+// called with it while it is still empty (a Confiner mounts a capped file
+// system there), and what it returns is undone by the caller's release.
+func newSessionDirs(parent, label string, prepare func(root string) error) (sessionDirs, error) {
 	if label == "" {
 		label = "agent"
 	}
@@ -24,6 +27,11 @@ func newSessionDirs(parent, label string) (sessionDirs, error) {
 		return sessionDirs{}, fmt.Errorf("jail: making the agent's private directory in %s: %w", parent, err)
 	}
 	d := sessionDirs{root: root, home: filepath.Join(root, "home"), tmp: filepath.Join(root, "tmp"), etc: filepath.Join(root, "etc")}
+	if prepare != nil {
+		if err := prepare(root); err != nil {
+			return d, err
+		}
+	}
 	for _, p := range []string{d.home, d.tmp, d.etc} {
 		if err := os.Mkdir(p, 0o700); err != nil {
 			d.remove()

@@ -16,6 +16,11 @@ import (
 // agentry is not root, or bubblewrap cannot build a jail here.
 var ErrNoJail = errors.New("jail: cannot jail the agent")
 
+// ErrCommand is wrapped when the agent's command cannot be found or run
+// inside the jail (not on the jail's PATH, not executable, its #!
+// interpreter missing).
+var ErrCommand = errors.New("jail: the agent's command cannot be run")
+
 // Defaults of [Options].
 const (
 	DefaultUID          = 65534 // nobody
@@ -108,6 +113,14 @@ type ConfineRequest struct {
 	// FirstFD is the descriptor number bwrap sees Confinement.Files[0] at
 	// (the next ones follow).
 	FirstFD int
+	// Agent, for a Command, is what the Confiner returned for its agent
+	// (nil when it returned nothing).
+	Agent *Confinement
+	// Dir, for the agent only, is the launch's private directory on the
+	// host while it is still empty: the jail makes HOME, /tmp and its /etc
+	// files in it afterwards, so a size-capped file system mounted here
+	// caps them (a Release unmounts it).
+	Dir string
 }
 
 // Confinement is what a Confiner adds to one bwrap invocation.
@@ -119,6 +132,12 @@ type Confinement struct {
 	// Attach, for the agent only, is called with the host pid of the
 	// jail's first process before the agent runs (join it to a cgroup).
 	Attach func(pid int) error
+	// Procs, for a Command, are files its first process writes its own
+	// pid to, as root, before anything of the command runs (the
+	// cgroup.procs files of the agent's group, so terminals share the
+	// agent's caps). For the agent they are only for the Confiner's own
+	// use (Attach joins the agent).
+	Procs []string
 	// Applied names the limits now in force: any of the names in
 	// [NotApplied].
 	Applied []string

@@ -52,7 +52,7 @@ func (s *settings) ready(ctx context.Context) error {
 	help, _ := exec.CommandContext(ctx, bw, "--help").CombinedOutput()
 	s.userns = bytes.Contains(help, []byte("--disable-userns"))
 
-	d, err := newSessionDirs(s.dir, "probe")
+	d, err := newSessionDirs(s.dir, "probe", nil)
 	if err != nil {
 		return err
 	}
@@ -237,7 +237,17 @@ func (s *settings) launch(ctx context.Context, spec Spec) (*Process, error) {
 			p.abort()
 		}
 	}()
-	if p.view.dirs, err = newSessionDirs(s.dir, spec.Label); err != nil {
+	// The Confiner sees the private directory while it is empty (it may
+	// mount the disk cap there), before HOME, /tmp and /etc are made in it.
+	// The agent's descriptors 3 and 4 are the info and block pipes.
+	var conf *Confinement
+	p.view.dirs, err = newSessionDirs(s.dir, spec.Label, func(root string) error {
+		var err error
+		conf, err = p.confine(ctx, ConfineRequest{Label: spec.Label, FirstFD: 5, Dir: root})
+		p.agentConf = conf
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	if spec.Home != "" {
@@ -274,12 +284,6 @@ func (s *settings) launch(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	defer blockW.Close()
 	files := []*os.File{infoW, blockR}
-	conf, err := p.confine(ctx, false, 3+len(files))
-	if err != nil {
-		infoW.Close()
-		blockR.Close()
-		return nil, err
-	}
 	extra := []string{"--info-fd", "3", "--block-fd", "4"}
 	if conf != nil {
 		extra = append(extra, conf.Args...)
@@ -400,7 +404,7 @@ func (s *settings) launch(ctx context.Context, spec Spec) (*Process, error) {
 func (s *settings) installDirs(argv0, path string) ([]string, error) {
 	prog, err := lookPath(argv0, path)
 	if err != nil {
-		return nil, fmt.Errorf("jail: the agent's command: %v", err)
+		return nil, fmt.Errorf("%w: %v", ErrCommand, err)
 	}
 	paths := []string{prog}
 	real, err := filepath.EvalSymlinks(prog)
@@ -410,7 +414,7 @@ func (s *settings) installDirs(argv0, path string) ([]string, error) {
 	paths = append(paths, real)
 	interp, err := interpreter(real, path)
 	if err != nil {
-		return nil, fmt.Errorf("jail: the agent's command %s: %v", real, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrCommand, real, err)
 	}
 	if interp != "" {
 		paths = append(paths, interp)

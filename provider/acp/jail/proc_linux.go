@@ -47,8 +47,9 @@ type proc struct {
 	life    context.Context // ends when the jail ends or Stop begins: kills Commands
 	endLife context.CancelFunc
 
-	confMu sync.Mutex
-	confs  []*Confinement
+	confMu    sync.Mutex
+	confs     []*Confinement
+	agentConf *Confinement // what the Confiner returned for the agent; set before Launch returns
 
 	stopping atomic.Bool
 	killed   atomic.Bool
@@ -90,11 +91,11 @@ func (p *proc) environ(extra []string) []string {
 	return env
 }
 
-func (p *proc) confine(ctx context.Context, command bool, firstFD int) (*Confinement, error) {
+func (p *proc) confine(ctx context.Context, r ConfineRequest) (*Confinement, error) {
 	if p.s.confiner == nil {
 		return nil, nil
 	}
-	c, err := p.s.confiner.Confine(ctx, ConfineRequest{Label: p.label, Command: command, FirstFD: firstFD})
+	c, err := p.s.confiner.Confine(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("jail: the Confiner refused: %w", err)
 	}
@@ -350,7 +351,7 @@ func (p *proc) command(ctx context.Context, argv []string, cwd string, env []str
 		return nil, err
 	}
 	files := []*os.File{ns}
-	conf, err := p.confine(ctx, true, 3+len(files))
+	conf, err := p.confine(ctx, ConfineRequest{Label: p.label, Command: true, FirstFD: 3 + len(files), Agent: p.agentConf})
 	if err != nil {
 		ns.Close()
 		return nil, err
@@ -374,7 +375,14 @@ func (p *proc) command(ctx context.Context, argv []string, cwd string, env []str
 	cctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(p.life, cancel)
 	context.AfterFunc(cctx, func() { stop() })
-	cmd := exec.CommandContext(cctx, p.s.nsenter, args...)
+	prog := p.s.nsenter
+	if conf != nil && len(conf.Procs) > 0 {
+		// The command's first process joins the agent's group before it
+		// becomes nsenter, so everything the command starts is inside.
+		args = append(append(append([]string{"-c", joinScript, "sh"}, conf.Procs...), "--", prog), args...)
+		prog = "/bin/sh"
+	}
+	cmd := exec.CommandContext(cctx, prog, args...)
 	cmd.Env = append(p.environ(env), p.proxyEnv()...)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = files
@@ -388,6 +396,11 @@ func (p *proc) command(ctx context.Context, argv []string, cwd string, env []str
 	cmd.WaitDelay = time.Second
 	return cmd, nil
 }
+
+// joinScript writes its own pid to each file named before "--", then
+// becomes the rest of its arguments. A write that fails stops it (126):
+// a command never runs outside the caps it was promised.
+const joinScript = `while [ "$1" != "--" ]; do echo $$ > "$1" || exit 126; shift; done; shift; exec "$@"`
 
 // proxyEnv is the proxy variables the agent got.
 func (p *proc) proxyEnv() []string {

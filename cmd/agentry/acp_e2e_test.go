@@ -1,0 +1,253 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentry-dev/agentry/internal/modelwire"
+	"github.com/agentry-dev/agentry/provider/acp/jail"
+)
+
+// claudeCodeACPEnv names the directory .ci/run installs
+// @zed-industries/claude-code-acp into (npm --prefix); defaultClaudeCodeACP
+// is where it looks otherwise.
+const (
+	claudeCodeACPEnv     = "AGENTRY_CLAUDE_CODE_ACP"
+	defaultClaudeCodeACP = "/var/cache/agentry/claude-code-acp"
+)
+
+// claudeCodeACP finds the installed adapter's command, failing under
+// CI=true and skipping elsewhere when it is absent or cannot be jailed.
+func claudeCodeACP(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(claudeCodeACPEnv)
+	if dir == "" {
+		dir = defaultClaudeCodeACP
+	}
+	bin := filepath.Join(dir, "node_modules", ".bin", "claude-code-acp")
+	skip := t.Skipf
+	if os.Getenv("CI") == "true" {
+		skip = t.Fatalf
+	}
+	if _, err := os.Stat(bin); err != nil {
+		skip("claude-code-acp is not installed at %s (.ci/run installs it: npm install --prefix %s @zed-industries/claude-code-acp@0.16.2): %v", dir, dir, err)
+	}
+	if err := jail.New(jail.Options{}).Check(context.Background()); err != nil {
+		skip("cannot jail the agent here: %v", err)
+	}
+	return bin
+}
+
+// The issue's bar: a real Claude Code, through claude-code-acp, served by
+// the built binary with `agentry serve --agent acp`, jailed, driven
+// offline by a local server speaking Anthropic's Messages wire format.
+// It writes a file in its workspace with its own Write tool after a
+// permission request approved through POST …/decision; it calls the
+// lent run_code tool over MCP; a write outside its workspace fails, and
+// so does a dial to the host's own port (a jail event); the events file
+// audits clean.
+func TestServeClaudeCodeACP(t *testing.T) {
+	agentCmd := claudeCodeACP(t)
+	bin := binary(t)
+	dir := t.TempDir()
+	// The jail's user must reach the workspaces: every directory above them
+	// is traversable.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := filepath.Join(dir, "events.ndjson")
+
+	var hostPort atomicString
+	var mu sync.Mutex
+	results := 0
+	var seen []string
+	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: func(turn modelwire.Turn) modelwire.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		if !contains(turn.Tools, "mcp__acp__Write") {
+			return modelwire.Reply{Text: "Offline test"} // Claude Code's side requests (titles, summaries)
+		}
+		ws := workingDirectory(turn.System)
+		// The step is how many tool results the conversation has had: a
+		// request Claude Code makes on the side with no results gets the
+		// first call again, which it drops.
+		step := 1
+		if len(turn.ToolResults) > 0 {
+			seen = append(seen, strings.Join(turn.ToolResults, " | "))
+			results++
+			step = results + 1
+		}
+		call := func(name string, args map[string]any) modelwire.Reply {
+			b, _ := json.Marshal(args)
+			return modelwire.Reply{Calls: []modelwire.Call{{Name: name, Args: b}}}
+		}
+		switch step {
+		case 1:
+			return call("mcp__acp__Write", map[string]any{"file_path": filepath.Join(ws, "hello.txt"), "content": "written by claude code\n"})
+		case 2:
+			return call("mcp__acp__Write", map[string]any{"file_path": filepath.Join(filepath.Dir(ws), "escape.txt"), "content": "out\n"})
+		case 3:
+			return call("mcp__agentry__run_code", map[string]any{"code": "print(6*7)"})
+		case 4:
+			return call("mcp__acp__Bash", map[string]any{"command": "python3 -c \"import socket; socket.create_connection(('127.0.0.1', " + hostPort.get() + "), 3); print('REACHED')\"", "description": "dial the host", "timeout": 30000})
+		}
+		return modelwire.Reply{Text: "All done."}
+	}})
+	defer model.Close()
+	u, _ := url.Parse(model.URL)
+
+	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd,
+		"--agent-env", "ANTHROPIC_BASE_URL="+model.URL, "--agent-env", "ANTHROPIC_API_KEY=sk-ant-offline",
+		"--agent-env", "DISABLE_TELEMETRY=1", "--agent-env", "DISABLE_AUTOUPDATER=1",
+		"--agent-env", "DISABLE_ERROR_REPORTING=1", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
+		"--workspaces", filepath.Join(dir, "workspaces"),
+		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
+	pu, _ := url.Parse(p.url)
+	hostPort.set(pu.Port())
+
+	code, body := p.call(t, "POST", "/v1/sessions", "")
+	if code != 201 {
+		t.Fatalf("open: %d %s\n%s", code, body, p.stderr)
+	}
+	var s struct{ SessionID string }
+	_ = json.Unmarshal(body, &s)
+	code, body = p.call(t, "POST", "/v1/sessions/"+s.SessionID+"/turns", `{"message":"Write hello.txt, then show me what you can reach."}`)
+	approvals := 0
+	for range 10 {
+		if code != 200 && code != 202 {
+			t.Fatalf("turn: %d %s\n%s", code, body, p.stderr)
+		}
+		var r struct {
+			Output   string
+			Awaiting *struct{ Question, Tool string }
+		}
+		_ = json.Unmarshal(body, &r)
+		if r.Awaiting == nil {
+			break
+		}
+		approvals++
+		t.Logf("approving %s", r.Awaiting.Tool)
+		code, body = p.call(t, "POST", "/v1/sessions/"+s.SessionID+"/decision", `{"approve":true}`)
+	}
+	t.Logf("answer: %s", body)
+	if !strings.Contains(string(body), "All done.") {
+		b, _ := os.ReadFile(events)
+		t.Logf("events:\n%s", b)
+		t.Fatalf("the turn did not end with the model's answer: %s\nmodel saw: %q\n%s", body, seen, p.stderr)
+	}
+	if approvals == 0 {
+		t.Fatal("no permission request reached the decision endpoint")
+	}
+
+	// The file is in the conversation's workspace, written through the
+	// adapter's fs; nothing landed beside it.
+	matches, _ := filepath.Glob(filepath.Join(dir, "workspaces", "*", "hello.txt"))
+	if len(matches) != 1 {
+		all, _ := filepath.Glob(filepath.Join(dir, "workspaces", "*", "*"))
+		t.Logf("the workspaces hold %v", all)
+	}
+	if len(matches) != 1 {
+		b, _ := os.ReadFile(events)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "acp.file") {
+				t.Log(l)
+			}
+		}
+		t.Fatalf("hello.txt in the workspaces: %v\nmodel saw: %q", matches, seen)
+	}
+	if b, _ := os.ReadFile(matches[0]); string(b) != "written by claude code\n" {
+		t.Fatalf("hello.txt holds %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "workspaces", "escape.txt")); err == nil {
+		t.Fatal("the agent wrote outside its workspace")
+	}
+	joined := strings.Join(seen, "\n")
+	if !strings.Contains(joined, "42") {
+		t.Errorf("the lent run_code's result did not reach the model: %q", seen)
+	}
+	if strings.Contains(joined, "REACHED") {
+		t.Errorf("the agent reached the host's own port: %q", seen)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(); err != nil {
+		t.Fatalf("serve did not stop cleanly: %v\n%s", err, p.stderr)
+	}
+	f, err := os.Open(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var refusedHost, startedJailed bool
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, `"agentry.jail.connection_refused"`) && strings.Contains(line, "127.0.0.1:"+pu.Port()) {
+			refusedHost = true
+		}
+		if strings.Contains(line, `"agentry.acp.agent_started"`) && strings.Contains(line, `"launcher":"jail"`) {
+			startedJailed = true
+		}
+	}
+	if !startedJailed {
+		t.Error("no agent_started event with launcher jail")
+	}
+	if !refusedHost {
+		t.Error("no connection_refused event for the host's own port")
+	}
+	// The command's own audit, as a person would run it.
+	out, err := exec.Command(bin, "events", "audit", events).CombinedOutput()
+	if err != nil {
+		t.Errorf("agentry events audit: %v\n%s", err, out)
+	}
+}
+
+var workingDirRE = regexp.MustCompile(`Working directory: (\S+)`)
+
+// workingDirectory reads the workspace from Claude Code's system prompt.
+func workingDirectory(system string) string {
+	if m := workingDirRE.FindStringSubmatch(system); m != nil {
+		return m[1]
+	}
+	return "/nonexistent"
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+type atomicString struct {
+	mu sync.Mutex
+	v  string
+}
+
+func (a *atomicString) set(v string) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
+func (a *atomicString) get() string  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }
+
+var _ = fmt.Sprint
+var _ = time.Second

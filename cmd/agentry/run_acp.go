@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/provider"
+)
+
+// runACPTurn is `agentry run --agent acp`: one session of the agent in
+// the workspace (a fresh directory, printed, when --workspace is not
+// given), one turn, its permission requests asked on the terminal
+// (--approve approves them), its answer printed.
+func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Reader, stdout, stderr io.Writer) error {
+	ws := o.workspace
+	if ws == "" {
+		d, err := os.MkdirTemp("", "agentry-workspace-")
+		if err != nil {
+			return failure(fmt.Errorf("making a workspace: %w; pass --workspace DIR", err))
+		}
+		ws = d
+		fmt.Fprintf(stderr, "agentry: workspace %s (kept)\n", ws)
+	} else {
+		abs, err := filepath.Abs(ws)
+		if err != nil {
+			return usageError("--workspace: %v", err)
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return usageError("--workspace %s is not a directory", o.workspace)
+		}
+		ws = abs
+	}
+	cfg, err := o.acp.config(ws)
+	if err != nil {
+		return err
+	}
+	l, _, closeLauncher, err := acpLauncher(ctx, "run", o.caps, o.allowUnjailed, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLauncher()
+	sinks, _, err := o.sinks.open(ctx, stderr)
+	if err != nil {
+		return failure(err)
+	}
+	bus := event.NewBus(event.BusOptions{OnError: func(err error) { fmt.Fprintf(stderr, "agentry: events: %v\n", err) }})
+	for _, sk := range sinks {
+		_ = bus.Add(sk, event.Filter{})
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = bus.Close(cctx) // closes the sinks
+	}()
+	export := bus.Export
+	reg, inst, err := openACP(ctx, l, cfg, export, provider.WithEvents(export))
+	if err != nil {
+		return failure(err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runShutdownBound)
+		defer cancel()
+		if err := reg.Dispose(dctx); err != nil {
+			fmt.Fprintf(stderr, "agentry: warning: stopping the agent: %s\n", oneLine(err.Error()))
+		}
+	}()
+	sessionID := o.session
+	if sessionID == "" {
+		sessionID = "run-" + fmt.Sprint(time.Now().UnixNano())
+	}
+	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: sessionID, WorkingDirectory: ws})
+	if err != nil {
+		return failure(fmt.Errorf("starting the agent: %s", oneLine(err.Error())))
+	}
+	vs := s
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runShutdownBound)
+		defer cancel()
+		_ = vs.Close(cctx, provider.CloseRequested)
+	}()
+
+	turnID := "t1"
+	var answer strings.Builder
+	outs := vs.RunTurn(ctx, provider.TurnRequest{TurnID: turnID, Input: message})
+	for {
+		var pending *provider.Request
+		var outcome provider.Outcome
+		for out, err := range outs {
+			if err != nil {
+				if ctx.Err() != nil {
+					return failure(fmt.Errorf("interrupted (%v); the agent was stopped", context.Cause(ctx)))
+				}
+				return failure(fmt.Errorf("the turn failed: %s", oneLine(err.Error())))
+			}
+			switch out.Kind {
+			case provider.OutputText:
+				answer.WriteString(out.Text)
+			case provider.OutputActivity:
+				fmt.Fprintf(stderr, "agentry: %s\n", oneLine(out.Text))
+			case provider.OutputRequest:
+				pending = out.Request
+			case provider.OutputTurnCompleted:
+				outcome = out.Outcome
+			}
+		}
+		if pending == nil {
+			if outcome != "" && outcome != provider.OutcomeCompleted {
+				fmt.Fprintln(stdout, answer.String())
+				return failure(fmt.Errorf("the turn ended %s", outcome))
+			}
+			break
+		}
+		d, err := decide(ctx, o, &agent.Pause{Question: pending.Prompt, ToolName: pending.Tool}, stdin, stderr)
+		if err != nil {
+			return failure(err)
+		}
+		outs = vs.Resolve(ctx, provider.Resolution{TurnID: turnID, RequestID: pending.ID, Approve: d.Approve, Note: d.Note})
+	}
+	fmt.Fprintln(stdout, answer.String())
+	return nil
+}
