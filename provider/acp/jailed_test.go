@@ -171,7 +171,7 @@ func BenchmarkStartCostJailed(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				vs := s.(*provider.ValidatedSession)
+				vs := s
 				for o, err := range vs.RunTurn(context.Background(), provider.TurnRequest{TurnID: "t1", Input: "hello"}) {
 					if err != nil {
 						b.Fatal(err)
