@@ -90,14 +90,19 @@ func (s *Store) upgrade(ctx context.Context, tx *sql.Tx, l legacy, now int64) er
 				return fmt.Errorf("the stored transcript is not JSON: %w", err)
 			}
 		}
-		conv.Messages = msgs
-		rec, err := json.Marshal(native.Record{Conversation: conv})
+		binding = "schema1-" + l.id
+		rec, err := json.Marshal(native.Record{Conversation: conv}) // the head: no messages
 		if err != nil {
 			return err
 		}
-		binding = "schema1-" + l.id
-		if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native (binding, record, updated_us) VALUES (?, ?, ?)`), binding, string(rec), now); err != nil {
+		if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native (binding, head, messages, updated_us) VALUES (?, ?, ?, ?)`), binding, string(rec), len(msgs), now); err != nil {
 			return err
+		}
+		for i, m := range msgs {
+			b, _ := json.Marshal(m) // it was read from JSON
+			if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`), binding, i, string(b)); err != nil {
+				return err
+			}
 		}
 	}
 	// The host's transcript: what was said and answered.

@@ -24,7 +24,6 @@ import (
 
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/provider"
-	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -55,11 +54,21 @@ type Store struct {
 	read   *sql.DB // may be the same as write
 	rebind func(string) string
 	q      queries
-	stmt   struct{ save, head, insertTurn, insertMsg *sql.Stmt }
+	stmt   struct {
+		save, head, insertTurn, insertMsg  *sql.Stmt
+		nativeCount, nativeSave, nativeAdd *sql.Stmt
+	}
 
 	saves      chan *saveReq
 	stopped    chan struct{}
 	writerDone chan struct{}
+
+	// Native records queued for the group-commit writer and not yet
+	// written (Load reads them first), and the bindings whose queued write
+	// failed: the next Save of their conversation reports it.
+	nmu     sync.Mutex
+	nqueued map[string]*nativeWrite
+	nfailed map[string]error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -70,6 +79,7 @@ var _ host.Store = (*Store)(nil)
 type queries struct {
 	create, load, save, list, listOpen, countOpen, turns, appendTurn, lockRow, insertTurn string
 	messages, head, insertMsg, nativeLoad, nativeSave                                     string
+	nativeMsgs, nativeCount, nativeAdd, nativeClear                                       string
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -127,8 +137,15 @@ var v2 = []string{
 	`UPDATE agentry_conversations SET turn_seq = COALESCE((SELECT MAX(seq) FROM agentry_turns t WHERE t.conversation_id = agentry_conversations.id), 0)`,
 	`CREATE TABLE IF NOT EXISTS agentry_native (
 		binding    TEXT PRIMARY KEY,
-		record     TEXT NOT NULL,
+		head       TEXT NOT NULL,
+		messages   BIGINT NOT NULL,
 		updated_us BIGINT NOT NULL
+	)`,
+	`CREATE TABLE IF NOT EXISTS agentry_native_messages (
+		binding TEXT NOT NULL REFERENCES agentry_native (binding),
+		idx     BIGINT NOT NULL,
+		message TEXT NOT NULL,
+		PRIMARY KEY (binding, idx)
 	)`,
 }
 
@@ -142,7 +159,7 @@ func New(ctx context.Context, write, read *sql.DB, d Dialect) (*Store, error) {
 	if d.UniqueViolation == nil {
 		d.UniqueViolation = func(error) bool { return false }
 	}
-	s := &Store{d: d, write: write, read: read, rebind: d.Rebind}
+	s := &Store{d: d, write: write, read: read, rebind: d.Rebind, nqueued: map[string]*nativeWrite{}, nfailed: map[string]error{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -205,7 +222,8 @@ func (s *Store) migrate(ctx context.Context) error {
 	for _, p := range []struct {
 		to **sql.Stmt
 		q  string
-	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg}} {
+	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg},
+		{&s.stmt.nativeCount, s.q.nativeCount}, {&s.stmt.nativeSave, s.q.nativeSave}, {&s.stmt.nativeAdd, s.q.nativeAdd}} {
 		st, err := s.write.PrepareContext(ctx, p.q)
 		if err != nil {
 			return fmt.Errorf("sqlstore: preparing the %s store's statements: %w", kind, err)
@@ -238,9 +256,13 @@ func (s *Store) prepareQueries() {
 		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
 			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
-		nativeLoad: s.rebind(`SELECT record FROM agentry_native WHERE binding = ?`),
-		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, record, updated_us) VALUES (?, ?, ?)
-			ON CONFLICT (binding) DO UPDATE SET record = excluded.record, updated_us = excluded.updated_us`),
+		nativeLoad:  s.rebind(`SELECT head, messages FROM agentry_native WHERE binding = ?`),
+		nativeMsgs:  s.rebind(`SELECT message FROM agentry_native_messages WHERE binding = ? ORDER BY idx`),
+		nativeCount: s.rebind(`SELECT messages FROM agentry_native WHERE binding = ?`),
+		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, head, messages, updated_us) VALUES (?, ?, ?, ?)
+			ON CONFLICT (binding) DO UPDATE SET head = excluded.head, messages = excluded.messages, updated_us = excluded.updated_us`),
+		nativeAdd:   s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`),
+		nativeClear: s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
 	}
 }
 
@@ -414,8 +436,23 @@ func (s *Store) Save(ctx context.Context, u host.Update) (int64, error) {
 	return s.submit(ctx, r)
 }
 
-type nativeWrite struct {
-	binding, record string
+// settle answers a save: to the caller waiting on it, or, for a native
+// record written behind (nobody waits), into the store's own books.
+func (s *Store) settle(r *saveReq, res saveRes) {
+	if r.done != nil {
+		r.done <- res
+		return
+	}
+	if n := r.native; n != nil {
+		s.nmu.Lock()
+		if s.nqueued[n.binding] == n {
+			delete(s.nqueued, n.binding)
+		}
+		if res.err != nil {
+			s.nfailed[n.binding] = res.err
+		}
+		s.nmu.Unlock()
+	}
 }
 
 // submit hands r to the group-commit writer, or writes it alone where
@@ -457,12 +494,18 @@ func (s *Store) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
 // (nothing was written); any other error means tx must be rolled back.
 func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, error) {
 	if n := r.native; n != nil {
-		if _, err := tx.ExecContext(ctx, s.q.nativeSave, n.binding, n.record, micros(time.Now())); err != nil {
-			return 0, s.fail("saving a native conversation", err)
-		}
-		return 0, nil
+		return 0, s.writeNative(ctx, tx, n)
 	}
 	c := r.c
+	if c.Binding != "" {
+		s.nmu.Lock()
+		err := s.nfailed[string(c.Binding)]
+		delete(s.nfailed, string(c.Binding))
+		s.nmu.Unlock()
+		if err != nil {
+			return 0, fmt.Errorf("sqlstore: the agent's record of this conversation could not be saved, so the turn is not saved either: %w", err)
+		}
+	}
 	var version, stored, seq int64
 	err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version, &stored, &seq)
 	switch {
@@ -582,7 +625,7 @@ func (s *Store) commitBatch(batch []*saveReq) {
 	live := batch[:0:0]
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.done <- saveRes{err: s.fail("saving a conversation", err)}
+			s.settle(r, saveRes{err: s.fail("saving a conversation", err)})
 			continue
 		}
 		live = append(live, r)
@@ -592,7 +635,7 @@ func (s *Store) commitBatch(batch []*saveReq) {
 	}
 	if len(live) == 1 {
 		v, err := s.saveAlone(context.WithoutCancel(live[0].ctx), live[0])
-		live[0].done <- saveRes{version: v, err: err}
+		s.settle(live[0], saveRes{version: v, err: err})
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -621,7 +664,7 @@ func (s *Store) commitBatch(batch []*saveReq) {
 		}
 	}
 	for i, r := range live {
-		r.done <- results[i]
+		s.settle(r, results[i])
 	}
 }
 
@@ -709,7 +752,7 @@ func (s *Store) Close() error {
 			<-s.writerDone
 		}
 		var errs []error
-		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg} {
+		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.nativeCount, s.stmt.nativeSave, s.stmt.nativeAdd} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}
@@ -721,39 +764,6 @@ func (s *Store) Close() error {
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
-}
-
-// NativeStore is where the native provider keeps its conversations
-// (native.Config.Store), in this database.
-func (s *Store) NativeStore() native.Store { return nativeStore{s} }
-
-type nativeStore struct{ s *Store }
-
-func (n nativeStore) Load(ctx context.Context, b provider.Binding) (native.Record, error) {
-	var raw string
-	err := n.s.read.QueryRowContext(ctx, n.s.q.nativeLoad, string(b)).Scan(&raw)
-	if errors.Is(err, sql.ErrNoRows) {
-		return native.Record{}, native.ErrNotStored
-	}
-	if err != nil {
-		return native.Record{}, n.s.fail("loading a native conversation", err)
-	}
-	var r native.Record
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return native.Record{}, fmt.Errorf("sqlstore: a stored native conversation is not JSON: %w", err)
-	}
-	return r, nil
-}
-
-func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Record) error {
-	raw, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("sqlstore: encoding a native conversation: %w", err)
-	}
-	// Through the same writer as the host's saves, so on SQLite the two
-	// writes of a turn share a commit with the other turns'.
-	_, err = n.s.submit(ctx, &saveReq{ctx: ctx, native: &nativeWrite{binding: string(b), record: string(raw)}})
-	return err
 }
 
 // DollarParams rewrites ? placeholders as $1, $2, … (none of the

@@ -1,0 +1,87 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
+	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/native"
+	"github.com/agentry-dev/agentry/tool"
+)
+
+// The native agent's conversations: a record round-trips; it grows by
+// appending; a shorter one replaces what was stored; a record written
+// behind is read back before it reaches the table, and is durable once
+// the host's save that follows it is.
+func TestNativeStore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agentry.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := s.NativeStore()
+	if _, err := ns.Load(ctx, "b-1"); !errors.Is(err, native.ErrNotStored) {
+		t.Fatalf("an unknown binding: %v", err)
+	}
+	id := &tool.Identity{Tenant: "acme", Principal: "alice", ConversationID: "ses_a"}
+	msg := func(role llm.Role, text string) llm.Message { return llm.Message{Role: role, Content: text} }
+	rec := native.Record{Conversation: agent.Conversation{Version: agent.ConversationVersion, Identity: id,
+		Messages: []llm.Message{msg(llm.RoleUser, "one"), msg(llm.RoleAssistant, "two")}}, Turns: []native.TurnMark{{ID: "t1", Messages: 2}}}
+	if err := ns.Save(ctx, "b-1", rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Conversation.Messages = append(rec.Conversation.Messages, msg(llm.RoleUser, "three"), llm.Message{Role: llm.RoleAssistant,
+		ToolCalls: []llm.ToolCall{{ID: "c1", Name: "run_code", Args: []byte(`{"code":"1"}`)}}})
+	rec.Turns = append(rec.Turns, native.TurnMark{ID: "t2", Messages: 4})
+	if err := ns.Save(ctx, "b-1", rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ns.Load(ctx, "b-1")
+	if err != nil || len(got.Conversation.Messages) != 4 || got.Conversation.Messages[2].Content != "three" ||
+		string(got.Conversation.Messages[3].ToolCalls[0].Args) != `{"code":"1"}` || len(got.Turns) != 2 || !got.Conversation.Identity.Equal(id) {
+		t.Fatalf("load after growing: %+v %v", got, err)
+	}
+	// The host's save after it makes both durable: close and reopen.
+	alice := tool.Identity{Tenant: "acme", Principal: "alice"}
+	c := host.Conversation{ID: "ses_a", Owner: alice, State: host.StateOpen, Provider: native.DefaultKey, Binding: "b-1"}
+	if err := s.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, host.Update{Conversation: c, Turn: &host.Turn{Kind: "message", Outcome: host.TurnAnswered}}); err != nil {
+		t.Fatal(err)
+	}
+	short := rec
+	short.Conversation.Messages = rec.Conversation.Messages[:1]
+	short.Turns = nil
+	if err := ns.Save(ctx, "b-2", short); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Save(ctx, "b-1", short); err != nil { // fewer messages: replaces
+		t.Fatal(err)
+	}
+	c.Version = 1
+	if _, err := s.Save(ctx, host.Update{Conversation: c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	for _, b := range []string{"b-1", "b-2"} {
+		got, err := s2.NativeStore().Load(ctx, provider.Binding(b))
+		if err != nil || len(got.Conversation.Messages) != 1 || got.Conversation.Messages[0].Content != "one" || len(got.Turns) != 0 {
+			t.Fatalf("%s after a reopen: %+v %v", b, got, err)
+		}
+	}
+}
