@@ -122,12 +122,19 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 // with fewer messages than stored replaces them all.
 func (s *Store) writeNative(ctx context.Context, tx *sql.Tx, w *nativeWrite) error {
 	var stored int64
-	err := tx.StmtContext(ctx, s.stmt.nativeCount).QueryRowContext(ctx, w.binding).Scan(&stored)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		stored = 0
-	case err != nil:
-		return s.fail("saving a native conversation", err)
+	s.nmu.Lock()
+	n, known := s.nstored[w.binding]
+	s.nmu.Unlock()
+	if known && s.saves != nil {
+		stored = int64(n) // the single writer's own count
+	} else {
+		err := tx.StmtContext(ctx, s.stmt.nativeCount).QueryRowContext(ctx, w.binding).Scan(&stored)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			stored = 0
+		case err != nil:
+			return s.fail("saving a native conversation", err)
+		}
 	}
 	if _, err := tx.StmtContext(ctx, s.stmt.nativeSave).ExecContext(ctx, w.binding, w.head, len(w.msgs), micros(time.Now())); err != nil {
 		return s.fail("saving a native conversation", err)

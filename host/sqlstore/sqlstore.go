@@ -69,6 +69,10 @@ type Store struct {
 	nmu     sync.Mutex
 	nqueued map[string]*nativeWrite
 	nfailed map[string]error
+	// nstored is how many messages each native record has in the table,
+	// as this process last committed them. Only the single writer (SQLite)
+	// keeps it: no other process writes there.
+	nstored map[string]int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -159,7 +163,7 @@ func New(ctx context.Context, write, read *sql.DB, d Dialect) (*Store, error) {
 	if d.UniqueViolation == nil {
 		d.UniqueViolation = func(error) bool { return false }
 	}
-	s := &Store{d: d, write: write, read: read, rebind: d.Rebind, nqueued: map[string]*nativeWrite{}, nfailed: map[string]error{}}
+	s := &Store{d: d, write: write, read: read, rebind: d.Rebind, nqueued: map[string]*nativeWrite{}, nfailed: map[string]error{}, nstored: map[string]int{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -450,6 +454,9 @@ func (s *Store) settle(r *saveReq, res saveRes) {
 		}
 		if res.err != nil {
 			s.nfailed[n.binding] = res.err
+			delete(s.nstored, n.binding)
+		} else {
+			s.nstored[n.binding] = len(n.msgs)
 		}
 		s.nmu.Unlock()
 	}
