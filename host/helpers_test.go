@@ -4,17 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentry-dev/agentry/internal/pgtest"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,36 +63,7 @@ func stores(t *testing.T) []storeKind {
 		t.Log("SKIPPING the PostgreSQL half of this test: AGENTRY_TEST_POSTGRES is unset (run .ci/postgres to get a DSN)")
 		return kinds
 	}
-	return append(kinds, storeKind{name: "postgres", dsn: func(t *testing.T) string { return pgSchema(t, pg) }})
-}
-
-// pgSchema makes a schema of its own for one test and returns a DSN whose
-// search_path points at it; the schema is dropped when the test ends.
-func pgSchema(t *testing.T, base string) string {
-	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
-		db.Close()
-		t.Fatalf("creating a test schema: %v", err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
-		db.Close()
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return append(kinds, storeKind{name: "postgres", dsn: func(t *testing.T) string { return pgtest.Schema(t, pg) }})
 }
 
 func openStore(t *testing.T, dsn string) *sqlstore.Store {

@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"github.com/agentry-dev/agentry/internal/pgtest"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -33,7 +34,7 @@ func pgDSN(t *testing.T) string {
 		}
 		t.Skip("SKIPPING: replicas need PostgreSQL and AGENTRY_TEST_POSTGRES is unset (run .ci/postgres to get a DSN)")
 	}
-	return pgSchema(t, pg)
+	return pgtest.Schema(t, pg)
 }
 
 // flaky are leases whose renewals can be made to fail, as when a replica

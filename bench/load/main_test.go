@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
+	"github.com/agentry-dev/agentry/internal/pgtest"
 	"regexp"
 	"testing"
 	"time"
@@ -61,13 +61,7 @@ func TestLoadInterpreterMode(t *testing.T) {
 // two in three of them forwarded to the session's holder, and the report
 // sets forwarded turns against direct ones.
 func TestLoadAcrossReplicas(t *testing.T) {
-	dsn := os.Getenv("AGENTRY_TEST_POSTGRES")
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AGENTRY_TEST_POSTGRES is unset under CI=true: run .ci/postgres and export the DSN it prints")
-		}
-		t.Skip("SKIPPING: replicas need PostgreSQL and AGENTRY_TEST_POSTGRES is unset")
-	}
+	dsn := pgtest.DSN(t) // a schema of its own, so no earlier run's tables are in the way
 	var out bytes.Buffer
 	c := config{message: "hello", sessions: 6, turns: 6, principals: 2, replicas: 3, store: dsn, maxDuration: time.Minute}
 	if err := run(context.Background(), c, &out); err != nil {

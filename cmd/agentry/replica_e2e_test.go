@@ -2,13 +2,11 @@ package main
 
 import (
 	"bufio"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
+	"github.com/agentry-dev/agentry/internal/pgtest"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,40 +21,6 @@ import (
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/tool"
 )
-
-// replicaDSN is a fresh schema on the PostgreSQL server
-// AGENTRY_TEST_POSTGRES names (dropped at the end); under CI=true a
-// missing server fails.
-func replicaDSN(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("AGENTRY_TEST_POSTGRES")
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AGENTRY_TEST_POSTGRES is unset under CI=true: run .ci/postgres and export the DSN it prints")
-		}
-		t.Skip("SKIPPING: replicas need PostgreSQL and AGENTRY_TEST_POSTGRES is unset (run .ci/postgres to get a DSN)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
-		db.Close()
-		t.Fatalf("creating a test schema: %v", err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
-		db.Close()
-	})
-	u, _ := url.Parse(base)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // replica is one `agentry serve` of the test, with its events file and
 // its TMPDIR (where its interpreters' sandboxes live).
@@ -79,7 +43,7 @@ const appendAndCount = "with open('side.txt', 'a') as f:\n    f.write('once\\n')
 // of each turn made exactly once. The survivors' event files audit clean.
 func TestReplicasBinary(t *testing.T) {
 	needPython(t)
-	dsn := replicaDSN(t)
+	dsn := pgtest.DSN(t)
 	bin := binary(t)
 	dir := t.TempDir()
 	tok, line, err := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
@@ -324,7 +288,7 @@ func nativeNotes(t *testing.T, dsn string) int {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.Query(`SELECT record FROM agentry_native`)
+	rows, err := db.Query(`SELECT message FROM agentry_native_messages`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,7 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"net/url"
-	"os"
+	"github.com/agentry-dev/agentry/internal/pgtest"
 	"strings"
 	"sync"
 	"testing"
@@ -21,42 +17,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// testDSN is a DSN for a schema of the test's own on the server
-// AGENTRY_TEST_POSTGRES names; under CI=true a missing server fails.
-func testDSN(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("AGENTRY_TEST_POSTGRES")
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AGENTRY_TEST_POSTGRES is unset under CI=true: run .ci/postgres and export the DSN it prints")
-		}
-		t.Skip("AGENTRY_TEST_POSTGRES is unset (run .ci/postgres to get a DSN)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
-		db.Close()
-		t.Fatalf("creating a test schema: %v", err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
-		db.Close()
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 var alice = tool.Identity{Tenant: "acme", Principal: "alice"}
 
@@ -102,7 +62,7 @@ func lapse(t *testing.T, l *sqlstore.Leases, id string) {
 }
 
 func TestLeases(t *testing.T) {
-	dsn := testDSN(t)
+	dsn := pgtest.DSN(t)
 	ctx := context.Background()
 	const ttl = 400 * time.Millisecond
 	stA, a := openLeases(t, dsn, "rep-a", ttl)
@@ -191,7 +151,7 @@ func TestLeases(t *testing.T) {
 // Of replicas claiming one conversation at once, exactly one holds it,
 // and every other is told which.
 func TestLeasesConcurrentClaims(t *testing.T) {
-	dsn := testDSN(t)
+	dsn := pgtest.DSN(t)
 	ctx := context.Background()
 	const n = 6
 	var ls []*sqlstore.Leases
@@ -241,7 +201,7 @@ func TestLeasesConcurrentClaims(t *testing.T) {
 }
 
 func TestLeasesRefused(t *testing.T) {
-	dsn := testDSN(t)
+	dsn := pgtest.DSN(t)
 	st, err := postgres.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
