@@ -39,6 +39,11 @@ type elicitField struct {
 // as a plain question.
 var stringKeys = []string{"type", "title", "description", "default", "enum", "enumNames", "oneOf"}
 
+// namedKeys are the keywords a refusal names; any other is not repeated
+// (it is the agent's text).
+var namedKeys = []string{"format", "pattern", "minLength", "maxLength", "minimum", "maximum", "items", "properties",
+	"anyOf", "allOf", "const", "$ref", "uniqueItems", "minItems", "maxItems"}
+
 // formField reads a form's schema; it fails, saying why, when the schema
 // asks more than one string or a choice among strings.
 func formField(s sdk.UnstableElicitationSchema) (elicitField, error) {
@@ -62,7 +67,10 @@ func formField(s sdk.UnstableElicitationSchema) (elicitField, error) {
 	}
 	for k := range prop {
 		if !slices.Contains(stringKeys, k) {
-			return elicitField{}, fmt.Errorf("the field's schema uses %q, which a question cannot honour", k)
+			if !slices.Contains(namedKeys, k) {
+				k = "a keyword"
+			}
+			return elicitField{}, fmt.Errorf("the field's schema uses %s, which a question cannot honour", k)
 		}
 	}
 	if t, _ := prop["type"].(string); t != "string" {
