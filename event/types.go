@@ -79,6 +79,9 @@ const (
 	TypeACPAgentStopped Type = "agentry.acp.agent_stopped"
 	TypeACPFile         Type = "agentry.acp.file"
 	TypeACPTerminal     Type = "agentry.acp.terminal"
+	// An elicitation an agent sent (elicitation/create) and how it was
+	// answered.
+	TypeACPElicitation Type = "agentry.acp.elicitation"
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -414,6 +417,21 @@ type ACPTerminal struct {
 	Error      string `json:"error,omitempty"`
 }
 
+// ACPElicitation reports one elicitation/create an agent sent: its mode
+// ("form" or "url"), the session interaction it became (none when it was
+// declined before the person was asked), and its outcome ("accepted",
+// "declined" or "cancelled"). Reason says why the adapter declined or
+// cancelled it by itself; it never quotes the agent's message, the URL or
+// the person's answer.
+type ACPElicitation struct {
+	Mode          string `json:"mode"`
+	InteractionID string `json:"interactionId,omitempty"`
+	Fields        int    `json:"fields"`
+	Options       int    `json:"options,omitempty"`
+	Outcome       string `json:"outcome"`
+	Reason        string `json:"reason,omitempty"`
+}
+
 // UnjailedServing records a door started with --allow-unjailed: several
 // principals, or a listener beyond loopback, with model code unjailed.
 type UnjailedServing struct {
@@ -489,6 +507,7 @@ var payloads = map[Type]func() any{
 	TypeACPAgentStopped:        func() any { return new(ACPAgentStopped) },
 	TypeACPFile:                func() any { return new(ACPFile) },
 	TypeACPTerminal:            func() any { return new(ACPTerminal) },
+	TypeACPElicitation:         func() any { return new(ACPElicitation) },
 }
 
 // RunnerLimits is a code runner's statement, once at its start, of the
@@ -535,7 +554,7 @@ func Types() []Type {
 		TypeJailStarted, TypeJailRefused, TypeJailStopped,
 		TypeHostCleanupFailed, TypeHostCleanupDone,
 		TypeRunnerLimits, TypeRunnerSwept,
-		TypeACPAgentStarted, TypeACPAgentStopped, TypeACPFile, TypeACPTerminal,
+		TypeACPAgentStarted, TypeACPAgentStopped, TypeACPFile, TypeACPTerminal, TypeACPElicitation,
 	}
 }
 

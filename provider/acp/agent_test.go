@@ -17,6 +17,11 @@ package acp_test
 //	turns              says how many prompts the session has had
 //	fail               answers session/prompt with an error
 //	maxtokens          stops with max_tokens
+//	elicit [MESSAGE]   a form elicitation of one string; says how it was answered
+//	elicit-enum        a form elicitation of one choice among red, green, blue
+//	elicit-oneof       the same choice as oneOf consts
+//	elicit-url         a URL elicitation
+//	elicit-rich        a form of two fields
 //
 // Knobs (environment): ACP_SCRIPTED_RESUME=load|resume|none (default
 // load), ACP_SCRIPTED_AUTH=env (an env-var method needing SCRIPTED_KEY),
@@ -347,6 +352,21 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 		return answer(fmt.Sprintf("turns %d", n))
 	case "fail":
 		return sdk.PromptResponse{}, sdk.NewInternalError(map[string]any{"error": "scripted failure"})
+	case "elicit", "elicit-enum", "elicit-oneof", "elicit-url", "elicit-rich":
+		resp, err := a.conn.UnstableCreateElicitation(ctx, scriptedElicitation(cmd, rest))
+		if err != nil {
+			return answer("elicitation error: " + err.Error())
+		}
+		switch {
+		case resp.Accept != nil:
+			b, _ := json.Marshal(resp.Accept.Content)
+			return answer("accepted " + string(b))
+		case resp.Decline != nil:
+			return answer("declined")
+		case resp.Cancel != nil:
+			return answer("cancelled")
+		}
+		return answer("no answer")
 	case "maxtokens":
 		a.say(ctx, id, sdk.UpdateAgentMessageText("cut"))
 		return sdk.PromptResponse{StopReason: sdk.StopReasonMaxTokens}, nil
@@ -359,6 +379,29 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 	a.say(ctx, id, sdk.UpdateToolCall("call-9", sdk.WithUpdateStatus(sdk.ToolCallStatusCompleted)))
 	a.say(ctx, id, sdk.SessionUpdate{UsageUpdate: &sdk.SessionUsageUpdate{Used: 120, Size: 200000}})
 	return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: &sdk.Usage{InputTokens: 100, OutputTokens: 20, TotalTokens: 120}}, nil
+}
+
+func scriptedElicitation(cmd, message string) sdk.UnstableCreateElicitationRequest {
+	if message == "" {
+		message = "What should I call the file?"
+	}
+	form := func(props map[string]any, required ...string) sdk.UnstableCreateElicitationRequest {
+		return sdk.UnstableCreateElicitationRequest{Form: &sdk.UnstableCreateElicitationForm{Message: message,
+			RequestedSchema: sdk.UnstableElicitationSchema{Type: sdk.UnstableElicitationSchemaTypeObject, Properties: props, Required: required}}}
+	}
+	switch cmd {
+	case "elicit-enum":
+		return form(map[string]any{"colour": map[string]any{"type": "string", "title": "Colour", "enum": []string{"red", "green", "blue"}}}, "colour")
+	case "elicit-oneof":
+		return form(map[string]any{"colour": map[string]any{"type": "string", "oneOf": []map[string]any{
+			{"const": "red", "title": "Red"}, {"const": "green", "title": "Green"}}}}, "colour")
+	case "elicit-url":
+		return sdk.UnstableCreateElicitationRequest{Url: &sdk.UnstableCreateElicitationUrl{ElicitationId: "login-1",
+			Message: "Sign in to continue.", Url: "https://example.test/login?code=42"}}
+	case "elicit-rich":
+		return form(map[string]any{"name": map[string]any{"type": "string"}, "age": map[string]any{"type": "integer"}}, "name")
+	}
+	return form(map[string]any{"name": map[string]any{"type": "string", "description": "a file name"}}, "name")
 }
 
 // headers adds fixed headers to every request.

@@ -173,6 +173,19 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	return c.s.permission(ctx, p), nil
 }
 
+// UnstableCreateElicitation asks the person through the session's
+// interactions (see elicit).
+func (c *client) UnstableCreateElicitation(ctx context.Context, p sdk.UnstableCreateElicitationRequest) (sdk.UnstableCreateElicitationResponse, error) {
+	return c.s.elicit(ctx, p), nil
+}
+
+// UnstableCompleteElicitation is the agent saying a URL elicitation is
+// over; the question it became was answered already, so there is
+// nothing to do.
+func (c *client) UnstableCompleteElicitation(context.Context, sdk.UnstableCompleteElicitationNotification) error {
+	return nil
+}
+
 func (c *client) CreateTerminal(ctx context.Context, p sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
 	if err := c.mine(p.SessionId); err != nil {
 		return sdk.CreateTerminalResponse{}, refusal("terminal/create", err)

@@ -15,6 +15,8 @@ func conformanceFixture(r *rig) conformance.Fixture {
 		RequestPrompt:    "ask",
 		InterruptPrompt:  "forever",
 		HostToolPrompt:   "tool conformance",
+		// A form elicitation, answered "yes" by the kit.
+		InteractionPrompt: "elicit",
 	}
 }
 
@@ -23,16 +25,16 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, r.driver, conformanceFixture(r))
 }
 
-// Every check the ACP provider declares runs and passes; branch, steer,
-// a waiting turn across a re-open and session interactions (not
-// declared) are the only ones skipped.
+// Every check the ACP provider declares runs and passes (session
+// interactions through elicitation among them); branch, steer and a
+// waiting turn across a re-open are the only ones skipped.
 func TestConformanceEveryDeclaredCheckPasses(t *testing.T) {
 	r := newRig(t, nil)
 	rep := conformance.Evaluate(t.Context(), r.driver, conformanceFixture(r))
 	for _, res := range rep.Results {
 		want := conformance.Passed
 		switch res.Check {
-		case conformance.CheckSteer, conformance.CheckBranch, conformance.CheckResumeWait, conformance.CheckInteract:
+		case conformance.CheckSteer, conformance.CheckBranch, conformance.CheckResumeWait:
 			want = conformance.Skipped
 		}
 		if res.Status != want {

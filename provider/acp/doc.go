@@ -15,7 +15,8 @@
 //     no default launcher: the jail (provider/acp/jail) confines agents
 //     for hosts that serve several people, and [Unjailed] is the explicit
 //     single-user choice.
-//   - initialize advertises fs read/write and terminals; an env-var
+//   - initialize advertises fs read/write, terminals and elicitation
+//     (form and URL); an env-var
 //     authentication method the agent lists is used when the definition
 //     gives its variables. Readiness is missing_executable,
 //     missing_credentials, unsupported_version or unavailable when the
@@ -40,6 +41,13 @@
 //     terminal/* commands run through the launcher's confinement
 //     (Process.Command) with capped output (truncation is flagged), each
 //     call an event (agentry.acp.terminal).
+//   - An elicitation/create is a question session interaction: a form of
+//     one string field (its enum or oneOf consts, at most 16, as options)
+//     accepts {"<field>": answer}; a URL one names the URL and any answer
+//     accepts; a richer form, or a host without Interactions, is declined
+//     unasked; a decline declines; the session closing cancels. Each is
+//     an event (agentry.acp.elicitation, with the reason when the adapter
+//     declined or cancelled by itself).
 //   - The tools a host binding lends are served to the agent as an MCP
 //     server (streamable HTTP on a per-session loopback listener that
 //     answers only the session's secret) named in session/new; the

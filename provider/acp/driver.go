@@ -98,7 +98,7 @@ func (d *Driver) SupportsMultipleInstances() bool { return true }
 // Capabilities is what an instance declares given the agent's
 // initialize answer: create; resume when the agent offers session/load or
 // session/resume; interrupt (session/cancel), no steer; approval requests
-// (session/request_permission); host bindings, with instructions placed
+// (session/request_permission); questions (elicitation/create); host bindings, with instructions placed
 // as context, when the agent takes MCP servers over HTTP.
 func Capabilities(key string, init sdk.InitializeResponse) provider.Capabilities {
 	ac := init.AgentCapabilities
@@ -107,6 +107,8 @@ func Capabilities(key string, init sdk.InitializeResponse) provider.Capabilities
 		Sessions:    provider.SessionCapabilities{Resume: ac.LoadSession || ac.SessionCapabilities.Resume != nil},
 		Turns:       provider.TurnCapabilities{Interrupt: true},
 		Requests:    provider.RequestCapabilities{Approval: true},
+		// Elicitations (form and URL) are asked as questions.
+		Interactions: provider.InteractionSupport{Kinds: []provider.InteractionKind{provider.InteractionQuestion}},
 	}
 	if ac.McpCapabilities.Http {
 		c.HostBinding = provider.HostBindingSupport{Supported: true,
@@ -321,6 +323,8 @@ func (ag *agentProc) handshake(ctx context.Context, in *instance) error {
 		ClientCapabilities: sdk.ClientCapabilities{
 			Fs:       sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
 			Terminal: true,
+			Elicitation: &sdk.ElicitationCapabilities{Form: &sdk.ElicitationFormCapabilities{},
+				Url: &sdk.ElicitationUrlCapabilities{}},
 		},
 		ClientInfo: &sdk.Implementation{Name: in.d.opt.ClientName, Version: in.d.opt.ClientVersion},
 	})

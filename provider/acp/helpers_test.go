@@ -16,14 +16,46 @@ import (
 
 // recorder keeps the events a driver emits.
 type recorder struct {
-	mu     sync.Mutex
-	events []event.Event
+	mu      sync.Mutex
+	events  []event.Event
+	changed chan struct{} // closed at the next event
 }
 
 func (r *recorder) add(e event.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 	r.mu.Unlock()
+}
+
+// await waits until n events of type t were recorded, or ctx ends.
+func (r *recorder) await(ctx context.Context, t event.Type, n int) []event.Event {
+	for {
+		r.mu.Lock()
+		var out []event.Event
+		for _, e := range r.events {
+			if e.Type == t {
+				out = append(out, e)
+			}
+		}
+		if len(out) >= n {
+			r.mu.Unlock()
+			return out
+		}
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return out
+		}
+	}
 }
 
 func (r *recorder) of(t event.Type) []event.Event {

@@ -36,7 +36,7 @@ var (
 )
 
 func (a adapter) Create(ctx context.Context, req provider.CreateRequest) (provider.Session, error) {
-	s, err := a.in.open(ctx, req.SessionID, req.WorkingDirectory, req.Configuration, req.HostTools, "")
+	s, err := a.in.open(ctx, req.SessionID, req.WorkingDirectory, req.Configuration, req.HostTools, req.Interactions, "")
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (a adapter) Create(ctx context.Context, req provider.CreateRequest) (provid
 }
 
 func (r resumer) Resume(ctx context.Context, req provider.ResumeRequest) (provider.Session, error) {
-	return r.in.open(ctx, req.SessionID, req.WorkingDirectory, req.Configuration, req.HostTools, req.Binding)
+	return r.in.open(ctx, req.SessionID, req.WorkingDirectory, req.Configuration, req.HostTools, req.Interactions, req.Binding)
 }
 
 // session is one ACP session in its own agent process.
@@ -62,12 +62,18 @@ type session struct {
 	// session give up.
 	life    context.Context
 	endLife context.CancelFunc
+	// ia is the host's session interactions (nil: none); asking ends when
+	// the session starts closing, cancelling the elicitations in flight.
+	ia         provider.Interactions
+	asking     context.Context
+	stopAsking context.CancelFunc
 
 	mu      sync.Mutex
 	binding provider.Binding
 	instr   string // host-binding instructions, for the next prompt
 	turn    *turn
 	reqN    int
+	elicitN int
 	closing bool
 	closed  bool
 }
@@ -95,7 +101,7 @@ func (s *session) emit(t event.Type, payload any) { s.in.emit(s.id, t, payload) 
 
 // open starts an agent process and opens (or reopens, when resume is
 // set) its session.
-func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg []byte, ht provider.HostTools, resume provider.Binding) (*session, error) {
+func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg []byte, ht provider.HostTools, ia provider.Interactions, resume provider.Binding) (*session, error) {
 	if r, perr := in.currentReadiness(); r != provider.Ready {
 		if perr != nil {
 			return nil, fmt.Errorf("%w (%s): %w", ErrNotReady, r, perr)
@@ -120,8 +126,9 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	if err != nil {
 		return nil, err
 	}
-	s := &session{in: in, id: sessionID, label: toolsession.HashKey("acp/" + in.id + "/" + sessionID), ws: ws}
+	s := &session{in: in, id: sessionID, label: toolsession.HashKey("acp/" + in.id + "/" + sessionID), ws: ws, ia: ia}
 	s.life, s.endLife = context.WithCancel(context.Background())
+	s.asking, s.stopAsking = context.WithCancel(s.life)
 	s.terms = newTerminals(nil, ws, in.env, in.cfg.Limits.TerminalOutputBytes, in.cfg.Limits.MaxTerminals, s.emit)
 	fail := func(err error) (*session, error) {
 		if cerr := s.teardown(context.WithoutCancel(ctx)); cerr != nil {
@@ -660,6 +667,8 @@ func (s *session) Close(ctx context.Context, _ provider.CloseReason) error {
 	s.closing = true
 	t := s.turn
 	s.mu.Unlock()
+	// The agent hears its elicitations cancelled before it is stopped.
+	s.stopAsking()
 	if t != nil {
 		t.stop()
 	}
