@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentry-dev/agentry/agent"
@@ -75,7 +78,8 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 	if sessionID == "" {
 		sessionID = "run-" + fmt.Sprint(time.Now().UnixNano())
 	}
-	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: sessionID, WorkingDirectory: ws})
+	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: sessionID, WorkingDirectory: ws,
+		Interactions: &termInteractions{stdin: stdin, stderr: stderr}})
 	if err != nil {
 		return failure(fmt.Errorf("starting the agent: %s", oneLine(err.Error())))
 	}
@@ -125,4 +129,49 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 	}
 	fmt.Fprintln(stdout, answer.String())
 	return nil
+}
+
+// termInteractions asks the person at the terminal what the agent asks
+// outside a turn's requests (ACP elicitation): a notice is printed; a
+// question is answered on a line (one of its options, when it offers
+// some). With no terminal it is declined, and stderr says so (--approve
+// answers approvals only, never a question).
+type termInteractions struct {
+	stdin  io.Reader
+	stderr io.Writer
+	mu     sync.Mutex // one question at a time at the terminal
+}
+
+func (ti *termInteractions) Interact(ctx context.Context, _ string, in provider.Interaction) (provider.InteractionReply, error) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	fmt.Fprintf(ti.stderr, "agentry: the agent asks: %s\n", oneLine(in.Message))
+	if in.Kind == provider.InteractionNotice {
+		return provider.InteractionReply{}, nil
+	}
+	if !terminalIn(ti.stdin) {
+		fmt.Fprintln(ti.stderr, "agentry: declined: stdin is not a terminal, so nobody can answer")
+		return provider.InteractionReply{Declined: true}, nil
+	}
+	if len(in.Options) > 0 {
+		fmt.Fprintf(ti.stderr, "choose one of: %s (empty declines)\n", strings.Join(in.Options, ", "))
+	}
+	fmt.Fprint(ti.stderr, "> ")
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(ti.stdin).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		s = strings.TrimSpace(s)
+		if s == "" || (len(in.Options) > 0 && !slices.Contains(in.Options, s)) {
+			fmt.Fprintln(ti.stderr, "agentry: declined")
+			return provider.InteractionReply{Declined: true}, nil
+		}
+		return provider.InteractionReply{Answer: s}, nil
+	case <-ctx.Done():
+		fmt.Fprintln(ti.stderr)
+		return provider.InteractionReply{}, context.Cause(ctx)
+	}
 }
