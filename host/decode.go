@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
@@ -109,6 +110,9 @@ func decodeStrict(body []byte, v any) error {
 	if trimmed[0] != '{' {
 		return fieldError(CodeInvalidJSON, "", "host: the body must be a JSON object")
 	}
+	if err := checkKeys(body, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -118,6 +122,69 @@ func decodeStrict(body []byte, v any) error {
 		return fieldError(CodeInvalidJSON, "", "host: the body has data after its JSON object; send one object")
 	}
 	return nil
+}
+
+// checkKeys refuses what encoding/json lets through in a body's object: a
+// key given twice (it would keep the last, silently) and a key that
+// matches a field only when case is ignored ("Message" for "message").
+// Malformed JSON is left to the decoder, which says where.
+func checkKeys(body []byte, v any) error {
+	names := fieldNames(reflect.TypeOf(v))
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, ok := t.(string)
+		if !ok {
+			return nil
+		}
+		if seen[key] {
+			return fieldError(CodeInvalidJSON, key, fmt.Sprintf("host: field %q is given twice; send it once", key))
+		}
+		seen[key] = true
+		if !names[key] {
+			for n := range names {
+				if strings.EqualFold(n, key) {
+					return fieldError(CodeUnknownField, key, fmt.Sprintf("host: unknown field %q; field names are case-sensitive (did you mean %q?)", key, n))
+				}
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fieldNames lists the JSON names of a struct's fields (t may point to
+// it).
+func fieldNames(t reflect.Type) map[string]bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	names := map[string]bool{}
+	if t.Kind() != reflect.Struct {
+		return names
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = true
+	}
+	return names
 }
 
 func jsonError(err error) error {

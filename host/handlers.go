@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -99,7 +100,23 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "host: no such path; the API is under /v1/sessions"))
 	})
-	return secureHeaders(mux)
+	return secureHeaders(cleanPaths(mux))
+}
+
+// cleanPaths answers a path that is not clean (//, . or ..) with the API's
+// JSON 404 rather than ServeMux's redirect in plain text: no client of
+// this API sends one, and a redirect would only help a probe. (Malformed
+// request lines and oversized headers are refused by net/http itself,
+// before any handler, in plain text: that cannot be changed from here.)
+func cleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p == "" || p[0] != '/' || (p != "/" && path.Clean(p) != strings.TrimSuffix(p, "/")) {
+			writeError(w, newError(http.StatusNotFound, CodeNotFound, "host: no such path; paths are clean (no //, . or ..) and the API is under /v1/sessions"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (h *Host) handleReady(w http.ResponseWriter, r *http.Request) {
