@@ -13,6 +13,7 @@ import (
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/provider/conformance"
 )
 
 // The whole life of a session, over httptest and over a real listener, on
@@ -391,68 +392,124 @@ func badInput(t *testing.T, f *fixture) {
 	want(t, f.say("alice", id, "still here"), 200, "")
 }
 
-// One turn at a time per session: a second is 409, and so is a close.
+// One turn at a time per session: a second is 409, and so is a close —
+// whatever the provider.
 func TestOneTurnAtATime(t *testing.T) {
-	f := newFixture(t, config{})
-	id := f.open("alice")
-	var wg sync.WaitGroup
-	var first resp
-	wg.Go(func() { first = f.say("alice", id, "call gate") })
-	<-f.gate.entered
-	want(t, f.say("alice", id, "hello"), http.StatusConflict, "session_busy")
-	want(t, f.do("DELETE", "/v1/sessions/"+id, "alice", nil), http.StatusConflict, "session_busy")
-	// Another session of the same principal is not held up.
-	other := f.open("alice")
-	want(t, f.say("alice", other, "hello"), 200, "")
-	close(f.gate.release)
-	wg.Wait()
-	want(t, first, 200, "")
-	want(t, f.say("alice", id, "hello"), 200, "")
+	eachProvider(t, func(t *testing.T, kind string) {
+		f := newFixture(t, config{kind: kind, real: true})
+		id := f.open("alice")
+		held := f.hold("alice", id)
+		want(t, f.say("alice", id, "hello"), http.StatusConflict, "session_busy")
+		want(t, f.do("DELETE", "/v1/sessions/"+id, "alice", nil), http.StatusConflict, "session_busy")
+		// Another session of the same principal is not held up.
+		other := f.open("alice")
+		r := f.say("alice", other, "hello")
+		want(t, r, 200, "")
+		if m := r.json(t); m["output"] != f.answer("hello") {
+			t.Fatalf("the other session's answer: %s", r.body)
+		}
+		if kind == onFake {
+			held.cut(t) // the fake holds until interrupted: the drain bound does it
+			return
+		}
+		held.release()
+		want(t, held.wait(), 200, "")
+		want(t, f.say("alice", id, "hello"), 200, "")
+	})
 }
 
-// Admission bounds answer 429 with Retry-After, and emit an event.
+// heldTurn is a turn the fixture's provider holds until the test lets go:
+// the native agent's gate tool, or the fake's "hold" prompt.
+type heldTurn struct {
+	f    *fixture
+	done chan resp
+}
+
+func (f *fixture) hold(who, id string) *heldTurn {
+	f.t.Helper()
+	h := &heldTurn{f: f, done: make(chan resp, 1)}
+	msg := "call gate"
+	if f.kind == onFake {
+		msg = conformance.FakeHold
+	}
+	go func() { h.done <- f.say(who, id, msg) }()
+	if f.kind == onFake {
+		f.rec.waitFor(f.t, event.TypeProviderTurnStart, func(e event.Event) bool { return e.Meta.SessionID == id }, 10*time.Second)
+	} else {
+		<-f.gate.entered
+	}
+	return h
+}
+
+func (h *heldTurn) release()   { close(h.f.gate.release) }
+func (h *heldTurn) wait() resp { return <-h.done }
+
+// cut ends a held turn with the drain bound (Interrupt through the
+// contract): it answers 503 turn_cut, and the host is shut down.
+func (h *heldTurn) cut(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.f.h.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "cut") {
+		t.Fatalf("shutdown: %v", err)
+	}
+	want(t, h.wait(), http.StatusServiceUnavailable, "turn_cut")
+	h.f.closed = true
+	h.f.stop()
+	_ = h.f.reg.Dispose(context.Background())
+}
+
+// Admission bounds answer 429 with Retry-After, and emit an event —
+// whatever the provider.
 func TestAdmissionBounds(t *testing.T) {
-	f := newFixture(t, config{opt: host.Options{MaxTurnsPerPrincipal: 1, MaxOpenSessions: 2}})
-	a1, a2 := f.open("alice"), f.open("alice")
-	r := f.do("POST", "/v1/sessions", "alice", nil)
-	want(t, r, http.StatusTooManyRequests, "too_many_sessions")
-	if r.header.Get("Retry-After") == "" {
-		t.Fatal("429 without Retry-After")
-	}
-	f.open("bob") // bob has his own bound
+	eachProvider(t, func(t *testing.T, kind string) {
+		f := newFixture(t, config{kind: kind, real: true, opt: host.Options{MaxTurnsPerPrincipal: 1, MaxOpenSessions: 2}})
+		a1, a2 := f.open("alice"), f.open("alice")
+		r := f.do("POST", "/v1/sessions", "alice", nil)
+		want(t, r, http.StatusTooManyRequests, "too_many_sessions")
+		if r.header.Get("Retry-After") == "" {
+			t.Fatal("429 without Retry-After")
+		}
+		f.open("bob") // bob has his own bound
 
-	var wg sync.WaitGroup
-	wg.Go(func() { want(t, f.say("alice", a1, "call gate"), 200, "") })
-	<-f.gate.entered
-	r = f.say("alice", a2, "hello")
-	want(t, r, http.StatusTooManyRequests, "too_many_turns")
-	if r.header.Get("Retry-After") != "1" {
-		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
-	}
-	b := f.open("bob")
-	want(t, f.say("bob", b, "hello"), 200, "") // bob's turns are his own
-	close(f.gate.release)
-	wg.Wait()
-	want(t, f.say("alice", a2, "hello"), 200, "")
-
-	want(t, f.do("DELETE", "/v1/sessions/"+a1, "alice", nil), 204, "")
-	f.open("alice") // closing one makes room
-	refused := f.rec.ofType(event.TypeHostAdmissionRefused)
-	if len(refused) != 2 || refused[0].Meta.Principal != "alice" {
-		t.Fatalf("admission events: %+v", refused)
-	}
+		held := f.hold("alice", a1)
+		r = f.say("alice", a2, "hello")
+		want(t, r, http.StatusTooManyRequests, "too_many_turns")
+		if r.header.Get("Retry-After") != "1" {
+			t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+		}
+		b := f.open("bob")
+		want(t, f.say("bob", b, "hello"), 200, "") // bob's turns are his own
+		refused := f.rec.ofType(event.TypeHostAdmissionRefused)
+		if len(refused) != 2 || refused[0].Meta.Principal != "alice" {
+			t.Fatalf("admission events: %+v", refused)
+		}
+		if kind == onFake {
+			held.cut(t)
+			return
+		}
+		held.release()
+		want(t, held.wait(), 200, "")
+		want(t, f.say("alice", a2, "hello"), 200, "")
+		want(t, f.do("DELETE", "/v1/sessions/"+a1, "alice", nil), 204, "")
+		f.open("alice") // closing one makes room
+	})
 }
 
-// A global bound on turns holds across principals.
+// A global bound on turns holds across principals, whatever the provider.
 func TestAdmissionGlobalBound(t *testing.T) {
-	f := newFixture(t, config{opt: host.Options{MaxTurns: 1}})
-	a, b := f.open("alice"), f.open("bob")
-	var wg sync.WaitGroup
-	wg.Go(func() { want(t, f.say("alice", a, "call gate"), 200, "") })
-	<-f.gate.entered
-	want(t, f.say("bob", b, "hello"), http.StatusTooManyRequests, "too_many_turns")
-	close(f.gate.release)
-	wg.Wait()
+	eachProvider(t, func(t *testing.T, kind string) {
+		f := newFixture(t, config{kind: kind, real: true, opt: host.Options{MaxTurns: 1}})
+		a, b := f.open("alice"), f.open("bob")
+		held := f.hold("alice", a)
+		want(t, f.say("bob", b, "hello"), http.StatusTooManyRequests, "too_many_turns")
+		if kind == onFake {
+			held.cut(t)
+			return
+		}
+		held.release()
+		want(t, held.wait(), 200, "")
+	})
 }
 
 // Idle conversations leave memory: their tool sessions close with reason

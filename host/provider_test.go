@@ -416,3 +416,33 @@ func TestSessionInteractionOnTheStream(t *testing.T) {
 		t.Fatalf("the turn's result: %s %s", last.name, last.data)
 	}
 }
+
+// Two principals — and one principal name in two tenants — cannot see or
+// touch each other's sessions on the fake either, and trying changes
+// nothing.
+func TestFakeProviderPrincipalsAreIsolated(t *testing.T) {
+	f := newFixture(t, config{kind: onFake})
+	a := f.open("alice")
+	want(t, f.say("alice", a, conformance.FakeAsk), http.StatusAccepted, "")
+	for _, who := range []string{"bob", "carol"} {
+		for _, probe := range []struct{ method, path string }{
+			{"GET", ""}, {"GET", "/messages"}, {"GET", "/turns"}, {"GET", "/tool-sessions"}, {"GET", "/timeline"}, {"DELETE", ""},
+		} {
+			want(t, f.do(probe.method, "/v1/sessions/"+a+probe.path, who, nil), http.StatusNotFound, "not_found")
+		}
+		want(t, f.say(who, a, "hi"), http.StatusNotFound, "not_found")
+		want(t, f.decide(who, a, true), http.StatusNotFound, "not_found")
+		want(t, f.do("POST", "/v1/sessions/"+a+"/decision", who, `{"interaction":"x","answer":"y"}`), http.StatusNotFound, "not_found")
+		if r := f.do("GET", "/v1/sessions", who, nil); strings.Contains(string(r.body), a) {
+			t.Fatalf("%s's list shows alice's session: %s", who, r.body)
+		}
+	}
+	if m := f.do("GET", "/v1/sessions/"+a, "alice", nil).json(t); m["state"] != "paused" {
+		t.Fatalf("alice's session changed: %v", m)
+	}
+	r := f.decide("alice", a, true)
+	want(t, r, 200, "")
+	if m := r.json(t); m["output"] != "approved" {
+		t.Fatalf("alice's decision: %s", r.body)
+	}
+}
