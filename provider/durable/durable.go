@@ -308,3 +308,26 @@ func newBinding() provider.Binding {
 func workflowID(b provider.Binding, turnID string) string {
 	return "agentry/" + string(b) + "/" + turnID
 }
+
+// InstanceID is the id of the instance Open makes.
+const InstanceID = "agentry"
+
+// Open is the short way to one durable instance: a registry holding a
+// single definition (instance id "agentry") of a driver built from cfg,
+// opened with opts. Disposing the registry stops the replica's workers.
+func Open(ctx context.Context, cfg Config, opts ...provider.Option) (*provider.Registry, *provider.Instance, error) {
+	d, err := NewDriver(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: InstanceID, Provider: d.ProviderKey()}}, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst, err := reg.Instance(InstanceID)
+	if err != nil {
+		_ = reg.Dispose(ctx)
+		return nil, nil, err
+	}
+	return reg, inst, nil
+}
