@@ -119,6 +119,9 @@ func (s *session) follow(ctx context.Context, turnID, ack string, yield func(pro
 		return
 	}
 	r := stop.Result
+	// The turn is over: its run-scoped tool sessions close here, on the
+	// replica that holds them.
+	s.in.tier.FireRun(context.WithoutCancel(ctx), turnID)
 	for _, act := range r.Activity {
 		o := out
 		o.Kind, o.Text = provider.OutputActivity, act
