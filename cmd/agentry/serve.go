@@ -36,6 +36,8 @@ func init() { commands = append(commands, newServeCmd) }
 type serveOptions struct {
 	addr, tokens, store, events, model, runner string
 	agent, advertise                           string
+	temporal, temporalReplica                  string
+	temporalNamespace                          string
 	drain, teardown, idleEvict, lease          time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
@@ -107,6 +109,9 @@ flushed. A second signal exits at once.
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	f.StringVar(&o.advertise, "advertise", "", "with a postgres:// store: the URL the other replicas reach this one at (default: the listen address; a wildcard host becomes this machine's hostname)")
 	f.DurationVar(&o.lease, "lease", host.DefaultLeaseTTL, "with a postgres:// store: how long a conversation's ownership lease lasts unrenewed (renewed every third of it); a dead replica's conversations are taken over after it")
+	f.StringVar(&o.temporal, "temporal", "", "run every turn as a durable workflow on the Temporal server at HOST:PORT (model calls retried, tool calls pinned to this replica, check-ins survive restarts); see docs/scale.md")
+	f.StringVar(&o.temporalReplica, "temporal-replica", "", "with --temporal: this replica's name, the same across its restarts (its tool calls' task queue); default: hostname-PORT")
+	f.StringVar(&o.temporalNamespace, "temporal-namespace", "default", "with --temporal: the Temporal namespace")
 	return cmd
 }
 
@@ -214,7 +219,12 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	var reg *provider.Registry
 	var inst *provider.Instance
-	if o.agent == "acp" {
+	closeTemporal := func() {}
+	if o.temporal != "" && o.agent == "acp" {
+		err = usageError("--temporal runs agentry's own agent's turns as workflows; it does not apply to --agent acp")
+	} else if o.temporal != "" {
+		reg, inst, closeTemporal, err = openDurable(ctx, o, st, deps.model, deps.tools, stderr, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
+	} else if o.agent == "acp" {
 		reg, inst, err = openACP(ctx, deps.launcher, deps.acpConfig, bus.Export, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
 	} else {
 		reg, inst, err = native.Open(ctx, native.Config{Store: st.NativeStore(), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
@@ -238,6 +248,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		if err := reg.Dispose(ctx); err != nil {
 			fmt.Fprintf(stderr, "agentry serve: closing the agent: %v\n", err)
 		}
+		closeTemporal()
 		_ = bus.Close(ctx)
 		deps.close()
 	}
