@@ -28,6 +28,9 @@ type session struct {
 
 	mu      sync.Mutex
 	pending *native.PendingTurn // the turn waiting on a decision, if any
+	// stopped are the turns an Interrupt named, so one that came before
+	// its turn's workflow was started still reaches it.
+	stopped map[string]bool
 }
 
 var (
@@ -51,9 +54,6 @@ func (s *session) Pending() (string, provider.Request, bool) {
 
 func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Seq2[provider.Output, error] {
 	return func(yield func(provider.Output, error) bool) {
-		if !yield(provider.Output{Kind: provider.OutputTurnStarted, SessionID: s.id, TurnID: req.TurnID}, nil) {
-			return
-		}
 		rec, err := s.in.cfg.Store.Load(ctx, s.binding)
 		if err != nil {
 			yield(provider.Output{}, fmt.Errorf("durable: loading the conversation: %w", err))
@@ -71,7 +71,20 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		}, WorkflowName, in)
 		if err != nil {
-			yield(provider.Output{}, fmt.Errorf("durable: starting the turn's workflow: %w", err))
+			yield(provider.Output{}, fmt.Errorf("%w: starting the turn's workflow: %w", provider.ErrNotStarted, err))
+			return
+		}
+		// The workflow exists now: an interrupt that came first reaches it.
+		s.mu.Lock()
+		stop := s.stopped[req.TurnID]
+		s.mu.Unlock()
+		if stop {
+			if err := cfg.Client.SignalWorkflow(ctx, wid, "", signalStop, nil); err != nil {
+				yield(provider.Output{}, fmt.Errorf("durable: interrupting the turn's workflow: %w", err))
+				return
+			}
+		}
+		if !yield(provider.Output{Kind: provider.OutputTurnStarted, SessionID: s.id, TurnID: req.TurnID}, nil) {
 			return
 		}
 		s.follow(ctx, req.TurnID, "", yield)
@@ -183,6 +196,12 @@ func (s *session) interrupt(wid string) {
 // Interrupt stops the turn's workflow. A running turn's outputs end at
 // turn.completed (interrupted); a waiting turn ends with no more outputs.
 func (s *session) Interrupt(ctx context.Context, turnID string) error {
+	s.mu.Lock()
+	if s.stopped == nil {
+		s.stopped = map[string]bool{}
+	}
+	s.stopped[turnID] = true
+	s.mu.Unlock()
 	err := s.in.cfg.Client.SignalWorkflow(ctx, workflowID(s.binding, turnID), "", signalStop, nil)
 	s.mu.Lock()
 	if s.pending != nil && s.pending.TurnID == turnID {
