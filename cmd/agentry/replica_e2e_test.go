@@ -58,7 +58,9 @@ func TestReplicasBinary(t *testing.T) {
 	if jailWorks() {
 		runner = "jail"
 	}
-	const lease = 2 * time.Second
+	// Long enough that a renewal late under a loaded CI machine (every third
+	// of it) does not lapse, short enough for a quick takeover.
+	const lease = 5 * time.Second
 	// The sandboxes' parent must be reachable by the jail's own user
 	// (t.TempDir's parent is root's alone).
 	tmp, err := os.MkdirTemp("", "agentry-replicas-")
