@@ -40,6 +40,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -280,6 +281,15 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 			return sdk.PromptResponse{}, err
 		}
 		if resp.Outcome.Cancelled != nil {
+			// The client cancels a waiting permission after it sends
+			// session/cancel, and the two may be handled here in either
+			// order: take the cancel for this prompt before ending it,
+			// so it cannot cancel the next one (bounded: a client may
+			// also cancel a permission without a session/cancel).
+			select {
+			case <-cancelled:
+			case <-time.After(2 * time.Second):
+			}
 			return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil
 		}
 		chosen := string(resp.Outcome.Selected.OptionId)

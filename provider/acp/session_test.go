@@ -165,8 +165,8 @@ func TestInterruptAnswersAWaitingRequestCancelled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.ws, "notes.txt")); err == nil {
 		t.Fatal("the agent wrote after its permission request was cancelled")
 	}
-	if said(turn(t, s, "t2", "hello")) != "hello back" {
-		t.Fatal("the session does not answer after the interrupt")
+	if got := turn(t, s, "t2", "hello"); said(got) != "hello back" {
+		t.Fatalf("the session does not answer after the interrupt: %+v", got)
 	}
 }
 
