@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -309,4 +310,24 @@ func (r *Registry) Dispose(ctx context.Context) error {
 	r.disposed = true
 	r.mu.Unlock()
 	return r.dispose.do(ctx)
+}
+
+// OpenOne is OpenRegistry for a program that runs one instance of one
+// driver: a registry holding the single definition {ID: id, Provider:
+// d.ProviderKey()}, and that instance. Disposing the registry disposes the
+// instance.
+func OpenOne(ctx context.Context, d Driver, id string, opts ...Option) (*Registry, *Instance, error) {
+	if d == nil {
+		return nil, nil, errors.New("provider: OpenOne: the driver is nil")
+	}
+	reg, err := OpenRegistry(ctx, []Driver{d}, []Definition{{ID: id, Provider: d.ProviderKey()}}, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst, err := reg.Instance(id)
+	if err != nil {
+		_ = reg.Dispose(ctx)
+		return nil, nil, err
+	}
+	return reg, inst, nil
 }

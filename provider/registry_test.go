@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentry-dev/agentry/provider/conformance"
 	"slices"
 	"sync"
 	"testing"
@@ -374,5 +375,27 @@ func TestRetryCleanupRunsAtMostOnceAndShares(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 2 {
 		t.Fatalf("dispose ran %d times; want 2 (the failure, one shared retry)", calls)
+	}
+}
+
+// OpenOne opens the one instance of one driver, and refuses none.
+func TestOpenOne(t *testing.T) {
+	ctx := context.Background()
+	if _, _, err := provider.OpenOne(ctx, nil, "x"); err == nil {
+		t.Fatal("OpenOne took a nil driver")
+	}
+	d := conformance.NewFakeDriver()
+	reg, inst, err := provider.OpenOne(ctx, d, "only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.ID() != "only" || inst.ProviderKey() != d.ProviderKey() || len(reg.Instances()) != 1 {
+		t.Fatalf("instance %q of %q, %d in the registry", inst.ID(), inst.ProviderKey(), len(reg.Instances()))
+	}
+	if err := reg.Dispose(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Instance("only"); err == nil {
+		t.Fatal("a disposed registry still hands out its instance")
 	}
 }

@@ -16,16 +16,7 @@ func Open(ctx context.Context, cfg Config, opts ...provider.Option) (*provider.R
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: InstanceID, Provider: d.ProviderKey()}}, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	inst, err := reg.Instance(InstanceID)
-	if err != nil {
-		_ = reg.Dispose(ctx)
-		return nil, nil, err
-	}
-	return reg, inst, nil
+	return provider.OpenOne(ctx, d, InstanceID, opts...)
 }
 
 // InstanceID is the id of the instance Open makes.
