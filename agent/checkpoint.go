@@ -178,19 +178,8 @@ func (a *Agent) mac(cp Checkpoint) string {
 
 // admit checks that this agent may resume cp with the given extra tools.
 func (a *Agent) admit(cp *Checkpoint, extra []*toolEntry) error {
-	if err := cp.check(); err != nil {
+	if err := a.ownCheckpoint(*cp); err != nil {
 		return err
-	}
-	if len(a.cpKey) > 0 {
-		if cp.MAC == "" {
-			return &CheckpointError{Field: "mac", Problem: "the checkpoint is not signed and this agent requires signed checkpoints"}
-		}
-		if !hmac.Equal([]byte(cp.MAC), []byte(a.mac(*cp))) {
-			return &CheckpointError{Field: "mac", Problem: "the signature does not match: the checkpoint was changed, or signed with another CheckpointKey"}
-		}
-	}
-	if cp.Agent != a.id {
-		return &CheckpointError{Field: "agent", Problem: fmt.Sprintf("written by agent %q, and this is agent %q; resume it on the agent that paused", cp.Agent, a.id)}
 	}
 	if miss, extraNames := diff(cp.Tools, a.toolNames); len(miss)+len(extraNames) > 0 {
 		return &CheckpointError{Field: "tools", Problem: "the agent's tool set differs from the one that paused", Missing: miss, Unexpected: extraNames}
@@ -364,6 +353,26 @@ func (a *Agent) spendLocked(cpID string, why error) {
 	}
 }
 
+// ownCheckpoint refuses a checkpoint that is malformed, unsigned or
+// wrongly signed (when the agent signs them), or written by another agent.
+func (a *Agent) ownCheckpoint(cp Checkpoint) error {
+	if err := cp.check(); err != nil {
+		return err
+	}
+	if len(a.cpKey) > 0 {
+		if cp.MAC == "" {
+			return &CheckpointError{Field: "mac", Problem: "the checkpoint is not signed and this agent requires signed checkpoints"}
+		}
+		if !hmac.Equal([]byte(cp.MAC), []byte(a.mac(cp))) {
+			return &CheckpointError{Field: "mac", Problem: "the signature does not match: the checkpoint was changed, or signed with another CheckpointKey"}
+		}
+	}
+	if cp.Agent != a.id {
+		return &CheckpointError{Field: "agent", Problem: fmt.Sprintf("written by agent %q, and this is agent %q; resume it on the agent that paused", cp.Agent, a.id)}
+	}
+	return nil
+}
+
 // AbandonCheckpoint gives up a pause nobody will answer: the run's
 // run-scoped tool sessions close (reason run-end), and so do the
 // call-scoped sessions of calls that asked mid-call. A later Resume of the
@@ -371,14 +380,8 @@ func (a *Agent) spendLocked(cpID string, why error) {
 // sessions it closed, and works on checkpoints written by another process
 // (which has its own sessions: there, it closes none).
 func (a *Agent) AbandonCheckpoint(ctx context.Context, cp Checkpoint) (int, error) {
-	if err := cp.check(); err != nil {
+	if err := a.ownCheckpoint(cp); err != nil {
 		return 0, err
-	}
-	if len(a.cpKey) > 0 && (cp.MAC == "" || !hmac.Equal([]byte(cp.MAC), []byte(a.mac(cp)))) {
-		return 0, &CheckpointError{Field: "mac", Problem: "the checkpoint is unsigned or its signature does not match"}
-	}
-	if cp.Agent != a.id {
-		return 0, &CheckpointError{Field: "agent", Problem: fmt.Sprintf("written by agent %q, and this is agent %q", cp.Agent, a.id)}
 	}
 	a.mu.Lock()
 	if why, ok := a.spent[cp.ID]; ok {
@@ -406,14 +409,8 @@ func (a *Agent) AbandonCheckpoint(ctx context.Context, cp Checkpoint) (int, erro
 // kept for the person to answer later. It refuses what AbandonCheckpoint
 // refuses, and returns how many sessions it closed.
 func (a *Agent) ReleaseCheckpoint(ctx context.Context, cp Checkpoint) (int, error) {
-	if err := cp.check(); err != nil {
+	if err := a.ownCheckpoint(cp); err != nil {
 		return 0, err
-	}
-	if len(a.cpKey) > 0 && (cp.MAC == "" || !hmac.Equal([]byte(cp.MAC), []byte(a.mac(cp)))) {
-		return 0, &CheckpointError{Field: "mac", Problem: "the checkpoint is unsigned or its signature does not match"}
-	}
-	if cp.Agent != a.id {
-		return 0, &CheckpointError{Field: "agent", Problem: fmt.Sprintf("written by agent %q, and this is agent %q", cp.Agent, a.id)}
 	}
 	a.mu.Lock()
 	if why, ok := a.spent[cp.ID]; ok {
