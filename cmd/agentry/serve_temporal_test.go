@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/agentry-dev/agentry/internal/temporaltest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,28 +12,13 @@ import (
 	"github.com/agentry-dev/agentry/tool"
 )
 
-// needTemporal returns the test Temporal server's HOST:PORT
-// (AGENTRY_TEST_TEMPORAL; .ci/temporal starts one). It fails under CI=true
-// without one and skips otherwise.
-func needTemporal(t *testing.T) string {
-	t.Helper()
-	addr := os.Getenv("AGENTRY_TEST_TEMPORAL")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AGENTRY_TEST_TEMPORAL is not set and CI=true: run .ci/temporal (it starts `temporal server start-dev`)")
-		}
-		t.Skip("LOUD: AGENTRY_TEST_TEMPORAL is not set; start `temporal server start-dev --headless` and set it to its HOST:PORT")
-	}
-	return addr
-}
-
 // serve --temporal: a turn under --check-in run_code pauses as a workflow
 // waiting for a signal; the host stops and starts again on the same store;
 // the decision endpoint of the new process signals the workflow, which
 // runs the code once and answers.
 func TestServeTemporalPauseSurvivesRestart(t *testing.T) {
 	needPython(t)
-	addr := needTemporal(t)
+	addr := temporaltest.Addr(t)
 	dir := t.TempDir()
 	tok, line, err := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
 	if err != nil {

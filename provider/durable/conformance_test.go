@@ -3,6 +3,7 @@ package durable_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentry-dev/agentry/internal/temporaltest"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func (kitModel) Generate(_ context.Context, req llm.Request) (llm.Response, erro
 // server: every check of what it declares (resume, a waiting turn across
 // a re-open, interrupt, approval requests).
 func TestConformance(t *testing.T) {
-	c := dial(t, temporalAddr(t))
+	c := dial(t, temporaltest.Addr(t))
 	type none struct{}
 	gated := tool.WithCheckIn(tool.Func("gated", "asks first", func(context.Context, *tool.Call, none) (string, error) { return "gated ran", nil }))
 	hang := tool.Func("hang", "runs until stopped", func(ctx context.Context, _ *tool.Call, _ none) (string, error) {

@@ -3,6 +3,7 @@ package durable_test
 import (
 	"bufio"
 	"context"
+	"github.com/agentry-dev/agentry/internal/temporaltest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 )
 
 func TestTurnWithToolCall(t *testing.T) {
-	c := dial(t, temporalAddr(t))
+	c := dial(t, temporaltest.Addr(t))
 	file := filepath.Join(t.TempDir(), "touched")
 	store := native.NewMemoryStore(0)
 	model := &toucher{}
@@ -60,7 +61,7 @@ func TestTurnWithToolCall(t *testing.T) {
 }
 
 func TestPauseSurvivesRestart(t *testing.T) {
-	c := dial(t, temporalAddr(t))
+	c := dial(t, temporaltest.Addr(t))
 	file := filepath.Join(t.TempDir(), "touched")
 	store := native.NewMemoryStore(0)
 	cfg := durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: &toucher{},
@@ -112,7 +113,7 @@ func TestPauseSurvivesRestart(t *testing.T) {
 }
 
 func TestDeclinedCheckIn(t *testing.T) {
-	c := dial(t, temporalAddr(t))
+	c := dial(t, temporaltest.Addr(t))
 	file := filepath.Join(t.TempDir(), "touched")
 	r := openReplica(t, c, durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: &toucher{},
 		Tools: []tool.Tool{touchTool(file, true, nil)}, Store: native.NewMemoryStore(0)})
@@ -142,7 +143,7 @@ func TestDeclinedCheckIn(t *testing.T) {
 // that completed is not run again, the one in flight is reported to the
 // model as lost within the heartbeat timeout, and not re-run.
 func TestKilledReplica(t *testing.T) {
-	addr := temporalAddr(t)
+	addr := temporaltest.Addr(t)
 	c := dial(t, addr)
 	file := filepath.Join(t.TempDir(), "touched")
 	queue := uniq(t)

@@ -27,20 +27,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// temporalAddr is the test Temporal server (AGENTRY_TEST_TEMPORAL); the
-// test fails without one under CI=true and skips otherwise.
-func temporalAddr(t *testing.T) string {
-	t.Helper()
-	addr := os.Getenv("AGENTRY_TEST_TEMPORAL")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AGENTRY_TEST_TEMPORAL is not set; .ci/run starts `temporal server start-dev` and sets it")
-		}
-		t.Skip("AGENTRY_TEST_TEMPORAL is not set; start `temporal server start-dev --headless` and set it to its HOST:PORT")
-	}
-	return addr
-}
-
 func dial(t *testing.T, addr string) client.Client {
 	t.Helper()
 	c, err := client.Dial(client.Options{HostPort: addr, Logger: quiet{}})
