@@ -26,19 +26,6 @@ const (
 	jailTmp  = "/tmp"
 )
 
-// systemDirs are mounted read-only when they are directories, or recreated
-// as the same symlink (merged /usr).
-var systemDirs = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
-
-// etcFiles are the few pieces of /etc that programs need to start: the
-// loader's cache, the alternatives symlinks, time zones, TLS roots and the
-// interpreters' own configuration. Nothing that names the host's users.
-var etcFiles = []string{
-	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-	"/etc/localtime", "/etc/ssl/certs", "/etc/ca-certificates", "/etc/mime.types",
-	"/etc/python3", "/etc/python3.11", "/etc/python3.12", "/etc/python3.13", "/etc/python3.14",
-}
-
 type jailSettings struct {
 	bwrap    string
 	prlimit  string
@@ -144,7 +131,7 @@ func newJailSettings(j Jail) (*jailSettings, error) {
 		s.readOnly = append(s.readOnly, p)
 		s.prefixes = append(s.prefixes, p)
 	}
-	for _, d := range systemDirs {
+	for _, d := range sandbox.SystemDirs {
 		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
 			s.prefixes = append(s.prefixes, d)
 		}
@@ -324,7 +311,6 @@ func (j *jailSettings) args(d sessionDirs, argv []string, seccompFD, blockFD int
 		"--die-with-parent", "--new-session",
 		"--hostname", "sandbox",
 		"--seccomp", strconv.Itoa(seccompFD),
-		"--ro-bind", "/usr", "/usr",
 	}
 	if blockFD >= 0 {
 		a = append(a, "--block-fd", strconv.Itoa(blockFD))
@@ -332,21 +318,7 @@ func (j *jailSettings) args(d sessionDirs, argv []string, seccompFD, blockFD int
 	if j.userns {
 		a = append(a, "--disable-userns")
 	}
-	for _, dir := range systemDirs {
-		fi, err := os.Lstat(dir)
-		switch {
-		case err != nil:
-		case fi.Mode()&os.ModeSymlink != 0:
-			if target, err := os.Readlink(dir); err == nil {
-				a = append(a, "--symlink", target, dir)
-			}
-		case fi.IsDir():
-			a = append(a, "--ro-bind", dir, dir)
-		}
-	}
-	for _, f := range etcFiles {
-		a = append(a, "--ro-bind-try", f, f)
-	}
+	a = append(a, sandbox.SystemMounts()...)
 	for _, p := range j.readOnly {
 		a = append(a, "--ro-bind", p, p)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/internal/sandbox"
 )
 
 // ready finds bwrap and the util-linux programs, and proves once that
@@ -111,7 +112,6 @@ func (s *settings) args(v jailView, extra []string, argv []string) []string {
 		"--uid", strconv.Itoa(InsideUID), "--gid", strconv.Itoa(InsideUID),
 		"--die-with-parent", "--new-session",
 		"--hostname", "sandbox",
-		"--ro-bind", "/usr", "/usr",
 	}
 	if v.net {
 		a = append(a, "--unshare-net")
@@ -119,21 +119,7 @@ func (s *settings) args(v jailView, extra []string, argv []string) []string {
 	if s.userns {
 		a = append(a, "--disable-userns")
 	}
-	for _, dir := range systemDirs {
-		fi, err := os.Lstat(dir)
-		switch {
-		case err != nil:
-		case fi.Mode()&os.ModeSymlink != 0:
-			if target, err := os.Readlink(dir); err == nil {
-				a = append(a, "--symlink", target, dir)
-			}
-		case fi.IsDir():
-			a = append(a, "--ro-bind", dir, dir)
-		}
-	}
-	for _, f := range etcFiles {
-		a = append(a, "--ro-bind-try", f, f)
-	}
+	a = append(a, sandbox.SystemMounts()...)
 	for _, f := range []string{"passwd", "group", "hosts", "nsswitch.conf"} {
 		a = append(a, "--ro-bind", filepath.Join(v.dirs.etc, f), "/etc/"+f)
 	}

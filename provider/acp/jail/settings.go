@@ -8,20 +8,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentry-dev/agentry/internal/sandbox"
 )
-
-// systemDirs are mounted read-only when they are directories, or
-// recreated as the same symlink (merged /usr).
-var systemDirs = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
-
-// etcFiles are the pieces of /etc programs need to start: the loader's
-// cache, alternatives, time zones, TLS roots, interpreters' configuration.
-// passwd, group, hosts and nsswitch.conf are generated per jail.
-var etcFiles = []string{
-	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-	"/etc/localtime", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates", "/etc/mime.types",
-	"/etc/python3", "/etc/python3.11", "/etc/python3.12", "/etc/python3.13", "/etc/python3.14",
-}
 
 // protected are host paths an install directory or workspace may never be,
 // nor contain: mounting them would hand the agent the system or the host's
@@ -128,7 +117,7 @@ func visible(p string) bool {
 	if within(p, "/usr") {
 		return true
 	}
-	for _, d := range systemDirs {
+	for _, d := range sandbox.SystemDirs {
 		if within(p, d) {
 			return true
 		}
