@@ -380,21 +380,9 @@ func (a *Agent) ownCheckpoint(cp Checkpoint) error {
 // sessions it closed, and works on checkpoints written by another process
 // (which has its own sessions: there, it closes none).
 func (a *Agent) AbandonCheckpoint(ctx context.Context, cp Checkpoint) (int, error) {
-	if err := a.ownCheckpoint(cp); err != nil {
+	if _, _, err := a.letGo(cp, ErrCheckpointAbandoned); err != nil {
 		return 0, err
 	}
-	a.mu.Lock()
-	if why, ok := a.spent[cp.ID]; ok {
-		a.mu.Unlock()
-		return 0, why
-	}
-	if err := a.staleLocked(nil, cp.RunID, cp.ID); err != nil {
-		a.mu.Unlock()
-		return 0, err
-	}
-	delete(a.paused, cp.ID)
-	a.spendLocked(cp.ID, ErrCheckpointAbandoned)
-	a.mu.Unlock()
 	p := pausedRun{runID: cp.RunID, asked: askedIDs(cp.RunID, cp.Messages[len(cp.Messages)-1].ToolCalls, cp.Waiting)}
 	return a.closePaused(ctx, p), nil
 }
@@ -409,21 +397,10 @@ func (a *Agent) AbandonCheckpoint(ctx context.Context, cp Checkpoint) (int, erro
 // kept for the person to answer later. It refuses what AbandonCheckpoint
 // refuses, and returns how many sessions it closed.
 func (a *Agent) ReleaseCheckpoint(ctx context.Context, cp Checkpoint) (int, error) {
-	if err := a.ownCheckpoint(cp); err != nil {
+	p, held, err := a.letGo(cp, nil)
+	if err != nil {
 		return 0, err
 	}
-	a.mu.Lock()
-	if why, ok := a.spent[cp.ID]; ok {
-		a.mu.Unlock()
-		return 0, why
-	}
-	if err := a.staleLocked(nil, cp.RunID, cp.ID); err != nil {
-		a.mu.Unlock()
-		return 0, err
-	}
-	p, held := a.paused[cp.ID]
-	delete(a.paused, cp.ID)
-	a.mu.Unlock()
 	if !held {
 		return 0, nil // paused elsewhere, or already released: nothing is held here
 	}
@@ -440,4 +417,29 @@ func (a *Agent) closePaused(ctx context.Context, p pausedRun) int {
 		n += t.FireCall(ctx, id)
 	}
 	return n
+}
+
+// letGo is what AbandonCheckpoint and ReleaseCheckpoint share: it refuses
+// a checkpoint that is not this agent's, already spent or stale, and
+// otherwise forgets the pause held here (returning it, when there was
+// one). A non-nil spend marks the checkpoint spent with that error, so
+// later resumes are refused with it.
+func (a *Agent) letGo(cp Checkpoint, spend error) (pausedRun, bool, error) {
+	if err := a.ownCheckpoint(cp); err != nil {
+		return pausedRun{}, false, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if why, ok := a.spent[cp.ID]; ok {
+		return pausedRun{}, false, why
+	}
+	if err := a.staleLocked(nil, cp.RunID, cp.ID); err != nil {
+		return pausedRun{}, false, err
+	}
+	p, held := a.paused[cp.ID]
+	delete(a.paused, cp.ID)
+	if spend != nil {
+		a.spendLocked(cp.ID, spend)
+	}
+	return p, held, nil
 }
