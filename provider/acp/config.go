@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentry-dev/agentry/internal/jsonerr"
 )
 
 // Config is a definition's configuration (provider.Definition.Config): the
@@ -135,7 +137,7 @@ func ParseConfig(raw []byte) (Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, &ConfigError{Problem: describeJSON(err)}
+		return Config{}, &ConfigError{Problem: jsonerr.Describe(err, "it has a field Config does not define (check the spelling)")}
 	}
 	if dec.More() {
 		return Config{}, bad("", "it holds more than one JSON value")
@@ -351,24 +353,4 @@ func ParseSessionConfig(raw []byte) (SessionConfig, error) {
 		}
 	}
 	return c, nil
-}
-
-// describeJSON names a decoding problem without quoting the input.
-func describeJSON(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("it is not valid JSON (at byte %d)", se.Offset)
-	case errors.As(err, &te):
-		if te.Field == "" {
-			return "it is not a JSON object"
-		}
-		return fmt.Sprintf("field %q has the wrong JSON type", te.Field)
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return "it has a field Config does not define (check the spelling)"
-	case strings.Contains(err.Error(), "duration"):
-		return `a duration is a string such as "30s"`
-	}
-	return "it is not valid JSON"
 }

@@ -3,10 +3,8 @@ package native
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"strings"
 
+	"github.com/agentry-dev/agentry/internal/jsonerr"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -43,7 +41,7 @@ func ParseSessionConfig(raw json.RawMessage) (SessionConfig, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return SessionConfig{}, &ConfigError{Problem: describeJSON(err)}
+		return SessionConfig{}, &ConfigError{Problem: jsonerr.Describe(err, "it has a field other than \"identity\" (or an identity field other than tenant, principal, conversationId)")}
 	}
 	if dec.More() {
 		return SessionConfig{}, &ConfigError{Problem: "it holds more than one JSON value"}
@@ -62,23 +60,4 @@ type ConfigError struct {
 func (e *ConfigError) Error() string {
 	return "native: the session configuration is unusable: " + e.Problem +
 		`; pass empty, or {"identity":{"tenant":...,"principal":...}}`
-}
-
-// describeJSON names a decoding problem without quoting the input.
-func describeJSON(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("it is not valid JSON (at byte %d)", se.Offset)
-	case errors.As(err, &te):
-		if te.Field == "" {
-			return "it is not a JSON object"
-		}
-		return fmt.Sprintf("field %q has the wrong JSON type", te.Field)
-	}
-	if strings.HasPrefix(err.Error(), "json: unknown field") {
-		return "it has a field other than \"identity\" (or an identity field other than tenant, principal, conversationId)"
-	}
-	return "it is not valid JSON"
 }
