@@ -4,13 +4,11 @@ package acp_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
@@ -162,30 +160,7 @@ func BenchmarkStartCostJailed(b *testing.B) {
 				r, argv = newRig(b, nil), scriptedCommand(b)
 			}
 			inst := r.instance(r.config(nil, func(c *acp.Config) { c.Command = argv }))
-			var total time.Duration
-			n := 0
-			for b.Loop() {
-				n++
-				start := time.Now()
-				s, err := inst.Adapter().Create(context.Background(), provider.CreateRequest{SessionID: fmt.Sprintf("b%d", n), WorkingDirectory: r.ws})
-				if err != nil {
-					b.Fatal(err)
-				}
-				vs := s
-				for o, err := range vs.RunTurn(context.Background(), provider.TurnRequest{TurnID: "t1", Input: "hello"}) {
-					if err != nil {
-						b.Fatal(err)
-					}
-					if o.Kind == provider.OutputText {
-						total += time.Since(start)
-						break
-					}
-				}
-				b.StopTimer()
-				_ = vs.Close(context.Background(), provider.CloseRequested)
-				b.StartTimer()
-			}
-			b.ReportMetric(float64(total.Microseconds())/1000/float64(n), "first-answer-ms")
+			benchFirstAnswer(b, r, inst)
 		})
 	}
 }
