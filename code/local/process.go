@@ -316,7 +316,7 @@ func (s *procSession) Stop(ctx context.Context) error {
 // (nothing outlives a call), and only then reaps it, so the group's id
 // cannot have been reused by then.
 func reap(cmd *exec.Cmd) error {
-	if waitExit(cmd.Process.Pid) == nil {
+	if sandbox.WaitExit(cmd.Process.Pid) == nil {
 		killGroup(cmd)
 	}
 	return cmd.Wait()

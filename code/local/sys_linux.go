@@ -5,7 +5,6 @@ package local
 import (
 	"os/exec"
 	"syscall"
-	"unsafe"
 )
 
 // sysProcAttr puts the child in its own process group (so a timeout kills
@@ -18,24 +17,6 @@ func (j *jailSettings) sysProcAttr() *syscall.SysProcAttr {
 		a.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
 	}
 	return a
-}
-
-// waitExit blocks until the process exits without reaping it, so that its
-// pid — and so its process group's id — cannot be reused while we kill
-// what it left behind.
-func waitExit(pid int) error {
-	var info [128]byte // siginfo_t
-	for {
-		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, 1 /* P_PID */, uintptr(pid),
-			uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != 0 {
-			return e
-		}
-		return nil
-	}
 }
 
 // killGroup kills the process group cmd leads. Call it only while cmd's

@@ -3,7 +3,6 @@
 package local
 
 import (
-	"errors"
 	"os/exec"
 	"syscall"
 )
@@ -13,9 +12,6 @@ import (
 func (j *jailSettings) sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
-
-// waitExit is Linux-only; elsewhere the group is not swept after exit.
-func waitExit(int) error { return errors.ErrUnsupported }
 
 func killGroup(cmd *exec.Cmd) {
 	if cmd.Process == nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/internal/sandbox"
 )
 
 // ErrMissingExecutable is wrapped by a launcher's error when the agent
@@ -234,7 +235,7 @@ func (p *process) emit(t event.Type, payload any) {
 // reports.
 func (p *process) watch() {
 	pid := p.cmd.Process.Pid
-	observed := waitExit(pid) == nil
+	observed := sandbox.WaitExit(pid) == nil
 	p.mu.Lock()
 	if observed {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
