@@ -34,6 +34,12 @@
 // processes — and never touch what a live process owns. Each returns a
 // [Swept] for the caller to report as an event.
 //
+// The system. [SystemMounts] is the part of bubblewrap's command line
+// that shows /usr, the [SystemDirs] and the [EtcFiles] read-only, the
+// same in every jail. [WaitExit] waits for a process without reaping it,
+// so its process group can be killed after it exits with no risk of the
+// id having been reused.
+//
 // Sizes for flags and settings are read by [ParseSize] ("1GiB",
 // "512MiB") and written by [FormatSize].
 //
