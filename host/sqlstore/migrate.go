@@ -139,3 +139,57 @@ func (s *Store) upgrade(ctx context.Context, tx *sql.Tx, l legacy, now int64) er
 		native.DefaultKey, binding, n, state, l.turnSeq, l.id)
 	return err
 }
+
+// toV3 gives native records their turn-mark rows: the marks each head
+// holds move into agentry_native_turns, and the head is written again
+// without them.
+func (s *Store) toV3(ctx context.Context, tx *sql.Tx) error {
+	for _, stmt := range v3 {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT binding, head FROM agentry_native`)
+	if err != nil {
+		return err
+	}
+	type head struct{ binding, head string }
+	var heads []head
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.binding, &h.head); err != nil {
+			rows.Close()
+			return err
+		}
+		heads = append(heads, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	r := s.rebind
+	for _, h := range heads {
+		var rec native.Record
+		if err := json.Unmarshal([]byte(h.head), &rec); err != nil {
+			return fmt.Errorf("native conversation %s: its record is not JSON: %w", h.binding, err)
+		}
+		if len(rec.Turns) == 0 {
+			continue
+		}
+		for i, m := range rec.Turns {
+			if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native_turns (binding, idx, turn_id, messages) VALUES (?, ?, ?, ?)`), h.binding, i, m.ID, m.Messages); err != nil {
+				return err
+			}
+		}
+		n := len(rec.Turns)
+		rec.Turns = nil
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, r(`UPDATE agentry_native SET head = ?, turns = ? WHERE binding = ?`), string(b), n, h.binding); err != nil {
+			return err
+		}
+	}
+	return nil
+}

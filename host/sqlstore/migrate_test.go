@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	_ "modernc.org/sqlite"
@@ -12,6 +13,7 @@ import (
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -114,5 +116,97 @@ func TestSchema1Upgrades(t *testing.T) {
 	defer s2.Close()
 	if c2, _ := s2.Load(ctx, alice, "ses_a"); c2.Binding != c.Binding || len(c2.Transcript) != 3 {
 		t.Fatalf("a second open: %+v", c2)
+	}
+}
+
+// schema2 is the native table as the second build wrote it: the turn
+// marks inside the record's head.
+var schema2 = []string{
+	`CREATE TABLE agentry_native (binding TEXT PRIMARY KEY, head TEXT NOT NULL, messages BIGINT NOT NULL, updated_us BIGINT NOT NULL)`,
+	`CREATE TABLE agentry_native_messages (binding TEXT NOT NULL REFERENCES agentry_native (binding), idx BIGINT NOT NULL,
+		message TEXT NOT NULL, PRIMARY KEY (binding, idx))`,
+	`INSERT INTO agentry_native VALUES ('b-1', '{"conversation":{"version":1,"identity":{"tenant":"acme","principal":"alice"}},"turns":[{"id":"t1","messages":2},{"id":"t2","messages":4}]}', 4, 1)`,
+	`INSERT INTO agentry_native VALUES ('b-2', '{"conversation":{"version":1},"turns":null}', 0, 1)`,
+	`INSERT INTO agentry_native_messages VALUES ('b-1', 0, '{"role":"user","content":"one"}')`,
+	`INSERT INTO agentry_native_messages VALUES ('b-1', 1, '{"role":"assistant","content":"two"}')`,
+	`INSERT INTO agentry_native_messages VALUES ('b-1', 2, '{"role":"user","content":"three"}')`,
+	`INSERT INTO agentry_native_messages VALUES ('b-1', 3, '{"role":"assistant","content":"four"}')`,
+}
+
+// A schema-2 store keeps its native conversations whole: their turn
+// marks move out of the head into rows, so a branch through an old turn
+// still finds it, and the next turn appends to them.
+func TestSchema2Upgrades(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agentry.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host's tables of schema 2 are schema 1's with the provider
+	// columns; the upgrade from 1 is tested above, so they start empty.
+	for _, q := range append(schema1[:6:6], schema2...) {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, q := range []string{
+		`ALTER TABLE agentry_conversations ADD COLUMN provider TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE agentry_conversations ADD COLUMN binding TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE agentry_conversations ADD COLUMN pending_request TEXT`,
+		`ALTER TABLE agentry_conversations ADD COLUMN turn_seq BIGINT NOT NULL DEFAULT 0`,
+		`UPDATE agentry_meta SET value = '2' WHERE key = 'schema'`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("opening a schema-2 store: %v", err)
+	}
+	ns := s.NativeStore()
+	rec, err := ns.Load(ctx, "b-1")
+	if err != nil || len(rec.Conversation.Messages) != 4 || len(rec.Turns) != 2 || rec.Turns[1] != (native.TurnMark{ID: "t2", Messages: 4}) ||
+		rec.Conversation.Identity == nil || rec.Conversation.Identity.Principal != "alice" {
+		t.Fatalf("the upgraded record: %+v %v", rec, err)
+	}
+	if rec, err := ns.Load(ctx, "b-2"); err != nil || len(rec.Turns) != 0 || len(rec.Conversation.Messages) != 0 {
+		t.Fatalf("an upgraded record without turns: %+v %v", rec, err)
+	}
+	rec.Conversation.Messages = append(rec.Conversation.Messages, llm.Message{Role: llm.RoleUser, Content: "five"})
+	rec.Turns = append(rec.Turns, native.TurnMark{ID: "t3", Messages: 5})
+	if err := ns.Save(ctx, "b-1", rec); err != nil {
+		t.Fatal(err)
+	}
+	// The save is written behind: a host save after it is what makes it
+	// durable, so close the store (which drains its writer) and look.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var head string
+	var marks int
+	if err := db.QueryRow(`SELECT head, (SELECT COUNT(*) FROM agentry_native_turns WHERE binding = 'b-1') FROM agentry_native WHERE binding = 'b-1'`).Scan(&head, &marks); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(head, "t1") || marks != 3 {
+		t.Fatalf("after the upgrade and a turn: head %s, %d mark rows", head, marks)
+	}
+	s2, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, err := s2.NativeStore().Load(ctx, "b-1")
+	if err != nil || len(got.Turns) != 3 || got.Turns[0] != (native.TurnMark{ID: "t1", Messages: 2}) || got.Turns[2].ID != "t3" ||
+		len(got.Conversation.Messages) != 5 {
+		t.Fatalf("reopened: %+v %v", got, err)
 	}
 }

@@ -16,20 +16,25 @@ import (
 
 // NativeStore is where the native provider keeps its conversations
 // (native.Config.Store), in this database: a record's head (everything
-// but the messages) in one row, its messages one row each, appended as
-// the conversation grows — a turn writes what it added, not the whole
-// conversation again.
+// but its messages and turn marks) in one row, its messages and its turn
+// marks one row each, appended as the conversation grows — a turn writes
+// what it added, not the whole conversation again.
 func (s *Store) NativeStore() native.Store { return nativeStore{s} }
 
 type nativeStore struct{ s *Store }
 
-// nativeWrite is one record to store: its head, encoded, and its
-// messages (a copy of the slice; messages are never changed in place).
+// nativeWrite is one record to store: its head, encoded, its messages (a
+// copy of the slice; messages are never changed in place) and its turn
+// marks.
 type nativeWrite struct {
 	binding string
 	head    string
 	msgs    []llm.Message
+	turns   []native.TurnMark
 }
+
+// nativeCount is how many messages and turn marks a stored record has.
+type nativeCount struct{ msgs, turns int }
 
 func (n nativeStore) Load(ctx context.Context, b provider.Binding) (native.Record, error) {
 	n.s.nmu.Lock()
@@ -39,39 +44,70 @@ func (n nativeStore) Load(ctx context.Context, b provider.Binding) (native.Recor
 		// Written behind, not yet in the tables.
 		return q.record()
 	}
-	var head string
-	var count int64
-	err := n.s.read.QueryRowContext(ctx, n.s.q.nativeLoad, string(b)).Scan(&head, &count)
+	w, err := n.s.loadNative(ctx, string(b))
+	if err != nil {
+		return native.Record{}, err
+	}
+	return w.record()
+}
+
+func (s *Store) loadNative(ctx context.Context, b string) (*nativeWrite, error) {
+	w := &nativeWrite{binding: b}
+	var msgs, turns int64
+	err := s.read.QueryRowContext(ctx, s.q.nativeLoad, b).Scan(&w.head, &msgs, &turns)
 	if errors.Is(err, sql.ErrNoRows) {
-		return native.Record{}, native.ErrNotStored
+		return nil, native.ErrNotStored
 	}
 	if err != nil {
-		return native.Record{}, n.s.fail("loading a native conversation", err)
+		return nil, s.fail("loading a native conversation", err)
 	}
-	rows, err := n.s.read.QueryContext(ctx, n.s.q.nativeMsgs, string(b))
+	rows, err := s.read.QueryContext(ctx, s.q.nativeMsgs, b)
 	if err != nil {
-		return native.Record{}, n.s.fail("loading a native conversation", err)
+		return nil, s.fail("loading a native conversation", err)
 	}
 	defer rows.Close()
-	msgs := make([]llm.Message, 0, count)
+	w.msgs = make([]llm.Message, 0, msgs)
 	for rows.Next() {
 		var raw []byte
 		if err := rows.Scan(&raw); err != nil {
-			return native.Record{}, n.s.fail("loading a native conversation", err)
+			return nil, s.fail("loading a native conversation", err)
 		}
 		var m llm.Message
 		if err := json.Unmarshal(raw, &m); err != nil {
-			return native.Record{}, fmt.Errorf("sqlstore: a stored native message is not JSON: %w", err)
+			return nil, fmt.Errorf("sqlstore: a stored native message is not JSON: %w", err)
 		}
-		msgs = append(msgs, m)
+		w.msgs = append(w.msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return native.Record{}, n.s.fail("loading a native conversation", err)
+		return nil, s.fail("loading a native conversation", err)
 	}
-	if int64(len(msgs)) != count {
-		return native.Record{}, n.s.fail("loading a native conversation", fmt.Errorf("%d messages stored, %d recorded", len(msgs), count))
+	rows.Close()
+	if int64(len(w.msgs)) != msgs {
+		return nil, s.fail("loading a native conversation", fmt.Errorf("%d messages stored, %d recorded", len(w.msgs), msgs))
 	}
-	return (&nativeWrite{head: head, msgs: msgs}).record()
+	if turns == 0 {
+		return w, nil
+	}
+	trows, err := s.read.QueryContext(ctx, s.q.nativeTurns, b)
+	if err != nil {
+		return nil, s.fail("loading a native conversation", err)
+	}
+	defer trows.Close()
+	w.turns = make([]native.TurnMark, 0, turns)
+	for trows.Next() {
+		var m native.TurnMark
+		if err := trows.Scan(&m.ID, &m.Messages); err != nil {
+			return nil, s.fail("loading a native conversation", err)
+		}
+		w.turns = append(w.turns, m)
+	}
+	if err := trows.Err(); err != nil {
+		return nil, s.fail("loading a native conversation", err)
+	}
+	if int64(len(w.turns)) != turns {
+		return nil, s.fail("loading a native conversation", fmt.Errorf("%d turn marks stored, %d recorded", len(w.turns), turns))
+	}
+	return w, nil
 }
 
 // record decodes what w holds.
@@ -81,17 +117,18 @@ func (w *nativeWrite) record() (native.Record, error) {
 		return native.Record{}, fmt.Errorf("sqlstore: a stored native conversation is not JSON: %w", err)
 	}
 	r.Conversation.Messages = slices.Clone(w.msgs)
+	r.Turns = slices.Clone(w.turns)
 	return r, nil
 }
 
 func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Record) error {
-	msgs := slices.Clone(r.Conversation.Messages)
-	r.Conversation.Messages = nil
+	msgs, turns := slices.Clone(r.Conversation.Messages), slices.Clone(r.Turns)
+	r.Conversation.Messages, r.Turns = nil, nil
 	head, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("sqlstore: encoding a native conversation: %w", err)
 	}
-	w := &nativeWrite{binding: string(b), head: string(head), msgs: msgs}
+	w := &nativeWrite{binding: string(b), head: string(head), msgs: msgs, turns: turns}
 	if n.s.saves == nil {
 		_, err = n.s.saveAlone(ctx, &saveReq{ctx: ctx, native: w})
 		return err
@@ -117,42 +154,60 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 	}
 }
 
-// writeNative stores w inside tx: the messages the stored record lacks
-// are appended (a conversation only grows under its binding); a record
-// with fewer messages than stored replaces them all.
+// writeNative stores w inside tx: the messages and turn marks the stored
+// record lacks are appended (a conversation only grows under its
+// binding); a record with fewer of either than stored replaces them all.
 func (s *Store) writeNative(ctx context.Context, tx *sql.Tx, w *nativeWrite) error {
-	var stored int64
 	s.nmu.Lock()
-	n, known := s.nstored[w.binding]
+	stored, known := s.nstored[w.binding]
 	s.nmu.Unlock()
-	if known && s.saves != nil {
-		stored = int64(n) // the single writer's own count
-	} else {
-		err := tx.StmtContext(ctx, s.stmt.nativeCount).QueryRowContext(ctx, w.binding).Scan(&stored)
+	if !known || s.saves == nil { // only the single writer's own count can be trusted
+		var msgs, turns int64
+		err := tx.StmtContext(ctx, s.stmt.nativeCount).QueryRowContext(ctx, w.binding).Scan(&msgs, &turns)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			stored = 0
+			stored = nativeCount{}
 		case err != nil:
 			return s.fail("saving a native conversation", err)
+		default:
+			stored = nativeCount{msgs: int(msgs), turns: int(turns)}
 		}
 	}
-	if _, err := tx.StmtContext(ctx, s.stmt.nativeSave).ExecContext(ctx, w.binding, w.head, len(w.msgs), micros(time.Now())); err != nil {
+	if _, err := tx.StmtContext(ctx, s.stmt.nativeSave).ExecContext(ctx, w.binding, w.head, len(w.msgs), len(w.turns), micros(time.Now())); err != nil {
 		return s.fail("saving a native conversation", err)
 	}
-	from := stored
-	if int64(len(w.msgs)) < stored {
+	from := stored.msgs
+	if len(w.msgs) < from {
 		if _, err := tx.ExecContext(ctx, s.q.nativeClear, w.binding); err != nil {
 			return s.fail("saving a native conversation", err)
 		}
 		from = 0
 	}
-	for i := from; i < int64(len(w.msgs)); i++ {
-		b, err := json.Marshal(w.msgs[i])
-		if err != nil {
-			return fmt.Errorf("sqlstore: encoding a native message: %w", err)
+	if from < len(w.msgs) {
+		add := tx.StmtContext(ctx, s.stmt.nativeAdd)
+		for i := from; i < len(w.msgs); i++ {
+			b, err := json.Marshal(w.msgs[i])
+			if err != nil {
+				return fmt.Errorf("sqlstore: encoding a native message: %w", err)
+			}
+			if _, err := add.ExecContext(ctx, w.binding, i, string(b)); err != nil {
+				return s.fail("saving a native conversation", err)
+			}
 		}
-		if _, err := tx.StmtContext(ctx, s.stmt.nativeAdd).ExecContext(ctx, w.binding, i, string(b)); err != nil {
+	}
+	from = stored.turns
+	if len(w.turns) < from {
+		if _, err := tx.ExecContext(ctx, s.q.nativeClearTurns, w.binding); err != nil {
 			return s.fail("saving a native conversation", err)
+		}
+		from = 0
+	}
+	if from < len(w.turns) {
+		add := tx.StmtContext(ctx, s.stmt.nativeAddTurn)
+		for i := from; i < len(w.turns); i++ {
+			if _, err := add.ExecContext(ctx, w.binding, i, w.turns[i].ID, w.turns[i].Messages); err != nil {
+				return s.fail("saving a native conversation", err)
+			}
 		}
 	}
 	return nil

@@ -2,7 +2,9 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -83,5 +85,54 @@ func TestNativeStore(t *testing.T) {
 		if err != nil || len(got.Conversation.Messages) != 1 || got.Conversation.Messages[0].Content != "one" || len(got.Turns) != 0 {
 			t.Fatalf("%s after a reopen: %+v %v", b, got, err)
 		}
+	}
+}
+
+// A turn writes the same few rows however long the conversation is: the
+// stored head does not grow with the turns.
+func TestNativeHeadStaysSmall(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agentry.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := s.NativeStore()
+	var rec native.Record
+	heads := map[int]int{}
+	for i := range 200 {
+		rec.Conversation.Messages = append(rec.Conversation.Messages,
+			llm.Message{Role: llm.RoleUser, Content: "q"}, llm.Message{Role: llm.RoleAssistant, Content: "a"})
+		rec.Turns = append(rec.Turns, native.TurnMark{ID: fmt.Sprint("turn-", i), Messages: len(rec.Conversation.Messages)})
+		if err := ns.Save(ctx, "b-long", rec); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 || i == 199 {
+			if err := s.Close(); err != nil { // drains the writer
+				t.Fatal(err)
+			}
+			db, err := sql.Open("sqlite", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := db.QueryRow(`SELECT length(head) FROM agentry_native WHERE binding = 'b-long'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			heads[i] = n
+			if s, err = sqlite.Open(ctx, path); err != nil {
+				t.Fatal(err)
+			}
+			ns = s.NativeStore()
+		}
+	}
+	defer s.Close()
+	if heads[0] != heads[199] {
+		t.Fatalf("the head grew from %d to %d bytes over 200 turns", heads[0], heads[199])
+	}
+	got, err := ns.Load(ctx, "b-long")
+	if err != nil || len(got.Turns) != 200 || got.Turns[199].Messages != 400 || len(got.Conversation.Messages) != 400 {
+		t.Fatalf("after 200 turns: %d turns, %d messages, %v", len(got.Turns), len(got.Conversation.Messages), err)
 	}
 }

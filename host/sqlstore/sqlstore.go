@@ -28,7 +28,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -57,6 +57,7 @@ type Store struct {
 	stmt   struct {
 		save, head, insertTurn, insertMsg  *sql.Stmt
 		nativeCount, nativeSave, nativeAdd *sql.Stmt
+		nativeAddTurn                      *sql.Stmt
 	}
 
 	saves      chan *saveReq
@@ -69,10 +70,10 @@ type Store struct {
 	nmu     sync.Mutex
 	nqueued map[string]*nativeWrite
 	nfailed map[string]error
-	// nstored is how many messages each native record has in the table,
-	// as this process last committed them. Only the single writer (SQLite)
-	// keeps it: no other process writes there.
-	nstored map[string]int
+	// nstored is how many messages and turn marks each native record has
+	// in the tables, as this process last committed them. Only the single
+	// writer (SQLite) keeps it: no other process writes there.
+	nstored map[string]nativeCount
 
 	closeOnce sync.Once
 	closeErr  error
@@ -83,7 +84,8 @@ var _ host.Store = (*Store)(nil)
 type queries struct {
 	create, load, save, list, listOpen, countOpen, turns, appendTurn, lockRow, insertTurn string
 	messages, head, insertMsg, nativeLoad, nativeSave                                     string
-	nativeMsgs, nativeCount, nativeAdd, nativeClear                                       string
+	nativeMsgs, nativeTurns, nativeCount, nativeAdd, nativeAddTurn, nativeClear           string
+	nativeClearTurns                                                                      string
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -153,6 +155,21 @@ var v2 = []string{
 	)`,
 }
 
+// v3 moves a native record's turn marks out of its head into rows of
+// their own, appended like its messages: a turn then writes the same few
+// rows however long the conversation is, rather than a head that grows
+// with every turn.
+var v3 = []string{
+	`ALTER TABLE agentry_native ADD COLUMN turns BIGINT NOT NULL DEFAULT 0`,
+	`CREATE TABLE IF NOT EXISTS agentry_native_turns (
+		binding  TEXT NOT NULL REFERENCES agentry_native (binding),
+		idx      BIGINT NOT NULL,
+		turn_id  TEXT NOT NULL,
+		messages BIGINT NOT NULL,
+		PRIMARY KEY (binding, idx)
+	)`,
+}
+
 // New puts a Store on an open database: it creates or migrates the
 // schema (refusing one newer than this build) and prepares its
 // statements. write and read may be the same; the Store closes both.
@@ -163,7 +180,7 @@ func New(ctx context.Context, write, read *sql.DB, d Dialect) (*Store, error) {
 	if d.UniqueViolation == nil {
 		d.UniqueViolation = func(error) bool { return false }
 	}
-	s := &Store{d: d, write: write, read: read, rebind: d.Rebind, nqueued: map[string]*nativeWrite{}, nfailed: map[string]error{}, nstored: map[string]int{}}
+	s := &Store{d: d, write: write, read: read, rebind: d.Rebind, nqueued: map[string]*nativeWrite{}, nfailed: map[string]error{}, nstored: map[string]nativeCount{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -216,6 +233,11 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: upgrading the %s store to schema 2: %w", kind, err)
 		}
 	}
+	if version < 3 {
+		if err := s.toV3(ctx, tx); err != nil {
+			return fmt.Errorf("sqlstore: upgrading the %s store to schema 3: %w", kind, err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, s.rebind(`UPDATE agentry_meta SET value = ? WHERE key = ?`), strconv.Itoa(SchemaVersion), "schema"); err != nil {
 		return fmt.Errorf("sqlstore: recording the %s store's schema version: %w", kind, err)
 	}
@@ -227,7 +249,8 @@ func (s *Store) migrate(ctx context.Context) error {
 		to **sql.Stmt
 		q  string
 	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg},
-		{&s.stmt.nativeCount, s.q.nativeCount}, {&s.stmt.nativeSave, s.q.nativeSave}, {&s.stmt.nativeAdd, s.q.nativeAdd}} {
+		{&s.stmt.nativeCount, s.q.nativeCount}, {&s.stmt.nativeSave, s.q.nativeSave}, {&s.stmt.nativeAdd, s.q.nativeAdd},
+		{&s.stmt.nativeAddTurn, s.q.nativeAddTurn}} {
 		st, err := s.write.PrepareContext(ctx, p.q)
 		if err != nil {
 			return fmt.Errorf("sqlstore: preparing the %s store's statements: %w", kind, err)
@@ -242,12 +265,13 @@ func (s *Store) prepareQueries() {
 	s.q = queries{
 		create:    s.rebind(`INSERT INTO agentry_conversations (` + cols + `, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
 		messages:  s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? ORDER BY idx`),
-		head:      s.rebind(`SELECT version, messages, turn_seq FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		head:      s.rebind(`SELECT version FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
 		insertMsg: s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
 		load:      s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
-		save: s.rebind(`UPDATE agentry_conversations SET state = ?, turns = ?, messages = ?, pending_question = ?, pending_tool = ?, pending_request = ?,
-			provider = ?, binding = ?, last_run_id = ?, updated_us = ?, version = ?, turn_seq = ?
-			WHERE id = ? AND tenant = ? AND principal = ? AND version = ?`),
+		save: s.rebind(`UPDATE agentry_conversations SET state = ?, turns = ?, messages = messages + ?, pending_question = ?, pending_tool = ?, pending_request = ?,
+			provider = ?, binding = ?, last_run_id = ?, updated_us = ?, version = ?, turn_seq = turn_seq + ?
+			WHERE id = ? AND tenant = ? AND principal = ? AND version = ? AND messages = ?
+			RETURNING turn_seq`),
 		lockRow:    s.rebind(`UPDATE agentry_conversations SET turn_seq = turn_seq + 1 WHERE id = ? AND tenant = ? AND principal = ?`),
 		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
 		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us)
@@ -260,13 +284,16 @@ func (s *Store) prepareQueries() {
 		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
 			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
-		nativeLoad:  s.rebind(`SELECT head, messages FROM agentry_native WHERE binding = ?`),
+		nativeLoad:  s.rebind(`SELECT head, messages, turns FROM agentry_native WHERE binding = ?`),
 		nativeMsgs:  s.rebind(`SELECT message FROM agentry_native_messages WHERE binding = ? ORDER BY idx`),
-		nativeCount: s.rebind(`SELECT messages FROM agentry_native WHERE binding = ?`),
-		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, head, messages, updated_us) VALUES (?, ?, ?, ?)
-			ON CONFLICT (binding) DO UPDATE SET head = excluded.head, messages = excluded.messages, updated_us = excluded.updated_us`),
-		nativeAdd:   s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`),
-		nativeClear: s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
+		nativeTurns: s.rebind(`SELECT turn_id, messages FROM agentry_native_turns WHERE binding = ? ORDER BY idx`),
+		nativeCount: s.rebind(`SELECT messages, turns FROM agentry_native WHERE binding = ?`),
+		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, head, messages, turns, updated_us) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (binding) DO UPDATE SET head = excluded.head, messages = excluded.messages, turns = excluded.turns, updated_us = excluded.updated_us`),
+		nativeAdd:        s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`),
+		nativeAddTurn:    s.rebind(`INSERT INTO agentry_native_turns (binding, idx, turn_id, messages) VALUES (?, ?, ?, ?)`),
+		nativeClear:      s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
+		nativeClearTurns: s.rebind(`DELETE FROM agentry_native_turns WHERE binding = ?`),
 	}
 }
 
@@ -456,7 +483,7 @@ func (s *Store) settle(r *saveReq, res saveRes) {
 			s.nfailed[n.binding] = res.err
 			delete(s.nstored, n.binding)
 		} else {
-			s.nstored[n.binding] = len(n.msgs)
+			s.nstored[n.binding] = nativeCount{msgs: len(n.msgs), turns: len(n.turns)}
 		}
 		s.nmu.Unlock()
 	}
@@ -513,42 +540,44 @@ func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, erro
 			return 0, fmt.Errorf("sqlstore: the agent's record of this conversation could not be saved, so the turn is not saved either: %w", err)
 		}
 	}
-	var version, stored, seq int64
-	err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version, &stored, &seq)
+	// One statement checks and moves the conversation on: the version and
+	// message count it was read at must still hold (PostgreSQL re-checks
+	// them once the row lock is theirs), so a loser has written nothing;
+	// only then are messages appended.
+	next := c.Version + 1
+	var bump int64
+	if r.turn != nil {
+		bump = 1
+	}
+	var seq int64
+	err := tx.StmtContext(ctx, s.stmt.save).QueryRowContext(ctx, string(c.State), c.Turns, len(r.add), r.pq, r.pt, r.pr,
+		c.Provider, string(c.Binding), c.LastRunID, micros(c.UpdatedAt), next, bump,
+		c.ID, c.Owner.Tenant, c.Owner.Principal, c.Version, c.Messages).Scan(&seq)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return 0, host.ErrNotFound
+		// Gone, or moved on by another writer: tell which.
+		var version int64
+		err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return 0, host.ErrNotFound
+		case err != nil:
+			return 0, s.fail("saving a conversation", err)
+		}
+		return 0, host.ErrConflict
 	case err != nil:
 		return 0, s.fail("saving a conversation", err)
-	case version != c.Version, stored != int64(c.Messages):
-		return 0, host.ErrConflict
 	}
-	// The version check in the UPDATE is what decides between concurrent
-	// writers (PostgreSQL re-checks it once the row lock is theirs); only
-	// then are messages appended, so a loser has written nothing.
-	next := c.Version + 1
-	count := stored + int64(len(r.add))
-	if r.turn != nil {
-		seq++
-	}
-	res, err := tx.StmtContext(ctx, s.stmt.save).ExecContext(ctx, string(c.State), c.Turns, count, r.pq, r.pt, r.pr,
-		c.Provider, string(c.Binding), c.LastRunID, micros(c.UpdatedAt), next, seq,
-		c.ID, c.Owner.Tenant, c.Owner.Principal, c.Version)
-	if err != nil {
-		return 0, s.fail("saving a conversation", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, s.fail("saving a conversation", err)
-	} else if n == 0 {
-		return 0, host.ErrConflict
-	}
-	for i, m := range r.add {
-		b, err := json.Marshal(m)
-		if err != nil {
-			return 0, fmt.Errorf("sqlstore: encoding a message: %w", err)
-		}
-		if _, err := tx.StmtContext(ctx, s.stmt.insertMsg).ExecContext(ctx, c.ID, stored+int64(i), string(b)); err != nil {
-			return 0, s.fail("appending to a transcript", err)
+	if len(r.add) > 0 {
+		ins := tx.StmtContext(ctx, s.stmt.insertMsg)
+		for i, m := range r.add {
+			b, err := json.Marshal(m)
+			if err != nil {
+				return 0, fmt.Errorf("sqlstore: encoding a message: %w", err)
+			}
+			if _, err := ins.ExecContext(ctx, c.ID, c.Messages+i, string(b)); err != nil {
+				return 0, s.fail("appending to a transcript", err)
+			}
 		}
 	}
 	if t := r.turn; t != nil {
@@ -759,7 +788,7 @@ func (s *Store) Close() error {
 			<-s.writerDone
 		}
 		var errs []error
-		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.nativeCount, s.stmt.nativeSave, s.stmt.nativeAdd} {
+		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.nativeCount, s.stmt.nativeSave, s.stmt.nativeAdd, s.stmt.nativeAddTurn} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}
