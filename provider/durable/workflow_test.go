@@ -33,6 +33,8 @@ func TestWorkflowLostToolCallIsNotRetried(t *testing.T) {
 	}, activity.RegisterOptions{Name: "agentry.tool"})
 	env.RegisterActivityWithOptions(func(context.Context, durable.RecordInput) error { return nil },
 		activity.RegisterOptions{Name: "agentry.record"})
+	env.RegisterActivityWithOptions(func(context.Context, durable.MarkInput) error { return nil },
+		activity.RegisterOptions{Name: "agentry.mark"})
 	env.ExecuteWorkflow(durable.TurnWorkflow, durable.TurnInput{TurnID: "t1", Input: "touch a", ToolQueue: "q", MaxIterations: 4,
 		Heartbeat: 2 * time.Second, ToolTimeout: time.Minute, ToolStart: time.Minute, ModelTimeout: time.Minute, ModelAttempts: 3})
 	if err := env.GetWorkflowError(); err != nil {
