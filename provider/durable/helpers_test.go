@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func dial(t *testing.T, addr string) client.Client {
+func dial(t testing.TB, addr string) client.Client {
 	t.Helper()
 	c, err := client.Dial(client.Options{HostPort: addr, Logger: quiet{}})
 	if err != nil {
@@ -46,7 +46,7 @@ func (quiet) Warn(string, ...any)  {}
 func (quiet) Error(string, ...any) {}
 
 // uniq makes task queue names no other test shares.
-func uniq(t *testing.T) string {
+func uniq(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 }
 
@@ -127,7 +127,7 @@ type replica struct {
 	inst *provider.Instance
 }
 
-func openReplica(t *testing.T, c client.Client, cfg durable.Config) *replica {
+func openReplica(t testing.TB, c client.Client, cfg durable.Config) *replica {
 	t.Helper()
 	cfg.Client = c
 	if cfg.Heartbeat == 0 {
@@ -142,7 +142,7 @@ func openReplica(t *testing.T, c client.Client, cfg durable.Config) *replica {
 	return r
 }
 
-func (r *replica) stop(t *testing.T) {
+func (r *replica) stop(t testing.TB) {
 	if r.reg == nil {
 		return
 	}
