@@ -253,6 +253,7 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 		}
 		time.Sleep(time.Second) // the Retry-After it was given
 	}
+	t.Logf("B answered the next turn %s after A was killed (lease %s)", time.Since(killed).Round(100*time.Millisecond), lease)
 	if out != "three" {
 		t.Fatalf("turn 3 through B: %q", out)
 	}

@@ -300,6 +300,10 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 // waiting on a check-in keeps waiting (a resumed session comes back to
 // it) unless the host closed the conversation, which ends it.
 func (s *session) Close(ctx context.Context, reason provider.CloseReason) error {
+	// Forgotten first: a tool call of its turn that starts from here on
+	// finds no lent host tools (the wrapper releases the binding once
+	// Close returns).
+	s.in.forget(s)
 	s.mu.Lock()
 	p := s.pending
 	s.mu.Unlock()
@@ -316,6 +320,5 @@ func (s *session) Close(ctx context.Context, reason provider.CloseReason) error 
 		r = toolsession.ReasonEvicted
 	}
 	s.in.tier.FireSession(ctx, s.id, r)
-	s.in.forget(s)
 	return nil
 }
