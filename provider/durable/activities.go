@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -60,7 +59,7 @@ func (a activities) model(ctx context.Context, in ModelInput) (llm.Response, err
 	}
 	if resp.Text != "" {
 		in2.emit(event.TypeLLMMessage, &event.LLMMessage{Iteration: in.Iteration, Role: string(llm.RoleAssistant), Content: resp.Text}, meta)
-		w.push(ctx, "text/"+strconv.Itoa(in.Iteration), provider.Output{Kind: provider.OutputText, SessionID: in.SessionID, TurnID: in.TurnID, Text: resp.Text})
+		w.push(ctx, stepKey("text", in.Iteration, ""), provider.Output{Kind: provider.OutputText, SessionID: in.SessionID, TurnID: in.TurnID, Text: resp.Text})
 	}
 	return resp, nil
 }
@@ -79,7 +78,7 @@ func (a activities) tool(ctx context.Context, in ToolInput) (ToolOutput, error) 
 		return provider.Output{Kind: provider.OutputActivity, SessionID: in.SessionID, TurnID: in.RunID, Text: text}
 	}
 	in2.emit(event.TypeToolStart, &event.ToolStart{Tool: in.Call.Name, ToolCallID: doorID, Iteration: in.Iteration}, meta)
-	w.push(ctx, "start/"+in.Call.ID, out(in2.phrases.Calling(in.Call.Name)))
+	w.push(ctx, stepKey("start", in.Iteration, in.Call.ID), out(in2.phrases.Calling(in.Call.Name)))
 	start := time.Now()
 	res, err := beating(ctx, in2.beat, func(ctx context.Context) (ToolOutput, error) {
 		return in2.call(ctx, in, doorID, meta), nil
@@ -100,7 +99,7 @@ func (a activities) tool(ctx context.Context, in ToolInput) (ToolOutput, error) 
 		return ToolOutput{}, err
 	}
 	in2.emit(event.TypeToolEnd, end, meta)
-	w.push(ctx, "end/"+in.Call.ID, out(in2.phrases.Ended(end)))
+	w.push(ctx, stepKey("end", in.Iteration, in.Call.ID), out(in2.phrases.Ended(end)))
 	return res, nil
 }
 

@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -27,6 +28,13 @@ type watch struct {
 type live struct {
 	key string
 	out provider.Output
+}
+
+// stepKey names what a live output stands for: the model's text of an
+// iteration, or the start or end of a tool call of one (a model may give
+// two iterations' calls one id).
+func stepKey(what string, iteration int, callID string) string {
+	return what + "/" + strconv.Itoa(iteration) + "/" + callID
 }
 
 // push hands o to the follower, unless it stopped or does not take it

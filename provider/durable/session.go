@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"strconv"
 	"sync"
 	"time"
 
@@ -220,18 +219,18 @@ func (s *session) missed(turnID string, st Step, seen map[string]bool) []provide
 	o := provider.Output{SessionID: s.id, TurnID: turnID}
 	var outs []provider.Output
 	if st.Tool == "" {
-		if st.Text != "" && !seen["text/"+strconv.Itoa(st.Iteration)] {
+		if st.Text != "" && !seen[stepKey("text", st.Iteration, "")] {
 			o.Kind, o.Text = provider.OutputText, st.Text
 			outs = append(outs, o)
 		}
 		return outs
 	}
 	o.Kind = provider.OutputActivity
-	if !seen["start/"+st.CallID] {
+	if !seen[stepKey("start", st.Iteration, st.CallID)] {
 		o.Text = s.in.phrases.Calling(st.Tool)
 		outs = append(outs, o)
 	}
-	if !seen["end/"+st.CallID] {
+	if !seen[stepKey("end", st.Iteration, st.CallID)] {
 		o.Text = s.in.phrases.Ended(&event.ToolEnd{Tool: st.Tool, IsError: st.IsError, ErrorClass: st.ErrorClass})
 		outs = append(outs, o)
 	}
