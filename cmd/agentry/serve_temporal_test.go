@@ -22,8 +22,11 @@ import (
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
 	"github.com/agentry-dev/agentry/internal/pgtest"
 	"github.com/agentry-dev/agentry/internal/temporaltest"
+	"github.com/agentry-dev/agentry/llm"
+	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/durable"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -87,8 +90,9 @@ func TestServeTemporalPauseSurvivesRestart(t *testing.T) {
 // the same replica name; the turn's workflow goes on (on A again or on
 // B): the call in flight is reported to the model as lost and not run
 // again, the call of the turn before is not repeated (the file the code
-// appends to holds one line per call that started), the conversation
-// and the turn log say so, and `agentry events audit` is clean on the
+// appends to holds one line per call that started), the conversation's
+// record marks the turn and holds the lost call's result, the host's
+// turn log has B's takeover, and `agentry events audit` is clean on the
 // survivors' events files.
 func TestServeTemporalKilledMidTurn(t *testing.T) {
 	needPython(t)
@@ -226,12 +230,24 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	if raw, err := os.ReadFile(marks); err != nil || string(raw) != "one\ntwo\n" {
 		t.Fatalf("the code's side effects: %q (%v); want one line per call that started", raw, err)
 	}
-	var stored string
-	if err := db.QueryRow(`SELECT string_agg(message, ' ' ORDER BY idx) FROM agentry_native_messages WHERE binding = $1`, binding).Scan(&stored); err != nil {
+	// The conversation's record has the turn: marked, its lost call an
+	// error result the model read.
+	st, err := postgres.Open(ctx, dsn)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(stored, "lost while it ran"); n != 2 { // the tool result, and the model's answer quoting it
-		t.Fatalf("the stored conversation tells of the lost call %d times, want in the tool result and the answer: %s", n, stored)
+	defer st.Close()
+	rec, err := st.NativeStore().Load(ctx, provider.Binding(binding))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Turns); n != 2 || rec.Turns[1].ID != turnID {
+		t.Fatalf("the conversation's turn log: %+v; want turn 1 and the killed turn %s", rec.Turns, turnID)
+	}
+	msgs := rec.Conversation.Messages
+	if len(msgs) != 8 || msgs[6].Role != llm.RoleTool || !msgs[6].IsError || !strings.Contains(msgs[6].Content, "lost while it ran") ||
+		msgs[7].Content != res.Answer {
+		t.Fatalf("the stored conversation: %+v", msgs)
 	}
 
 	// The conversation goes on through B once A's lease lapses: taken
