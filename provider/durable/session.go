@@ -184,6 +184,14 @@ func (s *session) follow(ctx context.Context, turnID, ack string, w *watch, yiel
 	if ack != "" {
 		from = min(askedAt[ack], to)
 	}
+	if a := stop.Ask; a != nil {
+		// Pending from here, whether or not the caller takes the request:
+		// the workflow waits for it.
+		s.mu.Lock()
+		s.pending = &native.PendingTurn{TurnID: turnID, Question: a.Prompt, Tool: a.Tool}
+		s.pending.Checkpoint.ID = a.ID
+		s.mu.Unlock()
+	}
 	for _, st := range steps[from:to] {
 		for _, o := range s.missed(turnID, st, seen) {
 			if !yield(o, nil) {
@@ -193,10 +201,6 @@ func (s *session) follow(ctx context.Context, turnID, ack string, w *watch, yiel
 	}
 	out := provider.Output{SessionID: s.id, TurnID: turnID}
 	if a := stop.Ask; a != nil {
-		s.mu.Lock()
-		s.pending = &native.PendingTurn{TurnID: turnID, Question: a.Prompt, Tool: a.Tool}
-		s.pending.Checkpoint.ID = a.ID
-		s.mu.Unlock()
 		out.Kind = provider.OutputRequest
 		out.Request = &provider.Request{ID: a.ID, Kind: provider.RequestApproval, Prompt: a.Prompt, Tool: a.Tool}
 		yield(out, nil)
