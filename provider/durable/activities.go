@@ -81,6 +81,9 @@ func (a activities) tool(ctx context.Context, in ToolInput) (ToolOutput, error) 
 	w.push(ctx, stepKey("start", in.Iteration, in.Call.ID), out(in2.phrases.Calling(in.Call.Name)))
 	start := time.Now()
 	res, err := beating(ctx, in2.beat, func(ctx context.Context) (ToolOutput, error) {
+		if in.Declined != "" {
+			return ToolOutput{Result: tool.Result{IsError: true, Content: in.Declined}, ErrorClass: "declined"}, nil
+		}
 		return in2.call(ctx, in, doorID, meta), nil
 	})
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in2.cfg.TeardownTimeout)

@@ -137,6 +137,9 @@ type ToolInput struct {
 	Identity  *tool.Identity `json:"identity,omitempty"`
 	Iteration int            `json:"iteration,omitempty"`
 	Call      llm.ToolCall   `json:"call"`
+	// Declined, when set, is what the model is told of a call a person
+	// declined: the activity does not run the tool, only tells of it.
+	Declined string `json:"declined,omitempty"`
 }
 
 // ToolOutput is a tool activity's result: the tool's, and why it is an
@@ -248,16 +251,23 @@ func recordOptions() workflow.ActivityOptions {
 // does not take it within PinnedStart is gone, and so is what it held;
 // the turn goes on without the mark.
 func mark(ctx workflow.Context, in TurnInput, st *turnState, m MarkInput) {
+	mctx := pinnedOnce(ctx, in)
+	m.SessionID, m.TurnID, m.Identity = in.SessionID, in.TurnID, in.Identity
+	m.Iterations, m.Took = st.segment, workflow.Now(ctx).Sub(st.since)
+	_ = workflow.ExecuteActivity(mctx, markActivity, m).Get(mctx, nil)
+}
+
+// pinnedOnce is the context of an activity that tells the session's
+// replica something (a mark, a declined call): attempted once, skipped
+// when the replica does not take it within PinnedStart.
+func pinnedOnce(ctx workflow.Context, in TurnInput) workflow.Context {
 	wait := in.PinnedStart
 	if wait <= 0 {
 		wait = in.ToolStart
 	}
-	mctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{TaskQueue: in.ToolQueue,
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{TaskQueue: in.ToolQueue,
 		ScheduleToStartTimeout: wait, StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
-	m.SessionID, m.TurnID, m.Identity = in.SessionID, in.TurnID, in.Identity
-	m.Iterations, m.Took = st.segment, workflow.Now(ctx).Sub(st.since)
-	_ = workflow.ExecuteActivity(mctx, markActivity, m).Get(mctx, nil)
 }
 
 // generate runs one model call: on the session's replica while it takes
@@ -371,6 +381,10 @@ func runLoop(ctx workflow.Context, in TurnInput, st *turnState) TurnResult {
 					if d.Note != "" {
 						r.Content += " Their note: " + d.Note
 					}
+					// Not run, but told on the session's replica as native
+					// turns tell a declined call (its events, its outputs).
+					_ = workflow.ExecuteActivity(pinnedOnce(ctx, in), toolActivity, ToolInput{Binding: in.Binding, SessionID: in.SessionID,
+						RunID: in.TurnID, Identity: in.Identity, Iteration: st.iter, Call: c, Declined: r.Content}).Get(ctx, nil)
 					step.IsError, step.ErrorClass = true, r.ErrorClass
 					st.steps = append(st.steps, step)
 					msgs = append(msgs, toolMessage(c, r.Result))
