@@ -25,6 +25,7 @@ import (
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
+	"github.com/agentry-dev/agentry/provider/durable"
 	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -37,7 +38,7 @@ type serveOptions struct {
 	addr, tokens, store, events, model, runner string
 	agent, advertise                           string
 	temporal, temporalReplica                  string
-	temporalNamespace                          string
+	temporalNamespace, temporalQueue           string
 	drain, teardown, idleEvict, lease          time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
@@ -112,6 +113,7 @@ flushed. A second signal exits at once.
 	f.StringVar(&o.temporal, "temporal", "", "run every turn as a durable workflow on the Temporal server at HOST:PORT (model calls retried, tool calls pinned to this replica, check-ins survive restarts); see docs/scale.md")
 	f.StringVar(&o.temporalReplica, "temporal-replica", "", "with --temporal: this replica's name, the same across its restarts (its tool calls' task queue); default: hostname-PORT")
 	f.StringVar(&o.temporalNamespace, "temporal-namespace", "default", "with --temporal: the Temporal namespace")
+	f.StringVar(&o.temporalQueue, "temporal-task-queue", durable.DefaultTaskQueue, "with --temporal: the task queue every replica of this deployment shares (each replica's tool calls go to QUEUE@REPLICA); give deployments that share a namespace queues of their own")
 	return cmd
 }
 
@@ -223,7 +225,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if o.temporal != "" && o.agent == "acp" {
 		err = usageError("--temporal runs agentry's own agent's turns as workflows; it does not apply to --agent acp")
 	} else if o.temporal != "" {
-		reg, inst, closeTemporal, err = openDurable(ctx, o, st, deps.model, deps.tools, stderr, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
+		reg, inst, closeTemporal, err = openDurable(ctx, o, st, deps.model, deps.tools, bus.Export, stderr, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
 	} else if o.agent == "acp" {
 		reg, inst, err = openACP(ctx, deps.launcher, deps.acpConfig, bus.Export, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
 	} else {

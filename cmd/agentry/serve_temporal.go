@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host/sqlstore"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
@@ -20,8 +21,9 @@ import (
 
 // openDurable connects to the Temporal server at o.temporal and opens the
 // durable provider: every turn a workflow, tool calls pinned to this
-// replica's task queue. The returned close stops the workers' client.
-func openDurable(ctx context.Context, o serveOptions, st *sqlstore.Store, model llm.Model, tools []tool.Tool, stderr io.Writer, opts ...provider.Option) (*provider.Registry, *provider.Instance, func(), error) {
+// replica's task queue, the agent events of what this replica does for
+// them to events. The returned close stops the workers' client.
+func openDurable(ctx context.Context, o serveOptions, st *sqlstore.Store, model llm.Model, tools []tool.Tool, events func(event.Event), stderr io.Writer, opts ...provider.Option) (*provider.Registry, *provider.Instance, func(), error) {
 	replica := o.temporalReplica
 	if replica == "" {
 		replica = defaultReplicaName(o.addr)
@@ -35,8 +37,8 @@ func openDurable(ctx context.Context, o serveOptions, st *sqlstore.Store, model 
 		return nil, nil, nil, fmt.Errorf("--temporal %s: connecting to the Temporal server: %w", o.temporal, err)
 	}
 	reg, inst, err := durable.Open(ctx, durable.Config{
-		Client: c, Replica: replica, Model: model, Tools: tools, Store: st.NativeStore(),
-		TeardownTimeout: o.teardown, MaxLiveSessions: o.maxLive,
+		Client: c, TaskQueue: o.temporalQueue, Replica: replica, Model: model, Tools: tools, Store: st.NativeStore(),
+		TeardownTimeout: o.teardown, MaxLiveSessions: o.maxLive, Events: events,
 	}, opts...)
 	if err != nil {
 		c.Close()

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/native"
@@ -18,13 +19,36 @@ import (
 	"github.com/agentry-dev/agentry/toolsession"
 )
 
-// activities are one instance's activity implementations.
+// activities are one instance's activity implementations. Each emits the
+// agent events of what it does to this replica's sink, and hands the
+// outputs it makes to the caller following the turn when that caller is
+// on this replica (see watch).
 type activities struct{ in *instance }
 
-// model calls the model. Errors a retry cannot fix (no key, refused key,
-// unknown model, refused request) are not retried.
+// model calls the model, heartbeating while it waits, so a worker that
+// dies mid-call is noticed and the call retried elsewhere. Errors a retry
+// cannot fix (no key, refused key, unknown model, refused request) are
+// not retried.
 func (a activities) model(ctx context.Context, in ModelInput) (llm.Response, error) {
-	resp, err := a.in.cfg.Model.Generate(ctx, llm.Request{System: in.System, Messages: in.Messages, Tools: in.Tools})
+	in2 := a.in
+	meta := in2.meta(in.SessionID, in.TurnID, in.Identity)
+	w := in2.watching(ctx)
+	name := llm.NameOf(in2.cfg.Model)
+	in2.emit(event.TypeLLMStart, &event.LLMStart{Model: name, Iteration: in.Iteration, Messages: len(in.Messages), Tools: len(in.Tools)}, meta)
+	start := time.Now()
+	resp, err := beating(ctx, in2.beat, func(ctx context.Context) (llm.Response, error) {
+		return in2.cfg.Model.Generate(ctx, llm.Request{System: in.System, Messages: in.Messages, Tools: in.Tools})
+	})
+	end := &event.LLMEnd{Model: name, Iteration: in.Iteration, DurationMs: event.Ms(time.Since(start)),
+		InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
+		StopReason: string(resp.StopReason), ToolCalls: len(resp.ToolCalls)}
+	if resp.Model != "" {
+		end.Model = resp.Model
+	}
+	if err != nil {
+		end.Error = err.Error()
+	}
+	in2.emit(event.TypeLLMEnd, end, meta)
 	if err != nil {
 		for _, permanent := range []error{llm.ErrNoAPIKey, llm.ErrAuth, llm.ErrModelNotFound, llm.ErrBadRequest} {
 			if errors.Is(err, permanent) {
@@ -33,24 +57,109 @@ func (a activities) model(ctx context.Context, in ModelInput) (llm.Response, err
 		}
 		return llm.Response{}, err
 	}
+	if resp.Text != "" {
+		in2.emit(event.TypeLLMMessage, &event.LLMMessage{Iteration: in.Iteration, Role: string(llm.RoleAssistant), Content: resp.Text}, meta)
+		w.push(ctx, stepKey("text", in.Iteration, ""), provider.Output{Kind: provider.OutputText, SessionID: in.SessionID, TurnID: in.TurnID, Text: resp.Text})
+	}
 	return resp, nil
 }
 
-// tool runs one tool call on the replica that holds the conversation's
-// live tool sessions, heartbeating while it runs so that the worker's
-// death is noticed within the heartbeat timeout.
-func (a activities) tool(ctx context.Context, in ToolInput) (tool.Result, error) {
-	t, ok := a.in.tools[in.Call.Name]
+// tool runs one tool call on the replica that holds the session's live
+// tool sessions and its lent host tools, heartbeating while it runs so
+// that the worker's death is noticed within the heartbeat timeout. What
+// the tool did wrong is a result for the model; only a call this worker
+// could not finish is an error (the workflow reports it lost).
+func (a activities) tool(ctx context.Context, in ToolInput) (ToolOutput, error) {
+	in2 := a.in
+	doorID := in.RunID + ":" + in.Call.ID
+	meta := in2.meta(in.SessionID, in.RunID, in.Identity)
+	w := in2.watching(ctx)
+	out := func(text string) provider.Output {
+		return provider.Output{Kind: provider.OutputActivity, SessionID: in.SessionID, TurnID: in.RunID, Text: text}
+	}
+	in2.emit(event.TypeToolStart, &event.ToolStart{Tool: in.Call.Name, ToolCallID: doorID, Iteration: in.Iteration}, meta)
+	w.push(ctx, stepKey("start", in.Iteration, in.Call.ID), out(in2.phrases.Calling(in.Call.Name)))
+	start := time.Now()
+	res, err := beating(ctx, in2.beat, func(ctx context.Context) (ToolOutput, error) {
+		if in.Declined != "" {
+			return ToolOutput{Result: tool.Result{IsError: true, Content: in.Declined}, ErrorClass: "declined"}, nil
+		}
+		return in2.call(ctx, in, doorID, meta), nil
+	})
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in2.cfg.TeardownTimeout)
+	in2.tier.FireCall(fctx, doorID)
+	cancel()
+	end := &event.ToolEnd{Tool: in.Call.Name, ToolCallID: doorID, DurationMs: event.Ms(time.Since(start)),
+		IsError: res.IsError, ErrorClass: res.ErrorClass}
+	if err == nil && ctx.Err() != nil && res.IsError {
+		// Stopped under the tool (an interrupt, the worker stopping):
+		// the call did not finish here.
+		err = ctx.Err()
+	}
+	if err != nil {
+		end.IsError, end.ErrorClass = true, "cancelled"
+		in2.emit(event.TypeToolEnd, end, meta)
+		return ToolOutput{}, err
+	}
+	in2.emit(event.TypeToolEnd, end, meta)
+	w.push(ctx, stepKey("end", in.Iteration, in.Call.ID), out(in2.phrases.Ended(end)))
+	return res, nil
+}
+
+// call finds the tool (the agent's, or one the session's host binding
+// lends) and calls it.
+func (in *instance) call(ctx context.Context, ti ToolInput, doorID string, meta event.Meta) ToolOutput {
+	name := ti.Call.Name
+	t, ok := in.tools[name]
+	var lent tool.Tool
 	if !ok {
-		return tool.Result{IsError: true, Content: fmt.Sprintf("There is no tool named %q.", in.Call.Name)}, nil
+		lent = in.lent(provider.Binding(ti.Binding), name)
+		if lent == nil {
+			return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("There is no tool named %q on this replica.", name)}, ErrorClass: "unknown_tool"}
+		}
 	}
-	if err := t.valid.Validate(in.Call.Args); err != nil {
-		return tool.Result{IsError: true, Content: err.Error()}, nil
+	if ok {
+		if err := t.valid.Validate(ti.Call.Args); err != nil {
+			return ToolOutput{Result: tool.Result{IsError: true, Content: err.Error()}, ErrorClass: "invalid_arguments"}
+		}
+		lent = t.Tool
 	}
-	call := tool.NewCall(in.Call.Name, in.Call.ID, in.RunID, in.SessionID, in.Identity,
-		[]toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession}, a.in.tier.Register)
+	c := tool.NewCall(name, doorID, ti.RunID, ti.SessionID, ti.Identity,
+		[]toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession}, in.registrar(meta)).
+		WithEvents(in.toolEvent(meta)).WithHolder(in.holder(meta))
+	var (
+		r        tool.Result
+		err      error
+		panicked any
+	)
+	func() {
+		defer func() { panicked = recover() }()
+		r, err = lent.Call(ctx, c, ti.Call.Args)
+	}()
+	switch {
+	case panicked != nil:
+		in.emit(event.TypeToolPanic, &event.ToolPanic{Tool: name, ToolCallID: doorID, Panic: clip(fmt.Sprint(panicked), 500)}, meta)
+		return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("The tool %s failed unexpectedly (it panicked): %v", name, panicked)}, ErrorClass: "panic"}
+	case errors.Is(err, toolsession.ErrCapacity):
+		return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("The tool %s could not open a session: every live session is busy; try again later.", name)}, ErrorClass: "capacity"}
+	case err != nil:
+		class := "tool_error"
+		if tool.IsArgumentError(err) {
+			class = "invalid_arguments"
+		}
+		return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("The tool %s failed: %v", name, err)}, ErrorClass: class}
+	case r.IsError:
+		return ToolOutput{Result: r, ErrorClass: "tool_error"}
+	}
+	return ToolOutput{Result: r}
+}
+
+// beating runs fn while heartbeating every interval, so the server
+// notices a dead worker within the heartbeat timeout. A panic of fn is
+// its error.
+func beating[T any](ctx context.Context, every time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	type outcome struct {
-		r   tool.Result
+		v   T
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -58,24 +167,18 @@ func (a activities) tool(ctx context.Context, in ToolInput) (tool.Result, error)
 		var o outcome
 		defer func() {
 			if p := recover(); p != nil {
-				o = outcome{err: fmt.Errorf("the tool %s panicked: %v", in.Call.Name, p)}
+				o = outcome{err: fmt.Errorf("panicked: %v", p)}
 			}
 			done <- o
 		}()
-		o.r, o.err = t.Call(ctx, call, in.Call.Args)
+		o.v, o.err = fn(ctx)
 	}()
-	beat := time.NewTicker(a.in.beat)
+	beat := time.NewTicker(every)
 	defer beat.Stop()
 	for {
 		select {
 		case o := <-done:
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.in.cfg.TeardownTimeout)
-			a.in.tier.FireCall(fctx, in.Call.ID)
-			cancel()
-			if o.err != nil {
-				return tool.Result{}, temporal.NewNonRetryableApplicationError(o.err.Error(), "tool", nil)
-			}
-			return o.r, nil
+			return o.v, o.err
 		case <-beat.C:
 			activity.RecordHeartbeat(ctx)
 		}
@@ -111,5 +214,33 @@ func (a activities) record(ctx context.Context, in RecordInput) error {
 	if err := a.in.cfg.Store.Save(ctx, b, rec); err != nil {
 		return fmt.Errorf("saving the conversation: %w", err)
 	}
+	return nil
+}
+
+// mark runs on the session's replica when its turn pauses or ends: the
+// turn's events, and at the end the close of its run-scoped tool
+// sessions, which live here.
+func (a activities) mark(ctx context.Context, m MarkInput) error {
+	in := a.in
+	meta := in.meta(m.SessionID, m.TurnID, m.Identity)
+	end := &event.TurnEnd{Iterations: m.Iterations, DurationMs: event.Ms(m.Took)}
+	if m.Ask != nil {
+		in.emit(event.TypePauseRequest, &event.PauseRequest{Tool: m.Ask.Tool, ToolCallID: m.TurnID + ":" + m.Ask.CallID}, meta)
+		end.Outcome = event.OutcomePaused
+		in.emit(event.TypeTurnEnd, end, meta)
+		return nil
+	}
+	in.tier.FireRun(ctx, m.TurnID)
+	switch m.Outcome {
+	case "completed":
+		end.Outcome = event.OutcomeAnswer
+	case "interrupted":
+		end.Outcome = event.OutcomeCancelled
+		end.Error = "the turn was interrupted"
+	default:
+		end.Outcome, end.Error = event.OutcomeError, m.Problem
+		in.emit(event.TypeFatal, &event.Fatal{Where: "agent", Error: m.Problem, ErrorClass: "durable"}, meta)
+	}
+	in.emit(event.TypeTurnEnd, end, meta)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/agentry-dev/agentry/internal/temporaltest"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +17,17 @@ import (
 
 // kitModel drives the durable provider through the kit: "ask" calls a
 // tool that waits for a person (an approval request), "hold" calls a tool
-// that runs until its turn is interrupted, anything else is answered.
+// that runs until its turn is interrupted, "call conformance_echo …" calls
+// the host tool the kit lends, anything else is answered.
 type kitModel struct{}
 
 func (kitModel) Generate(_ context.Context, req llm.Request) (llm.Response, error) {
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role == llm.RoleTool {
 		return llm.Response{Text: "after " + last.Content, StopReason: llm.StopEnd}, nil
+	}
+	if strings.HasPrefix(last.Content, "call "+conformance.HostToolName) {
+		return llm.Response{ToolCalls: []llm.ToolCall{{ID: "c-host", Name: conformance.HostToolName, Args: json.RawMessage(`{"text":"hi"}`)}}, StopReason: llm.StopToolUse}, nil
 	}
 	switch last.Content {
 	case "ask":
@@ -49,5 +54,6 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conformance.Run(t, d, conformance.Fixture{Prompt: "hello", RequestPrompt: "ask", InterruptPrompt: "hold", Timeout: 30 * time.Second})
+	conformance.Run(t, d, conformance.Fixture{Prompt: "hello", RequestPrompt: "ask", InterruptPrompt: "hold",
+		HostToolPrompt: "call " + conformance.HostToolName + ` with {"text":"hi"}`, Timeout: 30 * time.Second})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/native"
@@ -71,6 +73,17 @@ type Config struct {
 	// MaxLiveSessions bounds the live tool sessions of this replica
 	// (default 64).
 	MaxLiveSessions int
+	// PinnedStart is how long a model call waits for the replica holding
+	// the session to take it (default 5s): there its text reaches the
+	// caller as it comes; past it the call goes to any replica. The
+	// turn's marks (its end, a pause) wait as long, then are skipped.
+	PinnedStart time.Duration
+	// Events, if set, hears the agent events of what this replica does
+	// for durable turns (agentry.agent.*, agentry.llm.*, agentry.tool.*,
+	// agentry.tools.*, agentry.pause.*): each from the replica that ran
+	// the activity, never a key or a secret. Give it a bus (event.Bus
+	// Export) and let its filters choose.
+	Events func(event.Event)
 }
 
 // Driver materialises durable instances. One process runs one instance:
@@ -110,6 +123,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 	def(&cfg.ToolStart, time.Minute)
 	def(&cfg.ModelTimeout, 5*time.Minute)
 	def(&cfg.TeardownTimeout, 5*time.Second)
+	def(&cfg.PinnedStart, 5*time.Second)
 	if cfg.MaxIterations <= 0 {
 		cfg.MaxIterations = 16
 	}
@@ -131,13 +145,16 @@ func (d *Driver) ToolQueue() string { return d.cfg.TaskQueue + "@" + d.cfg.Repli
 
 // Capabilities is what a durable instance declares: create and resume (a
 // paused turn comes back waiting), interrupt, approval requests (a
-// check-in pause). No branch, steer, host bindings or authentication.
+// check-in pause), host bindings with instructions placed as context (as
+// native sessions take them). No branch, steer or authentication.
 func Capabilities(key string) provider.Capabilities {
 	return provider.Capabilities{
 		ProviderKey: key,
 		Sessions:    provider.SessionCapabilities{Resume: true, ResumePending: true},
 		Turns:       provider.TurnCapabilities{Interrupt: true},
 		Requests:    provider.RequestCapabilities{Approval: true},
+		HostBinding: provider.HostBindingSupport{Supported: true,
+			InstructionPlacements: []provider.Placement{provider.PlacementContext}},
 	}
 }
 
@@ -146,9 +163,10 @@ func Capabilities(key string) provider.Capabilities {
 // replica's (tool calls).
 func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
 	cfg := d.cfg
-	in := &instance{cfg: cfg, toolQueue: d.ToolQueue(), tools: map[string]boundTool{}, sessions: map[string]*session{}}
+	in := &instance{cfg: cfg, toolQueue: d.ToolQueue(), tools: map[string]boundTool{}, sessions: map[string]*session{},
+		watches: map[string]*watch{}}
 	in.beat = cfg.Heartbeat / 4
-	in.tier = toolsession.NewTier(toolsession.Config{Timeout: cfg.TeardownTimeout, MaxLive: cfg.MaxLiveSessions})
+	in.tier = toolsession.NewTier(toolsession.Config{Timeout: cfg.TeardownTimeout, MaxLive: cfg.MaxLiveSessions, Report: in.reportClose})
 	for _, t := range cfg.Tools {
 		spec := t.Spec()
 		if _, dup := in.tools[spec.Name]; dup {
@@ -171,6 +189,8 @@ func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (prov
 	shared.RegisterActivityWithOptions(acts.record, activity.RegisterOptions{Name: recordActivity})
 	pinned := worker.New(cfg.Client, in.toolQueue, worker.Options{})
 	pinned.RegisterActivityWithOptions(acts.tool, activity.RegisterOptions{Name: toolActivity})
+	pinned.RegisterActivityWithOptions(acts.model, activity.RegisterOptions{Name: modelActivity})
+	pinned.RegisterActivityWithOptions(acts.mark, activity.RegisterOptions{Name: markActivity})
 	if err := shared.Start(); err != nil {
 		return provider.Materialized{}, fmt.Errorf("durable: starting the worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
@@ -201,10 +221,12 @@ type instance struct {
 	checkIns  []string
 	beat      time.Duration
 	tier      *toolsession.Tier
+	phrases   native.Phrasebook
 
 	mu       sync.Mutex
 	workers  []worker.Worker
 	sessions map[string]*session
+	watches  map[string]*watch // by workflow id: the turns followed here
 }
 
 func (in *instance) readiness(ctx context.Context) (provider.Readiness, error) {
@@ -242,15 +264,16 @@ func (a adapter) Create(ctx context.Context, req provider.CreateRequest) (provid
 		return nil, err
 	}
 	b := newBinding()
+	s, err := a.in.open(req.SessionID, b, cfg.Identity, req.HostTools, nil)
+	if err != nil {
+		return nil, err
+	}
 	rec := native.Record{}
 	rec.Conversation.Version = 1
 	rec.Conversation.Identity = cfg.Identity
 	if err := a.in.cfg.Store.Save(ctx, b, rec); err != nil {
+		a.in.forget(s)
 		return nil, fmt.Errorf("durable: saving the new conversation: %w", err)
-	}
-	s, err := a.in.open(req.SessionID, b, cfg.Identity, nil)
-	if err != nil {
-		return nil, err
 	}
 	req.OnBinding(b)
 	return s, nil
@@ -270,11 +293,31 @@ func (a adapter) Resume(ctx context.Context, req provider.ResumeRequest) (provid
 	case !rec.Conversation.Identity.Equal(cfg.Identity):
 		return nil, native.ErrConversationNotFound
 	}
-	return a.in.open(req.SessionID, req.Binding, cfg.Identity, rec.Pending)
+	return a.in.open(req.SessionID, req.Binding, cfg.Identity, req.HostTools, rec.Pending)
 }
 
-func (in *instance) open(id string, b provider.Binding, identity *tool.Identity, pending *native.PendingTurn) (*session, error) {
-	s := &session{in: in, id: id, binding: b, identity: identity.Clone(), pending: pending}
+// open registers a session, with the tools and instructions its host
+// binding lends (the validated wrapper claimed the binding and releases
+// it when the session closes).
+func (in *instance) open(id string, b provider.Binding, identity *tool.Identity, ht provider.HostTools, pending *native.PendingTurn) (*session, error) {
+	s := &session{in: in, id: id, binding: b, identity: identity.Clone(), pending: pending, defs: in.defs}
+	if ht != nil {
+		s.lent = map[string]tool.Tool{}
+		for _, t := range provider.AsTools(ht) {
+			spec := t.Spec()
+			if _, clash := in.tools[spec.Name]; clash {
+				return nil, fmt.Errorf("%w (%s)", native.ErrHostToolConflict, spec.Name)
+			}
+			s.lent[spec.Name] = t
+			s.defs = append(slices.Clip(s.defs), llm.ToolDef{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema})
+		}
+		if instr := ht.Instructions(); instr != nil {
+			if instr.Placement != provider.PlacementContext {
+				return nil, fmt.Errorf("durable: instructions placed %q are not supported; place them as %q", instr.Placement, provider.PlacementContext)
+			}
+			s.context = &llm.Message{Role: llm.RoleUser, Content: instr.Text}
+		}
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.sessions[id] != nil {

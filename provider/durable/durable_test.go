@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,16 @@ func TestDeclinedCheckIn(t *testing.T) {
 	outs := collect(t, s.Resolve(ctx, provider.Resolution{TurnID: "t1", RequestID: req.Request.ID, Note: "not today"}))
 	if got := textOf(outs); !strings.Contains(got, "declined") || !strings.Contains(got, "not today") {
 		t.Fatalf("the model was not told of the refusal: %q", got)
+	}
+	// What the resolution shows, in order, each once (and nothing of what
+	// the turn showed before its pause).
+	var shape []string
+	for _, o := range outs {
+		shape = append(shape, string(o.Kind)+":"+o.Text)
+	}
+	want := []string{"activity:calling touch", "activity:touch was declined", "text:" + textOf(outs), "turn.completed:"}
+	if !slices.Equal(shape, want) {
+		t.Fatalf("the resolution's outputs %q\nwant %q", shape, want)
 	}
 	if got := lines(t, file); len(got) != 0 {
 		t.Fatalf("a declined call ran: %v", got)

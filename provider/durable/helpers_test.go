@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func dial(t *testing.T, addr string) client.Client {
+func dial(t testing.TB, addr string) client.Client {
 	t.Helper()
 	c, err := client.Dial(client.Options{HostPort: addr, Logger: quiet{}})
 	if err != nil {
@@ -46,7 +46,7 @@ func (quiet) Warn(string, ...any)  {}
 func (quiet) Error(string, ...any) {}
 
 // uniq makes task queue names no other test shares.
-func uniq(t *testing.T) string {
+func uniq(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 }
 
@@ -127,7 +127,7 @@ type replica struct {
 	inst *provider.Instance
 }
 
-func openReplica(t *testing.T, c client.Client, cfg durable.Config) *replica {
+func openReplica(t testing.TB, c client.Client, cfg durable.Config) *replica {
 	t.Helper()
 	cfg.Client = c
 	if cfg.Heartbeat == 0 {
@@ -142,7 +142,7 @@ func openReplica(t *testing.T, c client.Client, cfg durable.Config) *replica {
 	return r
 }
 
-func (r *replica) stop(t *testing.T) {
+func (r *replica) stop(t testing.TB) {
 	if r.reg == nil {
 		return
 	}
@@ -215,4 +215,59 @@ func childReplica() int {
 	}
 	fmt.Println("ready")
 	select {}
+}
+
+// caller is a model for the tests of what a turn shows: "call NAME ARGS"
+// says "calling NAME" and calls the tool NAME with ARGS (JSON); a tool
+// result is answered with "the tool said: RESULT". Anything else is
+// echoed.
+type caller struct {
+	mu   sync.Mutex
+	seen []llm.Request
+}
+
+func (m *caller) Generate(_ context.Context, req llm.Request) (llm.Response, error) {
+	m.mu.Lock()
+	m.seen = append(m.seen, req)
+	m.mu.Unlock()
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == llm.RoleTool {
+		return llm.Response{Text: "the tool said: " + last.Content, StopReason: llm.StopEnd}, nil
+	}
+	if rest, ok := strings.CutPrefix(last.Content, "call "); ok {
+		name, args, _ := strings.Cut(rest, " ")
+		if args == "" {
+			args = "{}"
+		}
+		return llm.Response{Text: "calling " + name, StopReason: llm.StopToolUse,
+			ToolCalls: []llm.ToolCall{{ID: "c1", Name: name, Args: json.RawMessage(args)}}}, nil
+	}
+	return llm.Response{Text: "echo: " + last.Content, StopReason: llm.StopEnd}, nil
+}
+
+func (m *caller) requests() []llm.Request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]llm.Request(nil), m.seen...)
+}
+
+// gate is a tool that says it was entered, then waits for the test to
+// open it (or for its context).
+type gate struct {
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}, 1), open: make(chan struct{})} }
+
+func (g *gate) tool() tool.Tool {
+	return tool.Func("gate", "waits until the test opens it", func(ctx context.Context, _ *tool.Call, _ struct{}) (string, error) {
+		g.entered <- struct{}{}
+		select {
+		case <-g.open:
+			return "opened", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
 }

@@ -12,6 +12,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
@@ -25,6 +27,11 @@ type session struct {
 	id       string
 	binding  provider.Binding
 	identity *tool.Identity
+	// defs are the tools the model is offered: the agent's, then the
+	// ones lent (lent, by name); context is the lent instructions.
+	defs    []llm.ToolDef
+	lent    map[string]tool.Tool
+	context *llm.Message
 
 	mu      sync.Mutex
 	pending *native.PendingTurn // the turn waiting on a decision, if any
@@ -61,11 +68,14 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		}
 		cfg := s.in.cfg
 		in := TurnInput{Binding: string(s.binding), SessionID: s.id, TurnID: req.TurnID, Identity: s.identity,
-			System: cfg.System, Messages: rec.Conversation.Messages, Input: req.Input, Tools: s.in.defs,
+			System: cfg.System, Context: s.context, Messages: rec.Conversation.Messages, Input: req.Input, Tools: s.defs,
 			CheckIns: s.in.checkIns, ToolQueue: s.in.toolQueue, MaxIterations: cfg.MaxIterations,
-			Heartbeat: cfg.Heartbeat, ToolTimeout: cfg.ToolTimeout, ToolStart: cfg.ToolStart,
+			Heartbeat: cfg.Heartbeat, ToolTimeout: cfg.ToolTimeout, ToolStart: cfg.ToolStart, PinnedStart: cfg.PinnedStart,
 			ModelTimeout: cfg.ModelTimeout, ModelAttempts: cfg.ModelAttempts}
 		wid := workflowID(s.binding, req.TurnID)
+		// Watched before it starts: its first activity may come at once.
+		w, unwatch := s.in.watch(wid)
+		defer unwatch()
 		_, err = cfg.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: wid, TaskQueue: cfg.TaskQueue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -84,77 +94,151 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 				return
 			}
 		}
+		s.in.emit(event.TypeTurnStart, &event.TurnStart{MessageChars: len(req.Input), Tools: len(s.defs)}, s.in.meta(s.id, req.TurnID, s.identity))
 		if !yield(provider.Output{Kind: provider.OutputTurnStarted, SessionID: s.id, TurnID: req.TurnID}, nil) {
+			s.interrupt(wid)
 			return
 		}
-		s.follow(ctx, req.TurnID, "", yield)
+		s.follow(ctx, req.TurnID, "", w, yield)
 	}
 }
 
 func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq2[provider.Output, error] {
 	return func(yield func(provider.Output, error) bool) {
 		wid := workflowID(s.binding, res.TurnID)
+		w, unwatch := s.in.watch(wid)
+		defer unwatch()
 		d := Decision{RequestID: res.RequestID, Approve: res.Approve, Note: res.Note}
 		if err := s.in.cfg.Client.SignalWorkflow(ctx, wid, "", signalDecision, d); err != nil {
 			yield(provider.Output{}, fmt.Errorf("durable: sending the decision to the turn's workflow: %w", err))
 			return
 		}
 		s.mu.Lock()
+		p := s.pending
 		s.pending = nil
 		s.mu.Unlock()
-		s.follow(ctx, res.TurnID, res.RequestID, yield)
+		meta := s.in.meta(s.id, res.TurnID, s.identity)
+		s.in.emit(event.TypeTurnStart, &event.TurnStart{Resumed: true, Tools: len(s.defs)}, meta)
+		if p != nil && p.TurnID == res.TurnID {
+			s.in.emit(event.TypePauseResume, &event.PauseResume{Tool: p.Tool, Approved: res.Approve}, meta)
+		}
+		s.follow(ctx, res.TurnID, res.RequestID, w, yield)
 	}
 }
 
-// follow waits for the turn's next stop after the check-in ack and yields
-// it: a request, or what the turn did and its end. A caller that goes
-// away (ctx) interrupts the workflow; a process that dies does not, and
-// the turn then goes on without it.
-func (s *session) follow(ctx context.Context, turnID, ack string, yield func(provider.Output, error) bool) {
+// follow yields the turn's outputs as the activities on this replica
+// hand them over (w), until the turn's next stop after the check-in ack:
+// a request, or its end. The stop lists every step; those the live view
+// did not give are given then. A caller that goes away (ctx, or a yield
+// that returns false) interrupts the workflow; a process that dies does
+// not, and the turn then goes on without it.
+func (s *session) follow(ctx context.Context, turnID, ack string, w *watch, yield func(provider.Output, error) bool) {
 	wid := workflowID(s.binding, turnID)
-	stop, err := s.advance(ctx, wid, ack)
-	if err != nil {
+	type next struct {
+		stop Stop
+		err  error
+	}
+	actx, cancel := context.WithCancel(ctx)
+	got := make(chan next, 1)
+	go func() {
+		st, err := s.advance(actx, wid, ack)
+		got <- next{st, err}
+	}()
+	seen := map[string]bool{}
+	var n next
+	for waiting := true; waiting; {
+		select {
+		case lo := <-w.ch:
+			seen[lo.key] = true
+			lo.out.SessionID = s.id // the turn may have begun in another session of the conversation
+			if !yield(lo.out, nil) {
+				cancel()
+				<-got
+				s.interrupt(wid)
+				return
+			}
+		case n = <-got:
+			waiting = false
+		}
+	}
+	cancel()
+	if n.err != nil {
 		if ctx.Err() != nil {
 			s.interrupt(wid)
 		}
-		yield(provider.Output{}, err)
+		yield(provider.Output{}, n.err)
 		return
 	}
-	out := provider.Output{SessionID: s.id, TurnID: turnID}
+	stop := n.stop
+	steps, askedAt := stop.Steps, stop.AskedAt
+	if r := stop.Result; r != nil {
+		steps, askedAt = r.Steps, r.AskedAt
+	}
+	to := len(steps)
 	if a := stop.Ask; a != nil {
+		if i, ok := askedAt[a.ID]; ok && i <= to {
+			to = i
+		}
+	}
+	from := 0
+	if ack != "" {
+		from = min(askedAt[ack], to)
+	}
+	if a := stop.Ask; a != nil {
+		// Pending from here, whether or not the caller takes the request:
+		// the workflow waits for it.
 		s.mu.Lock()
 		s.pending = &native.PendingTurn{TurnID: turnID, Question: a.Prompt, Tool: a.Tool}
 		s.pending.Checkpoint.ID = a.ID
 		s.mu.Unlock()
+	}
+	for _, st := range steps[from:to] {
+		for _, o := range s.missed(turnID, st, seen) {
+			if !yield(o, nil) {
+				return
+			}
+		}
+	}
+	out := provider.Output{SessionID: s.id, TurnID: turnID}
+	if a := stop.Ask; a != nil {
 		out.Kind = provider.OutputRequest
 		out.Request = &provider.Request{ID: a.ID, Kind: provider.RequestApproval, Prompt: a.Prompt, Tool: a.Tool}
 		yield(out, nil)
 		return
 	}
 	r := stop.Result
-	// The turn is over: its run-scoped tool sessions close here, on the
-	// replica that holds them.
-	s.in.tier.FireRun(context.WithoutCancel(ctx), turnID)
-	for _, act := range r.Activity {
-		o := out
-		o.Kind, o.Text = provider.OutputActivity, act
-		if !yield(o, nil) {
-			return
-		}
-	}
-	text := r.Answer
 	if r.Outcome == "failed" && r.Problem != "" {
-		text = r.Problem
-	}
-	if text != "" {
 		o := out
-		o.Kind, o.Text = provider.OutputText, text
+		o.Kind, o.Text = provider.OutputActivity, "the turn failed: "+r.Problem
 		if !yield(o, nil) {
 			return
 		}
 	}
 	out.Kind, out.Outcome = provider.OutputTurnCompleted, provider.Outcome(r.Outcome)
 	yield(out, nil)
+}
+
+// missed are the outputs of a step that the live view did not give.
+func (s *session) missed(turnID string, st Step, seen map[string]bool) []provider.Output {
+	o := provider.Output{SessionID: s.id, TurnID: turnID}
+	var outs []provider.Output
+	if st.Tool == "" {
+		if st.Text != "" && !seen[stepKey("text", st.Iteration, "")] {
+			o.Kind, o.Text = provider.OutputText, st.Text
+			outs = append(outs, o)
+		}
+		return outs
+	}
+	o.Kind = provider.OutputActivity
+	if !seen[stepKey("start", st.Iteration, st.CallID)] {
+		o.Text = s.in.phrases.Calling(st.Tool)
+		outs = append(outs, o)
+	}
+	if !seen[stepKey("end", st.Iteration, st.CallID)] {
+		o.Text = s.in.phrases.Ended(&event.ToolEnd{Tool: st.Tool, IsError: st.IsError, ErrorClass: st.ErrorClass})
+		outs = append(outs, o)
+	}
+	return outs
 }
 
 // advance asks the workflow for its next stop after ack (the advance
@@ -219,6 +303,10 @@ func (s *session) Interrupt(ctx context.Context, turnID string) error {
 // waiting on a check-in keeps waiting (a resumed session comes back to
 // it) unless the host closed the conversation, which ends it.
 func (s *session) Close(ctx context.Context, reason provider.CloseReason) error {
+	// Forgotten first: a tool call of its turn that starts from here on
+	// finds no lent host tools (the wrapper releases the binding once
+	// Close returns).
+	s.in.forget(s)
 	s.mu.Lock()
 	p := s.pending
 	s.mu.Unlock()
@@ -235,6 +323,5 @@ func (s *session) Close(ctx context.Context, reason provider.CloseReason) error 
 		r = toolsession.ReasonEvicted
 	}
 	s.in.tier.FireSession(ctx, s.id, r)
-	s.in.forget(s)
 	return nil
 }

@@ -136,7 +136,7 @@ type instance struct {
 	agent     *agent.Agent
 	toolNames []string
 	store     Store
-	phrases   phrasebook
+	phrases   Phrasebook
 	// turnRunIDs: the host's turn ids are the agent's run ids.
 	turnRunIDs bool
 

@@ -564,9 +564,9 @@ func (t *turn) observe(e event.Event) {
 		}
 		o = t.output(provider.OutputText, p.Content)
 	case *event.ToolStart:
-		o = t.output(provider.OutputActivity, t.s.in.phrases.of(p.Tool).calling)
+		o = t.output(provider.OutputActivity, t.s.in.phrases.Calling(p.Tool))
 	case *event.ToolEnd:
-		o = t.output(provider.OutputActivity, t.s.in.phrases.ended(p))
+		o = t.output(provider.OutputActivity, t.s.in.phrases.Ended(p))
 	default:
 		t.mu.Unlock()
 		return
@@ -587,17 +587,19 @@ func (t *turn) output(kind provider.OutputKind, text string) provider.Output {
 // reports every call it makes.
 type toolPhrases struct{ calling, returned, failed, declined string }
 
-// phrasebook keeps the phrases of the tools the instance's sessions call:
-// the agent's own and the host bindings' (bounded: a binding lends at
-// most provider.MaxMaxHostTools).
-type phrasebook struct {
+// Phrasebook keeps the activity texts (provider.OutputActivity) of the
+// tools an instance's sessions call: the agent's own and the host
+// bindings' (bounded: past 4096 tools, phrases are made per call). Every
+// provider built on agentry's turn loop says the same things with it. The
+// zero value is ready; it is safe for concurrent use.
+type Phrasebook struct {
 	m sync.Map // tool name → *toolPhrases
 	n atomic.Int32
 }
 
 const maxPhrases = 4096 // past this, phrases are made per call
 
-func (b *phrasebook) of(name string) *toolPhrases {
+func (b *Phrasebook) of(name string) *toolPhrases {
 	if p, ok := b.m.Load(name); ok {
 		return p.(*toolPhrases)
 	}
@@ -611,7 +613,11 @@ func (b *phrasebook) of(name string) *toolPhrases {
 	return p
 }
 
-func (b *phrasebook) ended(e *event.ToolEnd) string {
+// Calling is the text of a tool call that starts.
+func (b *Phrasebook) Calling(tool string) string { return b.of(tool).calling }
+
+// Ended is the text of a tool call that ended as e says.
+func (b *Phrasebook) Ended(e *event.ToolEnd) string {
 	p := b.of(e.Tool)
 	switch {
 	case e.ErrorClass == "declined":
