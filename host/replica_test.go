@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -186,6 +187,45 @@ func TestReplicasForwardToTheHolder(t *testing.T) {
 	}
 	if n := countKind(turnLog(t, b, "alice", id), "takeover"); n != 0 {
 		t.Fatalf("%d takeovers without a replica dying", n)
+	}
+}
+
+// A stream forwarded through B does not depend on B's caller once A
+// answers: B's side finishing the request body only after A's answer has
+// begun (as on a loaded machine, where it once cut the stream) leaves the
+// stream whole.
+func TestReplicaForwardedStreamOutlivesItsBody(t *testing.T) {
+	dsn := pgDSN(t)
+	a, _ := newReplica(t, dsn, nil)
+	b, _ := newReplica(t, dsn, a.tokens)
+	id := a.open("alice")
+	want(t, a.say("alice", id, "hello"), 200, "") // A holds it
+
+	release := make(chan struct{})
+	read := host.HoldForwardedBody(b.h, release)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
+	gateOnce := sync.OnceFunc(func() { close(a.gate.release) })
+	defer gateOnce()
+
+	req, _ := http.NewRequest("POST", b.url+"/v1/sessions/"+id+"/turns", strings.NewReader(`{"message":"call gate {}"}`))
+	req.Header.Set("Authorization", "Bearer "+a.tokens["alice"])
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("stream through B: %d", res.StatusCode)
+	}
+	<-a.gate.entered // the turn runs on A, its stream open through B
+	releaseOnce()
+	<-read // B has read to the end of the body it sent
+	gateOnce()
+	evs := readSSE(t, res.Body)
+	if len(evs) == 0 || evs[len(evs)-1].name != host.ResultEvent || !strings.Contains(string(evs[len(evs)-1].data), "released") {
+		t.Fatalf("the stream through B: %+v", evs)
 	}
 }
 
