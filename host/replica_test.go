@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -162,6 +163,16 @@ func TestReplicasForwardToTheHolder(t *testing.T) {
 			t.Fatalf("stream %d through B: %+v", i, res)
 		}
 	}
+
+	// A body of unknown length (sent chunked) is forwarded whole; one past
+	// the cap is refused on B, as A would refuse it.
+	r = b.do("POST", "/v1/sessions/"+id+"/turns", "alice", io.MultiReader(strings.NewReader(`{"message":`), strings.NewReader(`"chunked"}`)))
+	want(t, r, 200, "")
+	if out := r.json(t)["output"]; out != "you said: chunked" {
+		t.Fatalf("a chunked body through B: %v", out)
+	}
+	want(t, b.do("POST", "/v1/sessions/"+id+"/turns", "alice", strings.Repeat(" ", host.DefaultMaxBodyBytes+1)),
+		http.StatusRequestEntityTooLarge, string(host.CodeBodyTooLarge))
 
 	// One turn at a time, across replicas: while A runs one, B's is 409.
 	done := make(chan resp, 1)
