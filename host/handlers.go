@@ -143,6 +143,12 @@ func (h *Host) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiErr
 			return nil, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "host: send the body as application/json")
 		}
 	}
+	return h.readCapped(w, r)
+}
+
+// readCapped reads the whole body, up to Options.MaxBodyBytes: 413 past
+// it, 400 when it cannot be read.
+func (h *Host) readCapped(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	tooLarge := newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("host: the body is larger than %d bytes", h.opt.MaxBodyBytes))
 	if r.ContentLength > h.opt.MaxBodyBytes {
 		return nil, tooLarge

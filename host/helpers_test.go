@@ -598,6 +598,8 @@ func (f *fixture) do(method, path, who string, body any, hdr ...string) resp {
 		rd = strings.NewReader(b)
 	case []byte:
 		rd = bytes.NewReader(b)
+	case io.Reader: // of unknown length: sent chunked
+		rd = b
 	default:
 		j, _ := json.Marshal(b)
 		rd = bytes.NewReader(j)

@@ -1,9 +1,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -180,6 +182,7 @@ type forwardKey struct{}
 type forwardTo struct {
 	url    *url.URL
 	holder Holder
+	body   []byte // the caller's body, read whole; nil when it sent none
 }
 
 func newReplicas(h *Host, l Leases) (*replicas, error) {
@@ -235,6 +238,9 @@ func newReplicas(h *Host, l Leases) (*replicas, error) {
 			// The caller's Authorization goes through untouched: the owner
 			// proves the caller again.
 			pr.Out.Header.Set(ForwardedHeader, self.ID)
+			if to.body != nil {
+				sendFromMemory(pr.Out, to.body)
+			}
 		},
 		Transport:     r.tr,
 		FlushInterval: -1, // SSE streams through as it is written
@@ -356,9 +362,49 @@ func (r *replicas) forward(w http.ResponseWriter, req *http.Request, holder Hold
 		writeError(w, unreachableError(holder.Left))
 		return
 	}
+	to := forwardTo{url: u, holder: holder}
+	if req.ContentLength != 0 { // a body, of known length or not
+		b, ae := r.h.readCapped(w, req)
+		if ae != nil {
+			writeError(w, ae)
+			return
+		}
+		to.body = b
+	}
 	r.forwarded.WithLabelValues("sent").Inc()
-	ctx := context.WithValue(req.Context(), forwardKey{}, forwardTo{url: u, holder: holder})
+	ctx := context.WithValue(req.Context(), forwardKey{}, to)
 	r.proxy.ServeHTTP(w, req.WithContext(ctx))
+}
+
+// sendFromMemory makes the forwarded request carry the caller's body from
+// memory instead of from the caller's connection.
+//
+// Handing the inbound body to the Transport races with net/http's server:
+// the Transport writes the body on a goroutine of its own, and after the
+// last byte it reads the body once more (to see its end) and closes it.
+// The owner may answer in between — an event stream answers as soon as
+// it has read the message — and the proxy then writes the answer's
+// header here, at which point the server, taking the inbound body for
+// unread, drains and closes it. The Transport's last read then fails
+// ("invalid Read on closed Body"), and a failed body read makes it close
+// its connection to the owner: the stream was cut mid-turn, on this side,
+// while the owner went on running the turn. Every API body is small and
+// capped (Options.MaxBodyBytes), so it is read whole before forwarding.
+//
+// GetBody lets the Transport resend a request that it wrote not one byte
+// of (a kept-alive connection the owner had closed); a request the owner
+// may have seen is never resent, so a turn is never run twice.
+func sendFromMemory(out *http.Request, b []byte) {
+	out.ContentLength = int64(len(b))
+	out.TransferEncoding = nil
+	out.Header.Del("Expect") // the body is here already: no need to ask the owner first
+	out.GetBody = func() (io.ReadCloser, error) {
+		if len(b) == 0 {
+			return http.NoBody, nil
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	out.Body, _ = out.GetBody()
 }
 
 // unreachable answers a forwarded request whose holder did not answer.
