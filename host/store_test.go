@@ -312,6 +312,49 @@ var storeCases = []struct {
 			t.Fatalf("%d turn records for one winning save", len(ts))
 		}
 	}},
+	{"a load while turns are saved reads one version whole", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		if err := s.Create(ctx, conv("r", alice)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c := conv("r", alice)
+			for i := range 60 {
+				v, err := s.Save(ctx, host.Update{Conversation: c, Append: []host.Message{{Role: "user", Content: fmt.Sprint("q", i)}, {Role: "assistant", Content: fmt.Sprint("a", i)}},
+					Turn: &host.Turn{Kind: "message", Outcome: host.TurnAnswered}})
+				if err != nil {
+					t.Errorf("save %d: %v", i, err)
+					return
+				}
+				c.Version, c.Messages, c.Turns = v, c.Messages+2, c.Turns+1
+			}
+		}()
+		loads, bad := 0, ""
+	reading:
+		for ; bad == ""; loads++ {
+			select {
+			case <-done:
+				break reading
+			default:
+			}
+			c, err := s.Load(ctx, alice, "r")
+			switch {
+			case err != nil:
+				bad = fmt.Sprintf("a load during saves: %v", err)
+			case len(c.Transcript) != c.Messages || c.Messages != 2*int(c.Version):
+				bad = fmt.Sprintf("version %d: %d messages counted, %d read", c.Version, c.Messages, len(c.Transcript))
+			}
+		}
+		<-done
+		if bad != "" {
+			t.Fatal(bad)
+		}
+		if loads == 0 {
+			t.Fatal("no load ran alongside the saves")
+		}
+	}},
 	{"many conversations saved at once all land (group commit)", func(t *testing.T, s host.Store, _ string) {
 		ctx := context.Background()
 		const n = 60

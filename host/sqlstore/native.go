@@ -61,7 +61,7 @@ func (s *Store) loadNative(ctx context.Context, b string) (*nativeWrite, error) 
 	if err != nil {
 		return nil, s.fail("loading a native conversation", err)
 	}
-	rows, err := s.read.QueryContext(ctx, s.q.nativeMsgs, b)
+	rows, err := s.read.QueryContext(ctx, s.q.nativeMsgs, b, msgs) // as counted: a later save appends past them
 	if err != nil {
 		return nil, s.fail("loading a native conversation", err)
 	}
@@ -88,7 +88,7 @@ func (s *Store) loadNative(ctx context.Context, b string) (*nativeWrite, error) 
 	if turns == 0 {
 		return w, nil
 	}
-	trows, err := s.read.QueryContext(ctx, s.q.nativeTurns, b)
+	trows, err := s.read.QueryContext(ctx, s.q.nativeTurns, b, turns)
 	if err != nil {
 		return nil, s.fail("loading a native conversation", err)
 	}

@@ -265,7 +265,7 @@ func (s *Store) prepareQueries() {
 	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version`
 	s.q = queries{
 		create:    s.rebind(`INSERT INTO agentry_conversations (` + cols + `, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
-		messages:  s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? ORDER BY idx`),
+		messages:  s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? AND idx < ? ORDER BY idx`),
 		head:      s.rebind(`SELECT version FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
 		insertMsg: s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
 		load:      s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
@@ -286,8 +286,8 @@ func (s *Store) prepareQueries() {
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
 			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
 		nativeLoad:  s.rebind(`SELECT head, messages, turns FROM agentry_native WHERE binding = ?`),
-		nativeMsgs:  s.rebind(`SELECT message FROM agentry_native_messages WHERE binding = ? ORDER BY idx`),
-		nativeTurns: s.rebind(`SELECT turn_id, messages FROM agentry_native_turns WHERE binding = ? ORDER BY idx`),
+		nativeMsgs:  s.rebind(`SELECT message FROM agentry_native_messages WHERE binding = ? AND idx < ? ORDER BY idx`),
+		nativeTurns: s.rebind(`SELECT turn_id, messages FROM agentry_native_turns WHERE binding = ? AND idx < ? ORDER BY idx`),
 		nativeCount: s.rebind(`SELECT messages, turns FROM agentry_native WHERE binding = ?`),
 		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, head, messages, turns, updated_us) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (binding) DO UPDATE SET head = excluded.head, messages = excluded.messages, turns = excluded.turns, updated_us = excluded.updated_us`),
@@ -401,7 +401,9 @@ func (s *Store) Load(ctx context.Context, owner tool.Identity, id string) (host.
 		}
 		return c, err
 	}
-	rows, err := s.read.QueryContext(ctx, s.q.messages, id)
+	// Only the messages the row counts: a save committed since appends
+	// past them, and what was read stays the conversation as it was.
+	rows, err := s.read.QueryContext(ctx, s.q.messages, id, c.Messages)
 	if err != nil {
 		return host.Conversation{}, s.fail("loading a transcript", err)
 	}
