@@ -19,8 +19,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/agentry-dev/agentry/event/audit"
-	"github.com/agentry-dev/agentry/host"
-	"github.com/agentry-dev/agentry/tool"
 )
 
 // replica is one `agentry serve` of the test, with its events file and
@@ -47,14 +45,8 @@ func TestReplicasBinary(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	bin := binary(t)
 	dir := t.TempDir()
-	tok, line, err := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := filepath.Join(dir, "tokens.txt")
-	if err := os.WriteFile(tokens, []byte(line+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, toks := writeTokens(t, "alice")
+	tok := toks["alice"]
 	runner := "interpreter"
 	if jailWorks() {
 		runner = "jail"

@@ -21,14 +21,12 @@ import (
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
-	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
 	"github.com/agentry-dev/agentry/internal/pgtest"
 	"github.com/agentry-dev/agentry/internal/temporaltest"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/durable"
-	"github.com/agentry-dev/agentry/tool"
 )
 
 // serve --temporal: a turn under --check-in run_code pauses as a workflow
@@ -39,14 +37,8 @@ func TestServeTemporalPauseSurvivesRestart(t *testing.T) {
 	needPython(t)
 	addr := temporaltest.Addr(t)
 	dir := t.TempDir()
-	tok, line, err := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := filepath.Join(dir, "tokens.txt")
-	if err := os.WriteFile(tokens, []byte(line+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, toks := writeTokens(t, "alice")
+	tok := toks["alice"]
 	o := serveDefaults(t)
 	o.tokens = tokens
 	o.runner = "process"
@@ -100,14 +92,8 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	bin := binary(t)
 	dir := t.TempDir()
-	tok, line, err := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := filepath.Join(dir, "tokens.txt")
-	if err := os.WriteFile(tokens, []byte(line+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, toks := writeTokens(t, "alice")
+	tok := toks["alice"]
 	const lease = 5 * time.Second
 	queue := fmt.Sprintf("killed-mid-turn-%d", time.Now().UnixNano())
 	serve := func(replica, events string) *process {
