@@ -183,17 +183,9 @@ func (s *Store) writeNative(ctx context.Context, tx *sql.Tx, w *nativeWrite) err
 		}
 		from = 0
 	}
-	if from < len(w.msgs) {
-		add := tx.StmtContext(ctx, s.stmt.nativeAdd)
-		for i := from; i < len(w.msgs); i++ {
-			b, err := json.Marshal(w.msgs[i])
-			if err != nil {
-				return fmt.Errorf("sqlstore: encoding a native message: %w", err)
-			}
-			if _, err := add.ExecContext(ctx, w.binding, i, string(b)); err != nil {
-				return s.fail("saving a native conversation", err)
-			}
-		}
+	if err := s.appendRows(ctx, tx, s.stmt.nativeAdd, s.stmt.nativeAdds, w.binding, from, len(w.msgs)-from,
+		func(i int) ([]byte, error) { return json.Marshal(w.msgs[from+i]) }); err != nil {
+		return s.fail("saving a native conversation", err)
 	}
 	from = stored.turns
 	if len(w.turns) < from {

@@ -57,6 +57,7 @@ type Store struct {
 	q      queries
 	stmt   struct {
 		save, head, insertTurn, insertMsg  *sql.Stmt
+		insertMsgs, nativeAdds             *sql.Stmt
 		nativeCount, nativeSave, nativeAdd *sql.Stmt
 		nativeAddTurn                      *sql.Stmt
 	}
@@ -84,7 +85,7 @@ var _ host.Store = (*Store)(nil)
 
 type queries struct {
 	create, load, save, list, listOpen, countOpen, turns, appendTurn, lockRow, insertTurn string
-	messages, head, insertMsg, nativeLoad, nativeSave                                     string
+	messages, head, insertMsg, insertMsgs, nativeLoad, nativeSave, nativeAdds             string
 	nativeMsgs, nativeTurns, nativeCount, nativeAdd, nativeAddTurn, nativeClear           string
 	nativeClearTurns                                                                      string
 }
@@ -250,6 +251,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		to **sql.Stmt
 		q  string
 	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg},
+		{&s.stmt.insertMsgs, s.q.insertMsgs}, {&s.stmt.nativeAdds, s.q.nativeAdds},
 		{&s.stmt.nativeCount, s.q.nativeCount}, {&s.stmt.nativeSave, s.q.nativeSave}, {&s.stmt.nativeAdd, s.q.nativeAdd},
 		{&s.stmt.nativeAddTurn, s.q.nativeAddTurn}} {
 		st, err := s.write.PrepareContext(ctx, p.q)
@@ -264,11 +266,12 @@ func (s *Store) migrate(ctx context.Context) error {
 func (s *Store) prepareQueries() {
 	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version`
 	s.q = queries{
-		create:    s.rebind(`INSERT INTO agentry_conversations (` + cols + `, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
-		messages:  s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? AND idx < ? ORDER BY idx`),
-		head:      s.rebind(`SELECT version FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
-		insertMsg: s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
-		load:      s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		create:     s.rebind(`INSERT INTO agentry_conversations (` + cols + `, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
+		messages:   s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? AND idx < ? ORDER BY idx`),
+		head:       s.rebind(`SELECT version FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		insertMsg:  s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
+		insertMsgs: s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?), (?, ?, ?)`),
+		load:       s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
 		save: s.rebind(`UPDATE agentry_conversations SET state = ?, turns = ?, messages = messages + ?, pending_question = ?, pending_tool = ?, pending_request = ?,
 			provider = ?, binding = ?, last_run_id = ?, updated_us = ?, version = ?, turn_seq = turn_seq + ?
 			WHERE id = ? AND tenant = ? AND principal = ? AND version = ? AND messages = ?
@@ -292,6 +295,7 @@ func (s *Store) prepareQueries() {
 		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, head, messages, turns, updated_us) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (binding) DO UPDATE SET head = excluded.head, messages = excluded.messages, turns = excluded.turns, updated_us = excluded.updated_us`),
 		nativeAdd:        s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`),
+		nativeAdds:       s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?), (?, ?, ?)`),
 		nativeAddTurn:    s.rebind(`INSERT INTO agentry_native_turns (binding, idx, turn_id, messages) VALUES (?, ?, ?, ?)`),
 		nativeClear:      s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
 		nativeClearTurns: s.rebind(`DELETE FROM agentry_native_turns WHERE binding = ?`),
@@ -571,17 +575,9 @@ func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, erro
 	case err != nil:
 		return 0, s.fail("saving a conversation", err)
 	}
-	if len(r.add) > 0 {
-		ins := tx.StmtContext(ctx, s.stmt.insertMsg)
-		for i, m := range r.add {
-			b, err := json.Marshal(m)
-			if err != nil {
-				return 0, fmt.Errorf("sqlstore: encoding a message: %w", err)
-			}
-			if _, err := ins.ExecContext(ctx, c.ID, c.Messages+i, string(b)); err != nil {
-				return 0, s.fail("appending to a transcript", err)
-			}
-		}
+	if err := s.appendRows(ctx, tx, s.stmt.insertMsg, s.stmt.insertMsgs, c.ID, c.Messages, len(r.add),
+		func(i int) ([]byte, error) { return json.Marshal(r.add[i]) }); err != nil {
+		return 0, s.fail("appending to a transcript", err)
 	}
 	if t := r.turn; t != nil {
 		if err := s.insertTurn(ctx, tx, c.ID, seq, t); err != nil {
@@ -589,6 +585,38 @@ func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, erro
 		}
 	}
 	return next, nil
+}
+
+// appendRows inserts n rows (key, from+i, body(i)) into a table of that
+// shape, two a statement (a turn's question and answer go in one), with
+// one and two prepared for one row and for two.
+func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, one, two *sql.Stmt, key string, from, n int, body func(int) ([]byte, error)) error {
+	var one1, two1 *sql.Stmt
+	for i := 0; i < n; {
+		a, err := body(i)
+		if err != nil {
+			return fmt.Errorf("encoding row %d: %w", from+i, err)
+		}
+		if i+1 == n {
+			if one1 == nil {
+				one1 = tx.StmtContext(ctx, one)
+			}
+			_, err = one1.ExecContext(ctx, key, from+i, string(a))
+			return err
+		}
+		b, err := body(i + 1)
+		if err != nil {
+			return fmt.Errorf("encoding row %d: %w", from+i+1, err)
+		}
+		if two1 == nil {
+			two1 = tx.StmtContext(ctx, two)
+		}
+		if _, err := two1.ExecContext(ctx, key, from+i, string(a), key, from+i+1, string(b)); err != nil {
+			return err
+		}
+		i += 2
+	}
+	return nil
 }
 
 func (s *Store) insertTurn(ctx context.Context, tx *sql.Tx, id string, seq int64, t *host.Turn) error {
@@ -804,7 +832,7 @@ func (s *Store) Close() error {
 			<-s.writerDone
 		}
 		var errs []error
-		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.nativeCount, s.stmt.nativeSave, s.stmt.nativeAdd, s.stmt.nativeAddTurn} {
+		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.insertMsgs, s.stmt.nativeAdds, s.stmt.nativeCount, s.stmt.nativeSave, s.stmt.nativeAdd, s.stmt.nativeAddTurn} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}
