@@ -22,6 +22,7 @@ import (
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
+	"github.com/agentry-dev/agentry/internal/modelwire"
 	"github.com/agentry-dev/agentry/internal/pgtest"
 	"github.com/agentry-dev/agentry/internal/temporaltest"
 	"github.com/agentry-dev/agentry/llm"
@@ -81,8 +82,9 @@ func TestServeTemporalPauseSurvivesRestart(t *testing.T) {
 // the test makes) when A is killed with SIGKILL. A starts again under
 // the same replica name; the turn's workflow goes on (on A again or on
 // B): the call in flight is reported to the model as lost and not run
-// again, the call of the turn before is not repeated (the file the code
-// appends to holds one line per call that started), the conversation's
+// again, the call that completed earlier in the same turn is not
+// repeated, nor the turn before's (the file the code appends to holds
+// one line per call that started), the conversation's
 // record marks the turn and holds the lost call's result, the host's
 // turn log has B's takeover, and `agentry events audit` is clean on the
 // survivors' events files.
@@ -96,9 +98,31 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	tok := toks["alice"]
 	const lease = 5 * time.Second
 	queue := fmt.Sprintf("killed-mid-turn-%d", time.Now().UnixNano())
+	// A model on Anthropic's wire format that runs, one call after
+	// another, the programs a message holds (split at "# next call"),
+	// then answers with the last result — or with a failed call's.
+	model := modelwire.NewAnthropic(modelwire.Options{Script: func(tr modelwire.Turn) modelwire.Reply {
+		asked := tr.Asked
+		if strings.HasPrefix(asked, "[agentry:") { // the host's note after a takeover, then the message
+			_, asked, _ = strings.Cut(asked, "]\n")
+			asked = strings.TrimLeft(asked, "\n")
+		}
+		steps := strings.Split(asked, "\n# next call\n")
+		if tr.ToolErrors || tr.Answered >= len(steps) {
+			return modelwire.Reply{Text: strings.TrimSpace(strings.Join(tr.ToolResults, "\n"))}
+		}
+		args, _ := json.Marshal(map[string]string{"code": steps[tr.Answered]})
+		return modelwire.Reply{Calls: []modelwire.Call{{Name: modelwire.ToolName, Args: args}}}
+	}})
+	defer model.Close()
+	message := func(programs ...string) string {
+		b, _ := json.Marshal(map[string]string{"message": strings.Join(programs, "\n# next call\n")})
+		return string(b)
+	}
 	serve := func(replica, events string) *process {
-		p := startServeBinary(t, bin, nil, "--store", dsn, "--tokens", tokens, "--events", events,
-			"--runner", "process", "--model", "scripted", "--lease", lease.String(), "--drain", "20s",
+		p := startServeBinary(t, bin, []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline"},
+			"--store", dsn, "--tokens", tokens, "--events", events,
+			"--runner", "process", "--model", "anthropic:claude-offline", "--lease", lease.String(), "--drain", "20s",
 			"--temporal", addr, "--temporal-task-queue", queue, "--temporal-replica", replica)
 		p.token = tok
 		return p
@@ -123,20 +147,22 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	var sess struct{ SessionID string }
 	_ = json.Unmarshal(body, &sess)
 	turns := "/v1/sessions/" + sess.SessionID + "/turns"
-	if code, body := a.call(t, "POST", turns, turnBody(fmt.Sprintf("open(%q, 'a').write('one\\n')\nprint('one')", marks))); code != 200 ||
+	if code, body := a.call(t, "POST", turns, message(fmt.Sprintf("open(%q, 'a').write('one\\n')\nprint('one')", marks))); code != 200 ||
 		!strings.Contains(string(body), `"output":"one"`) {
 		t.Fatalf("turn 1 on A: %d %s", code, body)
 	}
 
-	// Turn 2 streams from A; its code says it runs (the fifo), then waits.
+	// Turn 2 streams from A: its first call completes, its second says it
+	// runs (the fifo), then waits.
 	type sse struct{ name, data string }
 	seen := make(chan sse, 256)
 	streamed := make(chan struct{})
 	go func() {
 		defer close(streamed)
-		req, _ := http.NewRequest("POST", a.url+turns, strings.NewReader(turnBody(fmt.Sprintf(
-			"open(%q, 'a').write('two\\n')\nf = open(%q, 'w'); f.write('in'); f.close()\nimport os, time\nwhile not os.path.exists(%q):\n    time.sleep(0.01)\nprint('two')",
-			marks, inFlight, gate))))
+		req, _ := http.NewRequest("POST", a.url+turns, strings.NewReader(message(
+			fmt.Sprintf("open(%q, 'a').write('two-a\\n')\nprint('a')", marks),
+			fmt.Sprintf("open(%q, 'a').write('two-b\\n')\nf = open(%q, 'w'); f.write('in'); f.close()\nimport os, time\nwhile not os.path.exists(%q):\n    time.sleep(0.01)\nprint('b')",
+				marks, inFlight, gate))))
 		req.Header.Set("Authorization", "Bearer "+tok)
 		req.Header.Set("Accept", "text/event-stream")
 		res, err := http.DefaultClient.Do(req)
@@ -213,7 +239,7 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 		t.Fatalf("the turn ended %q, answering %q (%s)", res.Outcome, res.Answer, res.Problem)
 	}
 	t.Logf("the turn's in-flight tool call was reported lost and the turn ended %s after A was killed", lost.Round(100*time.Millisecond))
-	if raw, err := os.ReadFile(marks); err != nil || string(raw) != "one\ntwo\n" {
+	if raw, err := os.ReadFile(marks); err != nil || string(raw) != "one\ntwo-a\ntwo-b\n" {
 		t.Fatalf("the code's side effects: %q (%v); want one line per call that started", raw, err)
 	}
 	// The conversation's record has the turn: marked, its lost call an
@@ -231,8 +257,10 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 		t.Fatalf("the conversation's turn log: %+v; want turn 1 and the killed turn %s", rec.Turns, turnID)
 	}
 	msgs := rec.Conversation.Messages
-	if len(msgs) != 8 || msgs[6].Role != llm.RoleTool || !msgs[6].IsError || !strings.Contains(msgs[6].Content, "lost while it ran") ||
-		msgs[7].Content != res.Answer {
+	// Turn 1: asked, call, result, answer; turn 2: asked, call, result,
+	// call, the lost call's result, answer.
+	if len(msgs) != 10 || msgs[6].Role != llm.RoleTool || msgs[6].IsError || msgs[8].Role != llm.RoleTool || !msgs[8].IsError ||
+		!strings.Contains(msgs[8].Content, "lost while it ran") || msgs[9].Content != res.Answer {
 		t.Fatalf("the stored conversation: %+v", msgs)
 	}
 
@@ -240,7 +268,7 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	// over (the turn log says so), nothing run again.
 	var out string
 	for {
-		code, body := b.call(t, "POST", turns, turnBody(fmt.Sprintf("open(%q, 'a').write('three\\n')\nprint('three')", marks)))
+		code, body := b.call(t, "POST", turns, message(fmt.Sprintf("open(%q, 'a').write('three\\n')\nprint('three')", marks)))
 		if code == 200 {
 			var o struct{ Output string }
 			_ = json.Unmarshal(body, &o)
@@ -259,7 +287,7 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	if out != "three" {
 		t.Fatalf("turn 3 through B: %q", out)
 	}
-	if raw, _ := os.ReadFile(marks); string(raw) != "one\ntwo\nthree\n" {
+	if raw, _ := os.ReadFile(marks); string(raw) != "one\ntwo-a\ntwo-b\nthree\n" {
 		t.Fatalf("after turn 3: %q", raw)
 	}
 	if code, body := b.call(t, "GET", turns, ""); code != 200 || strings.Count(string(body), `"kind":"takeover"`) != 1 {

@@ -150,8 +150,30 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 				}
 			}
 		}
+		asked, answered := "", 0
+	back:
+		for i := len(all) - 1; i >= 0; i-- {
+			if req.Messages[i].Role != "user" {
+				continue
+			}
+			var said strings.Builder
+			results := 0
+			for _, b := range all[i] {
+				switch b.Type {
+				case "text":
+					said.WriteString(b.Text)
+				case "tool_result":
+					results++
+				}
+			}
+			answered += results
+			if results == 0 && said.Len() > 0 {
+				asked = said.String()
+				break back
+			}
+		}
 		sr := s.opt.Script(Turn{N: n, Message: text.String(), ToolResults: results, ToolErrors: failed,
-			Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
+			Asked: asked, Answered: answered, Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
 		s.anthropicScripted(w, req.Model, req.Stream, sr)
 		return
 	}

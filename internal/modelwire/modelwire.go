@@ -56,6 +56,13 @@ type Turn struct {
 	// and ToolErrors whether any of them is an error.
 	ToolResults []string
 	ToolErrors  bool
+	// Asked is the text of the person's message the model is answering
+	// (the last user message with text and no tool results), and Answered
+	// how many tool results have come since it: a script can tell the
+	// steps of a turn apart from the request alone, so a request sent again
+	// gets the same answer.
+	Asked    string
+	Answered int
 	// Tools names the tools the request offers.
 	Tools []string
 	// System is the request's system prompt, as text.

@@ -68,3 +68,27 @@ func TestVendorRules(t *testing.T) {
 		}
 	}
 }
+
+// A script is shown which person's message it answers and how many tool
+// results have come since, from the request alone.
+func TestScriptSeesTheTurnSoFar(t *testing.T) {
+	var got []modelwire.Turn
+	a := modelwire.NewAnthropic(modelwire.Options{Script: func(tr modelwire.Turn) modelwire.Reply {
+		got = append(got, tr)
+		return modelwire.Reply{Text: "ok"}
+	}})
+	defer a.Close()
+	msgs := `{"role":"user","content":"first"},{"role":"assistant","content":"ok"},` +
+		`{"role":"user","content":"second"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"run_code","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"run_code","input":{}},{"type":"tool_use","id":"toolu_3","name":"run_code","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"b"},{"type":"tool_result","tool_use_id":"toolu_3","content":"c"}]}`
+	code, body := post(t, a.URL+"/v1/messages", `{"model":"m","max_tokens":10,"messages":[`+msgs+`]}`, "Anthropic-Version", "2023-06-01")
+	if code != 200 || len(got) != 1 {
+		t.Fatalf("%d %s", code, body)
+	}
+	if tr := got[0]; tr.Asked != "second" || tr.Answered != 3 || len(tr.ToolResults) != 2 {
+		t.Fatalf("the script saw %+v", tr)
+	}
+}
