@@ -663,14 +663,14 @@ func checkBranch(c *checker) {
 	c.completes(c.turn(src, "turn-2", c.f.Prompt), "the source's turn after branching")
 }
 
-// kitBinding is the host binding the kit lends.
+// kitBinding is the host binding the kit lends: the Echo, whose
+// invocations with an id starting "kit-hold" wait until the kit lets them go.
 type kitBinding struct {
-	b        *provider.HostBinding
-	releases atomic.Int32
-	invoked  atomic.Int32
-	hold     chan struct{} // holds invocations whose id starts with "kit-hold"
-	held     chan struct{}
-	unhold   sync.Once
+	b      *provider.HostBinding
+	echo   *Echo
+	hold   chan struct{}
+	held   chan struct{}
+	unhold sync.Once
 }
 
 func (k *kitBinding) letGo() { k.unhold.Do(func() { close(k.hold) }) }
@@ -678,31 +678,23 @@ func (k *kitBinding) letGo() { k.unhold.Do(func() { close(k.hold) }) }
 func (c *checker) binding() *kitBinding {
 	k := &kitBinding{hold: make(chan struct{}), held: make(chan struct{}, provider.MaxHostInvocations)}
 	c.cleanup(k.letGo)
-	k.b = &provider.HostBinding{
-		Tools: []provider.HostTool{{Name: HostToolName, Description: "Echoes its text back.", InputSchema: HostToolSchema,
-			Invoke: func(ctx context.Context, inv provider.HostInvocation) (provider.HostToolResult, error) {
-				if strings.HasPrefix(inv.ID, "kit-hold") {
-					k.held <- struct{}{}
-					select {
-					case <-k.hold:
-					case <-ctx.Done():
-						return provider.HostToolResult{}, context.Cause(ctx)
-					}
-					return provider.HostToolResult{Output: json.RawMessage(`"released"`)}, nil
-				}
-				k.invoked.Add(1)
-				var in struct{ Text string }
-				if err := json.Unmarshal(inv.Arguments, &in); err != nil {
-					return provider.HostToolResult{}, err
-				}
-				out, _ := json.Marshal(map[string]string{"echo": in.Text})
-				return provider.HostToolResult{Output: out}, nil
-			}}},
-		Release: func(context.Context) error { k.releases.Add(1); return nil },
-	}
+	k.echo = &Echo{hold: func(ctx context.Context, inv provider.HostInvocation) (provider.HostToolResult, bool, error) {
+		if !strings.HasPrefix(inv.ID, "kit-hold") {
+			return provider.HostToolResult{}, false, nil
+		}
+		k.held <- struct{}{}
+		select {
+		case <-k.hold:
+		case <-ctx.Done():
+			return provider.HostToolResult{}, true, context.Cause(ctx)
+		}
+		return provider.HostToolResult{Output: json.RawMessage(`"released"`)}, true, nil
+	}}
+	var instr *provider.Instructions
 	if p := c.caps.HostBinding.InstructionPlacements; len(p) > 0 {
-		k.b.Instructions = &provider.Instructions{Placement: p[0], Text: "Use " + HostToolName + " when asked to."}
+		instr = &provider.Instructions{Placement: p[0], Text: "Use " + HostToolName + " when asked to."}
 	}
+	k.b = k.echo.Binding(instr)
 	return k
 }
 
@@ -729,7 +721,7 @@ func checkHostInvoke(c *checker) {
 	k := c.binding()
 	s := c.open(c.instance(), k.b, nil)
 	c.completes(c.turn(s, "turn-1", c.f.HostToolPrompt), "the host-tool turn")
-	if k.invoked.Load() == 0 {
+	if len(k.echo.Invocations()) == 0 {
 		c.errorf("the provider did not invoke %s during the host-tool turn", HostToolName)
 	}
 	for _, a := range c.spy.attemptList() {
@@ -791,7 +783,7 @@ func checkHostRelease(c *checker) {
 	c.spy.markClosing()
 	s.Close(c.ctx, provider.CloseRequested)
 	s.Close(c.ctx, provider.CloseRequested)
-	if n := k.releases.Load(); n != 1 {
+	if n := k.echo.Releases(); n != 1 {
 		c.errorf("the host's Release ran %d times over two closes; want 1", n)
 	}
 	_, err := ht.Invoke(c.ctx, provider.HostInvocation{ID: "kit-after", Tool: HostToolName, Arguments: json.RawMessage(`{"text":"x"}`)})

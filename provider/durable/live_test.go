@@ -17,6 +17,7 @@ import (
 	"github.com/agentry-dev/agentry/internal/temporaltest"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/conformance"
 	"github.com/agentry-dev/agentry/provider/durable"
 	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
@@ -67,39 +68,6 @@ func TestOutputsStreamWhileTheTurnRuns(t *testing.T) {
 	}
 }
 
-// hostEcho lends one tool, host_echo, that echoes its text, and counts
-// its invocations and releases.
-type hostEcho struct {
-	mu       sync.Mutex
-	calls    []provider.HostInvocation
-	released int
-}
-
-func (h *hostEcho) binding() *provider.HostBinding {
-	return &provider.HostBinding{
-		Tools: []provider.HostTool{{Name: "host_echo", Description: "Echoes its text.",
-			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
-			Invoke: func(_ context.Context, inv provider.HostInvocation) (provider.HostToolResult, error) {
-				h.mu.Lock()
-				h.calls = append(h.calls, inv)
-				h.mu.Unlock()
-				var in struct{ Text string }
-				if err := json.Unmarshal(inv.Arguments, &in); err != nil {
-					return provider.HostToolResult{}, err
-				}
-				out, _ := json.Marshal(map[string]string{"echo": in.Text})
-				return provider.HostToolResult{Output: out}, nil
-			}}},
-		Instructions: &provider.Instructions{Placement: provider.PlacementContext, Text: "Use host_echo when asked."},
-		Release: func(context.Context) error {
-			h.mu.Lock()
-			h.released++
-			h.mu.Unlock()
-			return nil
-		},
-	}
-}
-
 // A host tool lent to a durable session is offered to the model, called
 // by it (as a tool activity on the session's replica), and its result
 // reaches the model; the binding's instructions come first in every model
@@ -110,27 +78,26 @@ func TestHostToolLentToADurableSession(t *testing.T) {
 	store := native.NewMemoryStore(0)
 	r := openReplica(t, c, durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: model, Store: store})
 	ctx := context.Background()
-	h := &hostEcho{}
-	s, err := r.inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "s1", WorkingDirectory: t.TempDir(), HostBinding: h.binding()})
+	h := &conformance.Echo{}
+	s, err := r.inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "s1", WorkingDirectory: t.TempDir(),
+		HostBinding: h.Binding(&provider.Instructions{Placement: provider.PlacementContext, Text: "Use conformance_echo when asked."})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs := collect(t, s.RunTurn(ctx, provider.TurnRequest{TurnID: "t1", Input: `call host_echo {"text":"hi"}`}))
+	outs := collect(t, s.RunTurn(ctx, provider.TurnRequest{TurnID: "t1", Input: `call conformance_echo {"text":"hi"}`}))
 	if got := textOf(outs); !strings.HasSuffix(got, `the tool said: {"echo":"hi"}`) {
 		t.Fatalf("the model was told %q", got)
 	}
-	h.mu.Lock()
-	calls := slices.Clone(h.calls)
-	h.mu.Unlock()
-	if len(calls) != 1 || calls[0].Tool != "host_echo" || string(calls[0].Arguments) != `{"text":"hi"}` {
+	calls := h.Invocations()
+	if len(calls) != 1 || calls[0].Tool != "conformance_echo" || string(calls[0].Arguments) != `{"text":"hi"}` {
 		t.Fatalf("the host tool was invoked %+v", calls)
 	}
 	reqs := model.requests()
 	for _, req := range reqs {
-		if !slices.ContainsFunc(req.Tools, func(d llm.ToolDef) bool { return d.Name == "host_echo" }) {
-			t.Fatalf("a model call was not offered host_echo: %+v", req.Tools)
+		if !slices.ContainsFunc(req.Tools, func(d llm.ToolDef) bool { return d.Name == "conformance_echo" }) {
+			t.Fatalf("a model call was not offered conformance_echo: %+v", req.Tools)
 		}
-		if req.Messages[0].Content != "Use host_echo when asked." {
+		if req.Messages[0].Content != "Use conformance_echo when asked." {
 			t.Fatalf("a model call did not open with the binding's instructions: %+v", req.Messages[0])
 		}
 	}
@@ -138,7 +105,7 @@ func TestHostToolLentToADurableSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := rec.Conversation.Messages; len(m) != 4 || m[0].Content != `call host_echo {"text":"hi"}` {
+	if m := rec.Conversation.Messages; len(m) != 4 || m[0].Content != `call conformance_echo {"text":"hi"}` {
 		t.Fatalf("stored %+v; want the turn's 4 messages and no instructions", m)
 	}
 	for range 2 {
@@ -146,10 +113,7 @@ func TestHostToolLentToADurableSession(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.mu.Lock()
-	released := h.released
-	h.mu.Unlock()
-	if released != 1 {
+	if released := h.Releases(); released != 1 {
 		t.Fatalf("the binding was released %d times, want once", released)
 	}
 }

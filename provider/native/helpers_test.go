@@ -456,54 +456,6 @@ func (r *recordSink) isClosed() bool {
 	return r.closed
 }
 
-// hostEcho is a host binding lending one tool, "host_echo", that counts
-// its invocations.
-type hostEcho struct {
-	mu       sync.Mutex
-	calls    []provider.HostInvocation
-	released int
-}
-
-func (h *hostEcho) binding(instr *provider.Instructions) *provider.HostBinding {
-	return &provider.HostBinding{
-		Tools: []provider.HostTool{{
-			Name:        "host_echo",
-			Description: "echoes its text",
-			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
-			Invoke: func(ctx context.Context, inv provider.HostInvocation) (provider.HostToolResult, error) {
-				h.mu.Lock()
-				h.calls = append(h.calls, inv)
-				h.mu.Unlock()
-				var in struct{ Text string }
-				if err := json.Unmarshal(inv.Arguments, &in); err != nil {
-					return provider.HostToolResult{}, err
-				}
-				out, _ := json.Marshal(map[string]string{"echo": in.Text})
-				return provider.HostToolResult{Output: out}, nil
-			},
-		}},
-		Instructions: instr,
-		Release: func(context.Context) error {
-			h.mu.Lock()
-			h.released++
-			h.mu.Unlock()
-			return nil
-		},
-	}
-}
-
-func (h *hostEcho) invocations() []provider.HostInvocation {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]provider.HostInvocation(nil), h.calls...)
-}
-
-func (h *hostEcho) releases() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.released
-}
-
 func identityConfig(tenant, principal string) json.RawMessage {
 	return native.SessionConfig{Identity: &tool.Identity{Tenant: tenant, Principal: principal}}.JSON()
 }

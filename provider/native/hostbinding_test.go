@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/conformance"
 	"github.com/agentry-dev/agentry/provider/native"
 )
 
@@ -28,29 +29,29 @@ func toolNames(req llm.Request) []string {
 func TestHostToolsBelongToOneSession(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	lender := &hostEcho{}
-	a := w.create(t, provider.CreateRequest{HostBinding: lender.binding(nil)})
+	lender := &conformance.Echo{}
+	a := w.create(t, provider.CreateRequest{HostBinding: lender.Binding(nil)})
 	b := w.create(t, provider.CreateRequest{})
 
-	outs := turn(t, a, "t1", `call host_echo {"text":"for a"}`)
+	outs := turn(t, a, "t1", `call conformance_echo {"text":"for a"}`)
 	if got := shape(outs); !slices.Contains(got, `text:the tool said: {"echo":"for a"}`) {
 		t.Fatalf("the lending session's turn: %q", got)
 	}
 	reqs := w.model.seen()
-	if !slices.Contains(toolNames(reqs[len(reqs)-1]), "host_echo") {
+	if !slices.Contains(toolNames(reqs[len(reqs)-1]), "conformance_echo") {
 		t.Fatalf("the lending session's model was offered %v", toolNames(reqs[len(reqs)-1]))
 	}
 
-	outs = turn(t, b, "t1", `call host_echo {"text":"stolen"}`)
-	if got := shape(outs); !slices.Contains(got, "activity:host_echo returned an error (unknown_tool)") {
+	outs = turn(t, b, "t1", `call conformance_echo {"text":"stolen"}`)
+	if got := shape(outs); !slices.Contains(got, "activity:conformance_echo returned an error (unknown_tool)") {
 		t.Fatalf("the other session's turn: %q", got)
 	}
 	for _, req := range w.model.seen()[len(reqs):] {
-		if slices.Contains(toolNames(req), "host_echo") {
+		if slices.Contains(toolNames(req), "conformance_echo") {
 			t.Fatalf("the other session's model was offered %v", toolNames(req))
 		}
 	}
-	calls := lender.invocations()
+	calls := lender.Invocations()
 	if len(calls) != 1 || !strings.Contains(string(calls[0].Arguments), "for a") {
 		t.Fatalf("the host tool was invoked %+v", calls)
 	}
@@ -66,11 +67,11 @@ func TestHostToolsUnderConcurrentSessions(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	const sessions, turns = 8, 4
-	lenders := make([]*hostEcho, sessions)
+	lenders := make([]*conformance.Echo, sessions)
 	ss := make([]*provider.ValidatedSession, sessions)
 	for i := range sessions {
-		lenders[i] = &hostEcho{}
-		ss[i] = w.create(t, provider.CreateRequest{HostBinding: lenders[i].binding(nil),
+		lenders[i] = &conformance.Echo{}
+		ss[i] = w.create(t, provider.CreateRequest{HostBinding: lenders[i].Binding(nil),
 			Configuration: identityConfig("tenant", fmt.Sprint("p", i))})
 	}
 	var wg sync.WaitGroup
@@ -80,7 +81,7 @@ func TestHostToolsUnderConcurrentSessions(t *testing.T) {
 			for j := range turns {
 				text := fmt.Sprintf("s%d-t%d", i, j)
 				outs, err := pull(s.RunTurn(t.Context(), provider.TurnRequest{TurnID: fmt.Sprint("t", j),
-					Input: fmt.Sprintf(`call host_echo {"text":%q}`, text)}))
+					Input: fmt.Sprintf(`call conformance_echo {"text":%q}`, text)}))
 				if err != nil {
 					errs <- err
 					return
@@ -102,7 +103,7 @@ func TestHostToolsUnderConcurrentSessions(t *testing.T) {
 		t.Error(err)
 	}
 	for i, l := range lenders {
-		calls := l.invocations()
+		calls := l.Invocations()
 		if len(calls) != turns {
 			t.Errorf("lender %d was invoked %d times", i, len(calls))
 		}
@@ -118,15 +119,15 @@ func TestHostToolsUnderConcurrentSessions(t *testing.T) {
 func TestHostToolsSurviveAPause(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	lender := &hostEcho{}
-	s := w.create(t, provider.CreateRequest{HostBinding: lender.binding(nil)})
+	lender := &conformance.Echo{}
+	s := w.create(t, provider.CreateRequest{HostBinding: lender.Binding(nil)})
 	req := last(turn(t, s, "t1", "ask")).Request
 	outs, err := pull(s.Resolve(t.Context(), provider.Resolution{TurnID: "t1", RequestID: req.ID, Approve: true}))
 	if err != nil || last(outs).Outcome != provider.OutcomeCompleted {
 		t.Fatalf("resolve: %q %v", shape(outs), err)
 	}
 	reqs := w.model.seen()
-	if !slices.Contains(toolNames(reqs[len(reqs)-1]), "host_echo") {
+	if !slices.Contains(toolNames(reqs[len(reqs)-1]), "conformance_echo") {
 		t.Fatal("the resumed run lost the host tools")
 	}
 }
@@ -155,9 +156,9 @@ func TestHostToolNameClashIsRefused(t *testing.T) {
 func TestInstructionsAreContextOfTheSessionOnly(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	lender := &hostEcho{}
+	lender := &conformance.Echo{}
 	instr := &provider.Instructions{Placement: provider.PlacementContext, Text: "Answer in French."}
-	s := w.create(t, provider.CreateRequest{HostBinding: lender.binding(instr)})
+	s := w.create(t, provider.CreateRequest{HostBinding: lender.Binding(instr)})
 	turn(t, s, "t1", "say bonjour")
 	turn(t, s, "t2", "say encore")
 	reqs := w.model.seen()
@@ -178,9 +179,9 @@ func TestInstructionsAreContextOfTheSessionOnly(t *testing.T) {
 		t.Fatalf("the branch's model saw %+v", msgs)
 	}
 	// The system placement is not one the native provider takes.
-	sys := &hostEcho{}
+	sys := &conformance.Echo{}
 	_, err = w.inst.Adapter().Create(t.Context(), provider.CreateRequest{SessionID: w.sessionID(), WorkingDirectory: w.dir,
-		HostBinding: sys.binding(&provider.Instructions{Placement: provider.PlacementSystem, Text: "x"})})
+		HostBinding: sys.Binding(&provider.Instructions{Placement: provider.PlacementSystem, Text: "x"})})
 	if !provider.HasCode(err, provider.CodeHostBindingUnsupported) {
 		t.Fatalf("system instructions: %v", err)
 	}
@@ -189,15 +190,15 @@ func TestInstructionsAreContextOfTheSessionOnly(t *testing.T) {
 func TestCloseReleasesTheHostBinding(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	lender := &hostEcho{}
-	s := w.create(t, provider.CreateRequest{HostBinding: lender.binding(nil)})
-	turn(t, s, "t1", `call host_echo {"text":"x"}`)
+	lender := &conformance.Echo{}
+	s := w.create(t, provider.CreateRequest{HostBinding: lender.Binding(nil)})
+	turn(t, s, "t1", `call conformance_echo {"text":"x"}`)
 	for range 2 {
 		if err := s.Close(t.Context(), provider.CloseRequested); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := lender.releases(); n != 1 {
+	if n := lender.Releases(); n != 1 {
 		t.Fatalf("released %d times", n)
 	}
 }
