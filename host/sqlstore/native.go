@@ -31,10 +31,15 @@ type nativeWrite struct {
 	head    string
 	msgs    []llm.Message
 	turns   []native.TurnMark
+	pending bool // the record holds a paused turn
 }
 
-// nativeCount is how many messages and turn marks a stored record has.
-type nativeCount struct{ msgs, turns int }
+// nativeCount is how many messages and turn marks a stored record has,
+// and whether it holds a paused turn.
+type nativeCount struct {
+	msgs, turns int
+	pending     bool
+}
 
 func (n nativeStore) Load(ctx context.Context, b provider.Binding) (native.Record, error) {
 	n.s.nmu.Lock()
@@ -128,9 +133,23 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 	if err != nil {
 		return fmt.Errorf("sqlstore: encoding a native conversation: %w", err)
 	}
-	w := &nativeWrite{binding: string(b), head: string(head), msgs: msgs, turns: turns}
+	w := &nativeWrite{binding: string(b), head: string(head), msgs: msgs, turns: turns, pending: r.Pending != nil}
 	if n.s.saves == nil {
 		_, err = n.s.saveAlone(ctx, &saveReq{ctx: ctx, native: w})
+		return err
+	}
+	n.s.nmu.Lock()
+	was, known := n.s.nstored[w.binding]
+	if q := n.s.nqueued[w.binding]; q != nil {
+		was, known = nativeCount{pending: q.pending}, true
+	}
+	n.s.nmu.Unlock()
+	if !known || was.pending != w.pending {
+		// A pause stored or given up lands before Save returns: a turn
+		// whose pause was answered runs only once the answer is stored,
+		// so a process that dies meanwhile cannot bring the pause back
+		// to be answered, and run, twice.
+		_, err := n.s.submit(ctx, &saveReq{ctx: ctx, native: w})
 		return err
 	}
 	// Written behind, through the same single writer as the host's saves:
@@ -157,10 +176,13 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 // writeNative stores w inside tx: the messages and turn marks the stored
 // record lacks are appended (a conversation only grows under its
 // binding); a record with fewer of either than stored replaces them all.
-func (s *Store) writeNative(ctx context.Context, tx *sql.Tx, w *nativeWrite) error {
-	s.nmu.Lock()
-	stored, known := s.nstored[w.binding]
-	s.nmu.Unlock()
+func (s *Store) writeNative(ctx context.Context, tx *sql.Tx, w *nativeWrite, inTx map[string]nativeCount) error {
+	stored, known := inTx[w.binding] // an earlier write of this transaction
+	if !known {
+		s.nmu.Lock()
+		stored, known = s.nstored[w.binding]
+		s.nmu.Unlock()
+	}
 	if !known || s.saves == nil { // only the single writer's own count can be trusted
 		var msgs, turns int64
 		err := tx.StmtContext(ctx, s.stmt.nativeCount).QueryRowContext(ctx, w.binding).Scan(&msgs, &turns)
@@ -201,6 +223,9 @@ func (s *Store) writeNative(ctx context.Context, tx *sql.Tx, w *nativeWrite) err
 				return s.fail("saving a native conversation", err)
 			}
 		}
+	}
+	if inTx != nil {
+		inTx[w.binding] = nativeCount{msgs: len(w.msgs), turns: len(w.turns), pending: w.pending}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentry-dev/agentry/agent"
@@ -134,5 +135,57 @@ func TestNativeHeadStaysSmall(t *testing.T) {
 	got, err := ns.Load(ctx, "b-long")
 	if err != nil || len(got.Turns) != 200 || got.Turns[199].Messages != 400 || len(got.Conversation.Messages) != 400 {
 		t.Fatalf("after 200 turns: %d turns, %d messages, %v", len(got.Turns), len(got.Conversation.Messages), err)
+	}
+}
+
+// A save that stores a pause, or gives one up, is in the database when
+// Save returns (others are written behind): a turn whose pause was
+// answered runs only once the answer is stored, so a process that dies
+// meanwhile cannot bring the pause back to be answered, and run, twice.
+func TestNativePauseChangesLandBeforeSaveReturns(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agentry.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	stored := func() (pending bool, found bool) {
+		var head string
+		err := db.QueryRow(`SELECT head FROM agentry_native WHERE binding = 'b-p'`).Scan(&head)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(head, `"pending"`), true
+	}
+	ns := s.NativeStore()
+	rec := native.Record{Conversation: agent.Conversation{Messages: []llm.Message{{Role: llm.RoleUser, Content: "deploy"}}}}
+	if err := ns.Save(ctx, "b-p", rec); err != nil { // a first save: nothing known of it yet
+		t.Fatal(err)
+	}
+	if p, ok := stored(); !ok || p {
+		t.Fatalf("after the first save: found %v, pending %v", ok, p)
+	}
+	rec.Pending = &native.PendingTurn{TurnID: "t1", Question: "deploy?", Checkpoint: agent.Checkpoint{ID: "cp-1"}}
+	if err := ns.Save(ctx, "b-p", rec); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := stored(); !p {
+		t.Fatal("the pause was not stored when Save returned")
+	}
+	rec.Pending = nil
+	if err := ns.Save(ctx, "b-p", rec); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := stored(); p {
+		t.Fatal("the answered pause was still stored when Save returned")
 	}
 }

@@ -474,25 +474,29 @@ func (s *Store) Save(ctx context.Context, u host.Update) (int64, error) {
 	return s.submit(ctx, r)
 }
 
-// settle answers a save: to the caller waiting on it, or, for a native
-// record written behind (nobody waits), into the store's own books.
+// settle answers a save: a native record's outcome goes into the store's
+// own books (for one written behind, which nobody waits on, a failure is
+// kept for the next host save of its conversation), and a caller waiting
+// is told.
 func (s *Store) settle(r *saveReq, res saveRes) {
-	if r.done != nil {
-		r.done <- res
-		return
-	}
 	if n := r.native; n != nil {
 		s.nmu.Lock()
 		if s.nqueued[n.binding] == n {
 			delete(s.nqueued, n.binding)
 		}
-		if res.err != nil {
+		switch {
+		case res.err == nil:
+			s.nstored[n.binding] = nativeCount{msgs: len(n.msgs), turns: len(n.turns), pending: n.pending}
+		case r.done != nil:
+			delete(s.nstored, n.binding) // its caller is told
+		default:
 			s.nfailed[n.binding] = res.err
 			delete(s.nstored, n.binding)
-		} else {
-			s.nstored[n.binding] = nativeCount{msgs: len(n.msgs), turns: len(n.turns)}
 		}
 		s.nmu.Unlock()
+	}
+	if r.done != nil {
+		r.done <- res
 	}
 }
 
@@ -521,7 +525,7 @@ func (s *Store) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
 		return 0, s.fail("saving a conversation", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	v, err := s.saveIn(ctx, tx, r)
+	v, err := s.saveIn(ctx, tx, r, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -533,9 +537,11 @@ func (s *Store) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
 
 // saveIn writes r inside tx. ErrConflict and ErrNotFound leave tx usable
 // (nothing was written); any other error means tx must be rolled back.
-func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq) (int64, error) {
+// inTx holds what earlier native writes of the same transaction left in
+// the tables (nil: none came before).
+func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq, inTx map[string]nativeCount) (int64, error) {
 	if n := r.native; n != nil {
-		return 0, s.writeNative(ctx, tx, n)
+		return 0, s.writeNative(ctx, tx, n, inTx)
 	}
 	c := r.c
 	if c.Binding != "" {
@@ -726,9 +732,10 @@ func (s *Store) commitBatch(batch []*saveReq) {
 		if err != nil {
 			return false
 		}
-		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+		defer tx.Rollback()              //nolint:errcheck // a no-op after Commit
+		inTx := map[string]nativeCount{} // two writes of one record may share the batch
 		for i, r := range live {
-			v, err := s.saveIn(ctx, tx, r)
+			v, err := s.saveIn(ctx, tx, r, inTx)
 			if err != nil && !errors.Is(err, host.ErrConflict) && !errors.Is(err, host.ErrNotFound) {
 				return false
 			}
@@ -737,11 +744,13 @@ func (s *Store) commitBatch(batch []*saveReq) {
 		return tx.Commit() == nil
 	}()
 	if !ok {
-		// Find out which save was at fault: each on its own.
-		for i, r := range live {
+		// Find out which save was at fault: each on its own, settled
+		// before the next (which may write the same native record) goes.
+		for _, r := range live {
 			v, err := s.saveAlone(ctx, r)
-			results[i] = saveRes{version: v, err: err}
+			s.settle(r, saveRes{version: v, err: err})
 		}
+		return
 	}
 	for i, r := range live {
 		s.settle(r, results[i])
