@@ -110,8 +110,8 @@ func TestServeGeminiCLIACP(t *testing.T) {
 		b, _ := os.ReadFile(events)
 		t.Fatalf("the turn did not end with the model's answer: %s\nmodel saw: %q\nmodel served: %q\n%s\nevents:\n%s", body, results, model.seen(), p.stderr, b)
 	}
-	if len(approved) == 0 || !strings.Contains(approved[0], "hello.txt") {
-		t.Fatalf("the write of hello.txt did not reach the decision endpoint (approved: %q)", approved)
+	if len(approved) != 2 || !strings.Contains(approved[0], "hello.txt") || !strings.Contains(approved[1], "run_code") {
+		t.Fatalf("the write of hello.txt and the call of run_code did not reach the decision endpoint (approved: %q)", approved)
 	}
 	matches, _ := filepath.Glob(filepath.Join(dir, "workspaces", "*", "hello.txt"))
 	if len(matches) != 1 {
