@@ -439,7 +439,8 @@ func (l *lease) inFlight() int {
 
 // AsTools adapts host tools to [tool.Tool]s, for a provider built on an
 // agentry agent: each call invokes the host tool with the call's id as the
-// invocation id, its output becomes the result's content, and an error
+// invocation id, its output becomes the result's content (a JSON string
+// as its text, any other JSON as written), and an error
 // result or a refusal becomes an error result the model can read.
 func AsTools(ht HostTools) []tool.Tool {
 	if ht == nil {
@@ -473,6 +474,14 @@ func (h hostTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage) 
 	}
 	if res.Error != nil {
 		return tool.Result{Content: res.Error.Code + ": " + res.Error.Message, IsError: true}, nil
+	}
+	// An output that is a JSON string is text (the host lends run_code's
+	// that way): the result is that text, not its quoted literal. An MCP
+	// client may read a text result that parses as JSON as the tool's
+	// structured output (Gemini CLI does, and wants an object there).
+	var text string
+	if json.Unmarshal(res.Output, &text) == nil {
+		return tool.Result{Content: text}, nil
 	}
 	return tool.Result{Content: string(res.Output)}, nil
 }

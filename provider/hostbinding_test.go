@@ -601,4 +601,21 @@ func TestAsTools(t *testing.T) {
 	}
 }
 
+// A host tool whose output is a JSON string reads as that text.
+func TestAsToolsReadsAStringAsText(t *testing.T) {
+	t.Parallel()
+	p := newTprov()
+	h := newHostSide(provider.HostTool{Name: "echo", Description: "says", InputSchema: json.RawMessage(echoSchema),
+		Invoke: func(context.Context, provider.HostInvocation) (provider.HostToolResult, error) {
+			return provider.HostToolResult{Output: json.RawMessage(`"six times seven is 42\n"`)}, nil
+		}})
+	if _, err := openBound(t, p.validated(t), "s", h.b); err != nil {
+		t.Fatal(err)
+	}
+	res, err := provider.AsTools(p.lastHostTools())[0].Call(t.Context(), toolCall("call-1"), json.RawMessage(`{"text":"hi"}`))
+	if err != nil || res.IsError || res.Content != "six times seven is 42\n" {
+		t.Fatalf("%+v, %v", res, err)
+	}
+}
+
 func toolCall(id string) *tool.Call { return tool.NewCall("echo", id, "run", "s", nil, nil, nil) }

@@ -34,22 +34,32 @@ const (
 // CI=true and skipping elsewhere when it is absent or cannot be jailed.
 func claudeCodeACP(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv(claudeCodeACPEnv)
+	return npmAgent(t, claudeCodeACPEnv, defaultClaudeCodeACP, "claude-code-acp", "@zed-industries/claude-code-acp@0.16.2")
+}
+
+// npmAgent finds the command bin of the npm package pkg installed (npm
+// --prefix) into the directory the environment variable env names, def
+// when it is unset. Like every test that needs a tool, it fails under
+// CI=true and skips elsewhere when the agent is absent or cannot be
+// jailed here.
+func npmAgent(t *testing.T, env, def, bin, pkg string) string {
+	t.Helper()
+	dir := os.Getenv(env)
 	if dir == "" {
-		dir = defaultClaudeCodeACP
+		dir = def
 	}
-	bin := filepath.Join(dir, "node_modules", ".bin", "claude-code-acp")
+	path := filepath.Join(dir, "node_modules", ".bin", bin)
 	skip := t.Skipf
 	if os.Getenv("CI") == "true" {
 		skip = t.Fatalf
 	}
-	if _, err := os.Stat(bin); err != nil {
-		skip("claude-code-acp is not installed at %s (.ci/run installs it: npm install --prefix %s @zed-industries/claude-code-acp@0.16.2): %v", dir, dir, err)
+	if _, err := os.Stat(path); err != nil {
+		skip("%s is not installed at %s (.ci/run installs it: npm install --prefix %s %s): %v", bin, dir, dir, pkg, err)
 	}
 	if err := jail.New(jail.Options{}).Check(context.Background()); err != nil {
 		skip("cannot jail the agent here: %v", err)
 	}
-	return bin
+	return path
 }
 
 // The issue's bar: a real Claude Code, through claude-code-acp, served by
@@ -122,30 +132,8 @@ func TestServeClaudeCodeACP(t *testing.T) {
 	pu, _ := url.Parse(p.url)
 	hostPort.set(pu.Port())
 
-	code, body := p.call(t, "POST", "/v1/sessions", "")
-	if code != 201 {
-		t.Fatalf("open: %d %s\n%s", code, body, p.stderr)
-	}
-	var s struct{ SessionID string }
-	_ = json.Unmarshal(body, &s)
-	code, body = p.call(t, "POST", "/v1/sessions/"+s.SessionID+"/turns", `{"message":"Write hello.txt, then show me what you can reach."}`)
-	approvals := 0
-	for range 10 {
-		if code != 200 && code != 202 {
-			t.Fatalf("turn: %d %s\n%s", code, body, p.stderr)
-		}
-		var r struct {
-			Output   string
-			Awaiting *struct{ Question, Tool string }
-		}
-		_ = json.Unmarshal(body, &r)
-		if r.Awaiting == nil {
-			break
-		}
-		approvals++
-		t.Logf("approving %s", r.Awaiting.Tool)
-		code, body = p.call(t, "POST", "/v1/sessions/"+s.SessionID+"/decision", `{"approve":true}`)
-	}
+	body, approved := approvedTurn(t, p, "Write hello.txt, then show me what you can reach.")
+	approvals := len(approved)
 	t.Logf("answer: %s", body)
 	if !strings.Contains(string(body), "All done.") {
 		b, _ := os.ReadFile(events)
@@ -220,6 +208,37 @@ func TestServeClaudeCodeACP(t *testing.T) {
 	if err != nil {
 		t.Errorf("agentry events audit: %v\n%s", err, out)
 	}
+}
+
+// approvedTurn opens a session on the serving binary and runs one turn,
+// approving every permission request it pauses on through POST
+// …/decision. It returns the turn's last answer and the tools approved.
+func approvedTurn(t *testing.T, p *process, message string) (answer []byte, approved []string) {
+	t.Helper()
+	code, body := p.call(t, "POST", "/v1/sessions", "")
+	if code != 201 {
+		t.Fatalf("open: %d %s\n%s", code, body, p.stderr)
+	}
+	var s struct{ SessionID string }
+	_ = json.Unmarshal(body, &s)
+	msg, _ := json.Marshal(map[string]string{"message": message})
+	code, body = p.call(t, "POST", "/v1/sessions/"+s.SessionID+"/turns", string(msg))
+	for range 10 {
+		if code != 200 && code != 202 {
+			t.Fatalf("turn: %d %s\n%s", code, body, p.stderr)
+		}
+		var r struct {
+			Awaiting *struct{ Question, Tool string }
+		}
+		_ = json.Unmarshal(body, &r)
+		if r.Awaiting == nil {
+			break
+		}
+		approved = append(approved, r.Awaiting.Tool)
+		t.Logf("approving %s", r.Awaiting.Tool)
+		code, body = p.call(t, "POST", "/v1/sessions/"+s.SessionID+"/decision", `{"approve":true}`)
+	}
+	return body, approved
 }
 
 var workingDirRE = regexp.MustCompile(`Working directory: (\S+)`)

@@ -28,6 +28,7 @@ type acpFlags struct {
 	env        []string
 	home, mode string
 	allowHosts []string
+	fs         string
 }
 
 func (a *acpFlags) add(f *pflag.FlagSet) {
@@ -36,10 +37,11 @@ func (a *acpFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&a.home, "agent-home", "", "with --agent acp: a directory copied into each session's private HOME (the agent's own config files)")
 	f.StringVar(&a.mode, "agent-mode", "", "with --agent acp: the ACP session mode sessions start in (e.g. default, acceptEdits, plan)")
 	f.StringArrayVar(&a.allowHosts, "agent-allow-host", nil, "with --agent acp: a HOST:PORT the jailed agent may reach, such as its model API (repeat)")
+	f.StringVar(&a.fs, "agent-fs", "", "with --agent acp: write to offer the agent ACP's file writes only, so it reads its workspace itself in the jail (Gemini CLI needs it to create files)")
 }
 
 // acpFlagNames are the flags acpFlags adds.
-var acpFlagNames = []string{"agent-cmd", "agent-env", "agent-home", "agent-mode", "agent-allow-host"}
+var acpFlagNames = []string{"agent-cmd", "agent-env", "agent-home", "agent-mode", "agent-allow-host", "agent-fs"}
 
 // checkAgentFlags refuses --agent-* flags with another agent than acp,
 // and an unknown --agent.
@@ -70,7 +72,7 @@ func (a acpFlags) config(root string) (json.RawMessage, error) {
 	if err != nil {
 		return nil, usageError("--agent-cmd: %v", err)
 	}
-	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, WorkspaceRoot: root}
+	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root}
 	if a.home != "" {
 		h, err := filepath.Abs(a.home)
 		if err != nil {
@@ -99,7 +101,7 @@ func (a acpFlags) config(root string) (json.RawMessage, error) {
 func flagOf(ce *acp.ConfigError) string {
 	f := ce.Field
 	for _, m := range [][2]string{{"command", "--agent-cmd"}, {"env", "--agent-env"}, {"home", "--agent-home"},
-		{"mode", "--agent-mode"}, {"allowHosts", "--agent-allow-host"}} {
+		{"mode", "--agent-mode"}, {"allowHosts", "--agent-allow-host"}, {"fs", "--agent-fs"}} {
 		if f == m[0] || strings.HasPrefix(f, m[0]+"[") {
 			return m[1] + strings.TrimPrefix(f, m[0]) + ": " + ce.Problem
 		}

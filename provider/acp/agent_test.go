@@ -9,6 +9,7 @@ package acp_test
 //	forever            runs until cancelled
 //	crash              a message chunk, then exits with status 3
 //	read PATH          fs/read_text_file
+//	fscaps             says which file calls the client offered in initialize
 //	write PATH TEXT    fs/write_text_file
 //	term ARGV...       terminal/create, wait_for_exit, output, release
 //	termcwd DIR ARGV…  the same, in DIR
@@ -57,6 +58,7 @@ func runScriptedAgent() {
 
 type scripted struct {
 	conn *sdk.AgentSideConnection
+	fs   sdk.FileSystemCapabilities // what the client offered
 
 	mu       sync.Mutex
 	sessions map[sdk.SessionId]*scriptedSession
@@ -85,7 +87,10 @@ func resumeKind() string {
 	return "load"
 }
 
-func (a *scripted) Initialize(context.Context, sdk.InitializeRequest) (sdk.InitializeResponse, error) {
+func (a *scripted) Initialize(_ context.Context, req sdk.InitializeRequest) (sdk.InitializeResponse, error) {
+	a.mu.Lock()
+	a.fs = req.ClientCapabilities.Fs
+	a.mu.Unlock()
 	version := 1
 	if v, err := strconv.Atoi(os.Getenv("ACP_SCRIPTED_VERSION")); err == nil {
 		version = v
@@ -305,6 +310,11 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 	case "crash":
 		a.say(ctx, id, sdk.UpdateAgentMessageText("about to crash"))
 		os.Exit(3)
+	case "fscaps":
+		a.mu.Lock()
+		fs := a.fs
+		a.mu.Unlock()
+		return answer(fmt.Sprintf("read=%v write=%v", fs.ReadTextFile, fs.WriteTextFile))
 	case "read":
 		r, err := a.conn.ReadTextFile(ctx, sdk.ReadTextFileRequest{SessionId: id, Path: rest})
 		if err != nil {

@@ -80,6 +80,9 @@ func (refusingClient) WaitForTerminalExit(context.Context, sdk.WaitForTerminalEx
 	return sdk.WaitForTerminalExitResponse{}, errNoSession
 }
 
+// errReadsNotOffered refuses a read the client did not offer.
+var errReadsNotOffered = errors.New("this client offers no file reads (the capability was not given); read the file yourself")
+
 // client is what one session's agent calls: session updates and
 // permission requests go to the session's turn; files and terminals are
 // confined to the session's workspace.
@@ -105,6 +108,10 @@ func (c *client) mine(id sdk.SessionId) error {
 func (c *client) ReadTextFile(_ context.Context, p sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
 	ev := &event.ACPFile{Op: "read"}
 	defer c.s.emit(event.TypeACPFile, ev)
+	if c.s.in.cfg.FS == FSWrite {
+		ev.Refused, ev.Error = true, errReadsNotOffered.Error()
+		return sdk.ReadTextFileResponse{}, refusal("fs/read_text_file", errReadsNotOffered)
+	}
 	if err := c.mine(p.SessionId); err != nil {
 		ev.Refused, ev.Error = true, err.Error()
 		return sdk.ReadTextFileResponse{}, refusal("fs/read_text_file", err)

@@ -10,6 +10,35 @@ import (
 	"github.com/agentry-dev/agentry/provider/acp"
 )
 
+// With fs "write" the client offers only writes, refuses a read the agent
+// makes anyway, and still takes writes.
+func TestFSWriteOffersOnlyWrites(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	if err := os.WriteFile(filepath.Join(r.ws, "a.txt"), []byte("there"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := r.create(r.instance(r.config(nil, func(c *acp.Config) { c.FS = acp.FSWrite })), "s1")
+	if got := said(turn(t, s, "c1", "fscaps")); got != "read=false write=true" {
+		t.Fatalf("the client offered %q", got)
+	}
+	if got := said(turn(t, s, "r1", "read a.txt")); !strings.Contains(got, "offers no file reads") {
+		t.Fatalf("a read not offered: %q", got)
+	}
+	if got := said(turn(t, s, "w1", "write b.txt written")); got != "wrote" {
+		t.Fatalf("a write: %q", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(r.ws, "b.txt")); string(b) != "written" {
+		t.Fatalf("b.txt holds %q", b)
+	}
+
+	d := newRig(t, nil)
+	s = d.create(d.instance(d.config(nil, nil)), "s2")
+	if got := said(turn(t, s, "c2", "fscaps")); got != "read=true write=true" {
+		t.Fatalf("by default the client offered %q", got)
+	}
+}
+
 func TestFilesAreConfinedToTheWorkspace(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)

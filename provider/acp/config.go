@@ -49,9 +49,22 @@ type Config struct {
 	// session whose working directory is not at or under it is refused.
 	// Required.
 	WorkspaceRoot string `json:"workspaceRoot"`
+	// FS is which of ACP's file calls the client offers the agent: empty
+	// (the default) for fs/read_text_file and fs/write_text_file, or
+	// FSWrite for writes only. With FSWrite the agent reads its files
+	// itself, where its launcher confines it (the jail shows it its
+	// workspace, as to its shell), and every write still comes through
+	// the client: confined to the workspace and recorded. An agent that
+	// cannot tell a missing file the client reports from a failed read
+	// needs it to create files (Gemini CLI: docs/acp.md).
+	FS string `json:"fs,omitempty"`
 	// Limits bound what one session may do.
 	Limits Limits `json:"limits,omitzero"`
 }
+
+// FSWrite is [Config.FS] for a client that offers only
+// fs/write_text_file.
+const FSWrite = "write"
 
 // Limits bound one session. Zero values are the defaults.
 type Limits struct {
@@ -198,6 +211,9 @@ func (c *Config) check() error {
 		if err := checkText(c.Mode, 128, false); err != nil {
 			return bad("mode", "%v", err)
 		}
+	}
+	if c.FS != "" && c.FS != FSWrite {
+		return bad("fs", "it is %q (writes only) or empty (reads and writes)", FSWrite)
 	}
 	hosts := map[string]bool{}
 	if len(c.AllowHosts) > 256 {

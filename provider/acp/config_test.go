@@ -14,7 +14,7 @@ import (
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	ok := `{"command":["agent","--acp"],"env":["KEY","BASE=http://x"],"home":"/etc/home","mode":"plan",` +
-		`"allowHosts":["api.example.com:443","[::1]:8080"],"workspaceRoot":"/srv/ws",` +
+		`"allowHosts":["api.example.com:443","[::1]:8080"],"workspaceRoot":"/srv/ws","fs":"write",` +
 		`"limits":{"startTimeout":"30s","maxTerminals":2}}`
 	c, err := acp.ParseConfig([]byte(ok))
 	if err != nil {
@@ -38,6 +38,7 @@ func TestParseConfig(t *testing.T) {
 		{`{"command":["a"],"workspaceRoot":"/w","allowHosts":["example.com:0"]}`, "allowHosts[0]"},
 		{`{"command":["a"],"workspaceRoot":"/w","allowHosts":["a:1","a:1"]}`, "allowHosts[1]"},
 		{`{"command":["a"],"workspaceRoot":"/w","mode":"a\nb"}`, "mode"},
+		{`{"command":["a"],"workspaceRoot":"/w","fs":"read"}`, "fs"},
 		{`{"command":["a"],"workspaceRoot":"/w","limits":{"maxTerminals":1000}}`, "limits.maxTerminals"},
 		{`{"command":["a"],"workspaceRoot":"/w","limits":{"stopTimeout":"-1s"}}`, "limits.stopTimeout"},
 		{`{"command":["a"],"workspaceRoot":"/w","limits":{"stopTimeout":5}}`, ""},

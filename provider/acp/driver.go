@@ -321,7 +321,7 @@ func (ag *agentProc) handshake(ctx context.Context, in *instance) error {
 	init, err := ag.conn.Initialize(ctx, sdk.InitializeRequest{
 		ProtocolVersion: sdk.ProtocolVersionNumber,
 		ClientCapabilities: sdk.ClientCapabilities{
-			Fs:       sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
+			Fs:       sdk.FileSystemCapabilities{ReadTextFile: in.cfg.FS != FSWrite, WriteTextFile: true},
 			Terminal: true,
 			Elicitation: &sdk.ElicitationCapabilities{Form: &sdk.ElicitationFormCapabilities{},
 				Url: &sdk.ElicitationUrlCapabilities{}},

@@ -1,0 +1,158 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/agentry-dev/agentry/internal/modelwire"
+)
+
+// geminiCLIEnv names the directory .ci/run installs Gemini CLI into (npm
+// --prefix); defaultGeminiCLI is where it looks otherwise. It must be
+// outside /tmp: the jail gives the agent a private /tmp, so an install
+// there is not found inside.
+const (
+	geminiCLIEnv     = "AGENTRY_GEMINI_CLI"
+	defaultGeminiCLI = "/var/cache/agentry/gemini-cli"
+	geminiCLIPackage = "@google/gemini-cli@0.61.0"
+)
+
+// A real Gemini CLI from the npm registry, in its own ACP mode (--acp),
+// served by the built binary with `agentry serve --agent acp`, jailed,
+// driven offline by a local server speaking the Gemini API's wire format
+// (GOOGLE_GEMINI_BASE_URL). It creates hello.txt in its workspace with
+// its own write_file tool after a permission request approved through
+// POST …/decision, the write coming through the client (--agent-fs
+// write); it calls the lent run_code tool over MCP and gets its result;
+// it tries nothing off its allowlist; the events file audits clean.
+func TestServeGeminiCLIACP(t *testing.T) {
+	agentCmd := npmAgent(t, geminiCLIEnv, defaultGeminiCLI, "gemini", geminiCLIPackage)
+	bin := binary(t)
+	dir := t.TempDir()
+	// The jail's user must reach the workspaces: every directory above them
+	// is traversable.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := filepath.Join(dir, "events.ndjson")
+
+	const key = "gemini-offline"
+	var mu sync.Mutex
+	var seen []string // the tool results the model was given, in order
+	model := newGeminiWire(key, func(turn modelwire.Turn) modelwire.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		if !contains(turn.Tools, "write_file") {
+			return modelwire.Reply{Text: "Offline test"} // a request on the side
+		}
+		if len(turn.ToolResults) > 0 {
+			seen = append(seen, strings.Join(turn.ToolResults, " | "))
+		}
+		call := func(name string, args map[string]any) modelwire.Reply {
+			b, _ := json.Marshal(args)
+			return modelwire.Reply{Calls: []modelwire.Call{{Name: name, Args: b}}}
+		}
+		switch len(seen) {
+		case 0:
+			// A path relative to the session's directory, as the tool takes.
+			return call("write_file", map[string]any{"file_path": "hello.txt", "content": "written by gemini cli\n"})
+		case 1:
+			// Gemini CLI names an MCP server's tool mcp_SERVER_TOOL.
+			if contains(turn.Tools, "mcp_agentry_run_code") {
+				// Printed text that is not JSON (see docs/acp.md on Gemini
+				// CLI and lent tools).
+				return call("mcp_agentry_run_code", map[string]any{"code": "print('six times seven is', 6*7)"})
+			}
+			return modelwire.Reply{Text: "The lent run_code is not among my tools: " + strings.Join(turn.Tools, ", ")}
+		}
+		return modelwire.Reply{Text: "All done."}
+	})
+	defer model.Close()
+	u, _ := url.Parse(model.URL)
+
+	// The HOME template: no usage statistics (they go to
+	// play.googleapis.com), and a fixed model, so Gemini CLI does not
+	// first ask a small model to pick one.
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	settings := `{"privacy": {"usageStatisticsEnabled": false}, "model": {"name": "gemini-2.5-flash"}}` + "\n"
+	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"), []byte(settings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd+" --acp",
+		"--agent-env", "GEMINI_API_KEY="+key, "--agent-env", "GOOGLE_GEMINI_BASE_URL="+model.URL,
+		"--agent-env", "GEMINI_CLI_TRUST_WORKSPACE=true",
+		"--agent-home", home, "--agent-fs", "write",
+		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
+		"--workspaces", filepath.Join(dir, "workspaces"),
+		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
+
+	body, approved := approvedTurn(t, p, "Write hello.txt, then compute 6*7.")
+	t.Logf("answer: %s", body)
+	mu.Lock()
+	results := append([]string(nil), seen...)
+	mu.Unlock()
+	if !strings.Contains(string(body), "All done.") {
+		b, _ := os.ReadFile(events)
+		t.Fatalf("the turn did not end with the model's answer: %s\nmodel saw: %q\nmodel served: %q\n%s\nevents:\n%s", body, results, model.seen(), p.stderr, b)
+	}
+	if len(approved) != 2 || !strings.Contains(approved[0], "hello.txt") || !strings.Contains(approved[1], "run_code") {
+		t.Fatalf("the write of hello.txt and the call of run_code did not reach the decision endpoint (approved: %q)", approved)
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "workspaces", "*", "hello.txt"))
+	if len(matches) != 1 {
+		t.Fatalf("hello.txt in the workspaces: %v\nmodel saw: %q", matches, results)
+	}
+	if b, _ := os.ReadFile(matches[0]); string(b) != "written by gemini cli\n" {
+		t.Fatalf("hello.txt holds %q", b)
+	}
+	if !strings.Contains(strings.Join(results, "\n"), "six times seven is 42") {
+		t.Errorf("the lent run_code's result did not reach the model: %q", results)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(); err != nil {
+		t.Fatalf("serve did not stop cleanly: %v\n%s", err, p.stderr)
+	}
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var startedJailed, wroteThroughClient bool
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.Contains(line, `"agentry.acp.agent_started"`) && strings.Contains(line, `"launcher":"jail"`):
+			startedJailed = true
+		case strings.Contains(line, `"agentry.acp.file"`) && strings.Contains(line, `"op":"write","path":"hello.txt"`):
+			wroteThroughClient = true
+		case strings.Contains(line, `"agentry.jail.connection_refused"`):
+			t.Errorf("the agent tried a place off its allowlist: %s", line)
+		}
+	}
+	if !startedJailed {
+		t.Error("no agent_started event with launcher jail")
+	}
+	if !wroteThroughClient {
+		t.Error("no acp.file event for the write of hello.txt: it did not come through the client")
+	}
+	out, err := exec.Command(bin, "events", "audit", events).CombinedOutput()
+	if err != nil {
+		t.Errorf("agentry events audit: %v\n%s", err, out)
+	}
+}

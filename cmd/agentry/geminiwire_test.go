@@ -1,0 +1,238 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+
+	"github.com/agentry-dev/agentry/internal/modelwire"
+)
+
+// geminiWire is a local server for the Gemini API as Gemini CLI calls it
+// through @google/genai: POST /v1beta/models/{model}:generateContent (one
+// JSON answer) and :streamGenerateContent?alt=sse (server-sent events,
+// one GenerateContentResponse each), and :countTokens. A script plays the
+// model, shown each request as a modelwire.Turn; it listens on loopback
+// only.
+//
+// Like the real API it refuses, with Google's error shape, a wrong
+// x-goog-api-key, a request with no contents, a stream without alt=sse,
+// and a functionResponse that answers no functionCall of the turn
+// before it.
+type geminiWire struct {
+	URL string
+
+	srv    *httptest.Server
+	key    string
+	script func(modelwire.Turn) modelwire.Reply
+
+	mu    sync.Mutex
+	n     int
+	paths []string
+}
+
+func newGeminiWire(key string, script func(modelwire.Turn) modelwire.Reply) *geminiWire {
+	g := &geminiWire{key: key, script: script}
+	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
+	g.URL = g.srv.URL
+	return g
+}
+
+func (g *geminiWire) Close() { g.srv.Close() }
+
+// seen lists the method and path of every request served, in order.
+func (g *geminiWire) seen() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.paths...)
+}
+
+type geminiPart struct {
+	Text         string `json:"text,omitempty"`
+	Thought      bool   `json:"thought,omitempty"`
+	FunctionCall *struct {
+		ID   string          `json:"id,omitempty"`
+		Name string          `json:"name"`
+		Args json.RawMessage `json:"args"`
+	} `json:"functionCall,omitempty"`
+	FunctionResponse *struct {
+		ID       string          `json:"id,omitempty"`
+		Name     string          `json:"name"`
+		Response json.RawMessage `json:"response"`
+	} `json:"functionResponse,omitempty"`
+}
+
+type geminiContent struct {
+	Role  string       `json:"role"`
+	Parts []geminiPart `json:"parts"`
+}
+
+func (c geminiContent) text() string {
+	var b strings.Builder
+	for _, p := range c.Parts {
+		if !p.Thought {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+func (g *geminiWire) refuse(w http.ResponseWriter, code int, status, msg string) {
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": code, "message": msg, "status": status}})
+}
+
+func (g *geminiWire) serve(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	g.paths = append(g.paths, r.Method+" "+r.URL.Path)
+	g.mu.Unlock()
+	model, method, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1beta/models/"), ":")
+	if r.Method != http.MethodPost || !ok || model == "" || !strings.HasPrefix(r.URL.Path, "/v1beta/models/") {
+		g.refuse(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
+		return
+	}
+	if key := r.Header.Get("x-goog-api-key"); key != g.key {
+		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")
+		return
+	}
+	var req struct {
+		Contents          []geminiContent `json:"contents"`
+		SystemInstruction *geminiContent  `json:"systemInstruction"`
+		Tools             []struct {
+			FunctionDeclarations []struct {
+				Name string `json:"name"`
+			} `json:"functionDeclarations"`
+		} `json:"tools"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&req); err != nil {
+		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Invalid JSON payload received.")
+		return
+	}
+	if len(req.Contents) == 0 {
+		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "* GenerateContentRequest.contents: contents is not specified")
+		return
+	}
+	switch method {
+	case "countTokens":
+		b, _ := json.Marshal(req.Contents)
+		writeGeminiJSON(w, map[string]any{"totalTokens": len(b) / 4})
+		return
+	case "generateContent":
+	case "streamGenerateContent":
+		if r.URL.Query().Get("alt") != "sse" {
+			g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "this server streams server-sent events only: add alt=sse")
+			return
+		}
+	default:
+		g.refuse(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
+		return
+	}
+
+	turn := modelwire.Turn{Stream: method == "streamGenerateContent"}
+	for _, t := range req.Tools {
+		for _, f := range t.FunctionDeclarations {
+			turn.Tools = append(turn.Tools, f.Name)
+		}
+	}
+	if req.SystemInstruction != nil {
+		turn.System = req.SystemInstruction.text()
+	}
+	for i, c := range req.Contents {
+		for _, p := range c.Parts {
+			if p.FunctionResponse == nil {
+				continue
+			}
+			if !answersCall(req.Contents[:i], p.FunctionResponse.Name) {
+				g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT",
+					fmt.Sprintf("Please ensure that function response turn comes immediately after a function call turn (%s).", p.FunctionResponse.Name))
+				return
+			}
+		}
+	}
+	last := req.Contents[len(req.Contents)-1]
+	if last.Role != "user" {
+		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Please ensure that the last turn is from the user.")
+		return
+	}
+	turn.Message = last.text()
+	for _, p := range last.Parts {
+		if p.FunctionResponse != nil {
+			turn.ToolResults = append(turn.ToolResults, string(p.FunctionResponse.Response))
+			turn.ToolErrors = turn.ToolErrors || strings.Contains(string(p.FunctionResponse.Response), `"error"`)
+		}
+	}
+	g.mu.Lock()
+	g.n++
+	turn.N = g.n
+	g.mu.Unlock()
+	rep := g.script(turn)
+
+	var parts []map[string]any
+	if rep.Text != "" {
+		parts = append(parts, map[string]any{"text": rep.Text})
+	}
+	for _, c := range rep.Calls {
+		parts = append(parts, map[string]any{"functionCall": map[string]any{"name": c.Name, "args": c.Args}})
+	}
+	chunk := func(parts []map[string]any, finish bool) map[string]any {
+		cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
+		out := map[string]any{"candidates": []any{cand}, "modelVersion": model, "responseId": fmt.Sprintf("resp-%d", turn.N)}
+		if finish {
+			cand["finishReason"] = "STOP"
+			out["usageMetadata"] = map[string]int{"promptTokenCount": 100, "candidatesTokenCount": 10, "totalTokenCount": 110}
+		}
+		return out
+	}
+	if !turn.Stream {
+		writeGeminiJSON(w, chunk(parts, true))
+		return
+	}
+	// The real stream sends text in pieces and each call whole, the last
+	// event carrying the finish reason and the usage.
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	var events [][]map[string]any
+	for _, word := range strings.SplitAfter(rep.Text, " ") {
+		if word != "" {
+			events = append(events, []map[string]any{{"text": word}})
+		}
+	}
+	for _, p := range parts {
+		if _, ok := p["functionCall"]; ok {
+			events = append(events, []map[string]any{p})
+		}
+	}
+	if len(events) == 0 {
+		events = append(events, []map[string]any{{"text": ""}})
+	}
+	for i, e := range events {
+		b, _ := json.Marshal(chunk(e, i == len(events)-1))
+		fmt.Fprintf(w, "data: %s\r\n\r\n", b)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+}
+
+// answersCall says whether the turn just before a functionResponse is the
+// model's, calling that function.
+func answersCall(before []geminiContent, name string) bool {
+	if len(before) == 0 || before[len(before)-1].Role != "model" {
+		return false
+	}
+	for _, p := range before[len(before)-1].Parts {
+		if p.FunctionCall != nil && p.FunctionCall.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func writeGeminiJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	_ = json.NewEncoder(w).Encode(v)
+}
