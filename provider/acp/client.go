@@ -92,6 +92,10 @@ type client struct {
 
 var _ sdk.Client = (*client)(nil)
 
+// codeResourceNotFound is ACP's error code for a resource, such as a
+// file, that does not exist.
+const codeResourceNotFound = -32002
+
 // refusal is an error the agent is told, as a JSON-RPC invalid-params
 // error carrying the reason.
 func refusal(op string, err error) error {
@@ -134,6 +138,11 @@ func (c *client) ReadTextFile(_ context.Context, p sdk.ReadTextFileRequest) (sdk
 		ev.Refused, ev.Error = errors.Is(err, errOutside), err.Error()
 		if ev.Refused {
 			ev.Path = ""
+		} else if errors.Is(err, errNoFile) {
+			// ACP's own code for it, so an agent can tell "create it" from
+			// "you may not".
+			return sdk.ReadTextFileResponse{}, &sdk.RequestError{Code: codeResourceNotFound,
+				Message: "fs/read_text_file: " + rel + " does not exist", Data: map[string]string{"path": rel}}
 		}
 		return sdk.ReadTextFileResponse{}, refusal("fs/read_text_file", err)
 	}

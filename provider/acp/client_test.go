@@ -67,6 +67,11 @@ func TestFilesAreConfinedToTheWorkspace(t *testing.T) {
 	if got := said(turn(t, s, "r2", "read sub/dir/a.txt")); got != "content: inside" {
 		t.Fatalf("a relative read inside: %q", got)
 	}
+	// A file that is not there is ACP's "resource not found", not a
+	// refusal: the agent may create it.
+	if got := said(turn(t, s, "r3", "read sub/new.txt")); !strings.Contains(got, `"code":-32002`) || !strings.Contains(got, "sub/new.txt does not exist") {
+		t.Fatalf("a read of a missing file: %q", got)
+	}
 
 	attempts := []string{
 		"read " + filepath.Join(r.ws, "../../etc/passwd"),
@@ -121,8 +126,8 @@ func TestFilesAreConfinedToTheWorkspace(t *testing.T) {
 			t.Errorf("an event path %q is not relative to the workspace", p.Path)
 		}
 	}
-	if refused != len(attempts) || allowed != 4 {
-		t.Fatalf("%d refused and %d allowed file events; want %d and 4", refused, allowed, len(attempts))
+	if refused != len(attempts) || allowed != 5 {
+		t.Fatalf("%d refused and %d allowed file events; want %d and 5", refused, allowed, len(attempts))
 	}
 }
 

@@ -82,6 +82,9 @@ func escaped(err error) bool {
 
 // fsError turns a failure into what the agent is told: the cause, never
 // the host path.
+// errNoFile says a path names nothing in the workspace.
+var errNoFile = errors.New("the file does not exist")
+
 func fsError(err error) error {
 	switch {
 	case err == nil:
@@ -89,7 +92,7 @@ func fsError(err error) error {
 	case escaped(err), errors.Is(err, errOutside):
 		return errOutside
 	case errors.Is(err, fs.ErrNotExist):
-		return errors.New("the file does not exist")
+		return errNoFile
 	case errors.Is(err, fs.ErrPermission):
 		return errors.New("permission denied")
 	}
