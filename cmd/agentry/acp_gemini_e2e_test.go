@@ -50,7 +50,7 @@ func TestServeGeminiCLIACP(t *testing.T) {
 	const key = "gemini-offline"
 	var mu sync.Mutex
 	var seen []string // the tool results the model was given, in order
-	model := newGeminiWire(key, func(turn modelwire.Turn) modelwire.Reply {
+	model := modelwire.NewGemini(modelwire.Options{APIKey: key, Script: func(turn modelwire.Turn) modelwire.Reply {
 		mu.Lock()
 		defer mu.Unlock()
 		if !contains(turn.Tools, "write_file") {
@@ -77,7 +77,7 @@ func TestServeGeminiCLIACP(t *testing.T) {
 			return modelwire.Reply{Text: "The lent run_code is not among my tools: " + strings.Join(turn.Tools, ", ")}
 		}
 		return modelwire.Reply{Text: "All done."}
-	})
+	}})
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 
@@ -108,7 +108,7 @@ func TestServeGeminiCLIACP(t *testing.T) {
 	mu.Unlock()
 	if !strings.Contains(string(body), "All done.") {
 		b, _ := os.ReadFile(events)
-		t.Fatalf("the turn did not end with the model's answer: %s\nmodel saw: %q\nmodel served: %q\n%s\nevents:\n%s", body, results, model.seen(), p.stderr, b)
+		t.Fatalf("the turn did not end with the model's answer: %s\nmodel saw: %q\nmodel served: %q\n%s\nevents:\n%s", body, results, servedPaths(model), p.stderr, b)
 	}
 	if len(approved) != 2 || !strings.Contains(approved[0], "hello.txt") || !strings.Contains(approved[1], "run_code") {
 		t.Fatalf("the write of hello.txt and the call of run_code did not reach the decision endpoint (approved: %q)", approved)
@@ -155,4 +155,13 @@ func TestServeGeminiCLIACP(t *testing.T) {
 	if err != nil {
 		t.Errorf("agentry events audit: %v\n%s", err, out)
 	}
+}
+
+// servedPaths lists the paths of the requests a model server answered, in order.
+func servedPaths(s *modelwire.Server) []string {
+	var paths []string
+	for _, r := range s.Requests() {
+		paths = append(paths, r.Path)
+	}
+	return paths
 }

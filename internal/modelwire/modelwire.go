@@ -1,6 +1,7 @@
-// Package modelwire runs local HTTP servers that speak two vendors' wire
+// Package modelwire runs local HTTP servers that speak vendors' wire
 // formats — Anthropic's Messages API and OpenAI's Chat Completions API, as
-// JSON and as server-sent event streams — with a small deterministic model
+// JSON and as server-sent event streams, and Google's Gemini API for a
+// scripted model — with a small deterministic model
 // behind them that uses a run_code tool. End-to-end tests point the real
 // SDKs at it (through llm/anthropic, llm/openai or the agentry command's
 // --model); it listens on loopback only and never reaches the internet.
@@ -87,6 +88,9 @@ type Call struct {
 
 // Request is what the server made of one request.
 type Request struct {
+	// Path is the request's URL path (the Gemini server records it; the
+	// others serve one path each).
+	Path   string
 	Stream bool
 	// Tools are the names of the tools offered.
 	Tools []string
@@ -119,6 +123,17 @@ func NewAnthropic(opt Options) *Server { return start("anthropic", opt) }
 // NewOpenAI starts a server for OpenAI's Chat Completions API
 // (POST /v1/chat/completions).
 func NewOpenAI(opt Options) *Server { return start("openai", opt) }
+
+// NewGemini starts a server for Google's Gemini API (POST
+// /v1beta/models/{model}:generateContent and the rest): give its URL to
+// the client as the base URL (GOOGLE_GEMINI_BASE_URL for Gemini CLI).
+// Its model is opt.Script, which it requires.
+func NewGemini(opt Options) *Server {
+	if opt.Script == nil {
+		panic("modelwire: NewGemini needs Options.Script")
+	}
+	return start("gemini", opt)
+}
 
 func start(vendor string, opt Options) *Server {
 	if opt.Code == nil {
@@ -153,9 +168,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusRequestEntityTooLarge, "request_too_large", "the request body is too large")
 		return
 	}
-	if s.vendor == "anthropic" {
+	switch s.vendor {
+	case "anthropic":
 		s.anthropic(w, r, body.Bytes())
-	} else {
+	case "gemini":
+		s.gemini(w, r, body.Bytes())
+	default:
 		s.openai(w, r, body.Bytes())
 	}
 }

@@ -38,6 +38,12 @@ func TestVendorRules(t *testing.T) {
 	defer a.Close()
 	o := modelwire.NewOpenAI(modelwire.Options{APIKey: "k"})
 	defer o.Close()
+	g := modelwire.NewGemini(modelwire.Options{APIKey: "k", Script: func(tr modelwire.Turn) modelwire.Reply {
+		return modelwire.Reply{Text: "asked " + tr.Asked}
+	}})
+	defer g.Close()
+	gen := g.URL + "/v1beta/models/m:generateContent"
+	gkey := []string{"X-Goog-Api-Key", "k"}
 	tools := `"tools":[{"name":"run_code","input_schema":{"type":"object"}}]`
 	for _, c := range []struct {
 		name, url, body string
@@ -61,6 +67,13 @@ func TestVendorRules(t *testing.T) {
 		{"openai wrong path", o.URL + "/v1/completions", `{}`, []string{"Authorization", "Bearer k"}, 404, "not found"},
 		{"openai without the tool", o.URL + "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 			[]string{"Authorization", "Bearer k"}, 200, "would need a run_code tool"},
+		{"gemini wrong key", gen, `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`, []string{"X-Goog-Api-Key", "nope"}, 400, "API key not valid"},
+		{"gemini no contents", gen, `{}`, gkey, 400, "contents is not specified"},
+		{"gemini stream without alt=sse", g.URL + "/v1beta/models/m:streamGenerateContent", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`, gkey, 400, "alt=sse"},
+		{"gemini an answer to no call", gen,
+			`{"contents":[{"role":"user","parts":[{"text":"hi"}]},{"role":"user","parts":[{"functionResponse":{"name":"f","response":{"output":"x"}}}]}]}`,
+			gkey, 400, "function response turn comes immediately after a function call"},
+		{"gemini answers", gen, `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`, gkey, 200, `"text":"asked hi"`},
 	} {
 		status, body := post(t, c.url, c.body, c.hdr...)
 		if status != c.status || !strings.Contains(body, c.want) {

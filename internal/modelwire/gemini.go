@@ -1,54 +1,22 @@
-package main
+package modelwire
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
-
-	"github.com/agentry-dev/agentry/internal/modelwire"
 )
 
-// geminiWire is a local server for the Gemini API as Gemini CLI calls it
-// through @google/genai: POST /v1beta/models/{model}:generateContent (one
-// JSON answer) and :streamGenerateContent?alt=sse (server-sent events,
-// one GenerateContentResponse each), and :countTokens. A script plays the
-// model, shown each request as a modelwire.Turn; it listens on loopback
-// only.
+// The Gemini API as Gemini CLI calls it through @google/genai: POST
+// /v1beta/models/{model}:generateContent (one JSON answer),
+// :streamGenerateContent?alt=sse (server-sent events, one
+// GenerateContentResponse each) and :countTokens. Options.Script plays
+// the model, shown each request as a Turn.
 //
 // Like the real API it refuses, with Google's error shape, a wrong
 // x-goog-api-key, a request with no contents, a stream without alt=sse,
-// and a functionResponse that answers no functionCall of the turn
-// before it.
-type geminiWire struct {
-	URL string
-
-	srv    *httptest.Server
-	key    string
-	script func(modelwire.Turn) modelwire.Reply
-
-	mu    sync.Mutex
-	n     int
-	paths []string
-}
-
-func newGeminiWire(key string, script func(modelwire.Turn) modelwire.Reply) *geminiWire {
-	g := &geminiWire{key: key, script: script}
-	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
-	g.URL = g.srv.URL
-	return g
-}
-
-func (g *geminiWire) Close() { g.srv.Close() }
-
-// seen lists the method and path of every request served, in order.
-func (g *geminiWire) seen() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.paths...)
-}
+// and a functionResponse that answers no functionCall of the turn before
+// it.
 
 type geminiPart struct {
 	Text         string `json:"text,omitempty"`
@@ -80,23 +48,20 @@ func (c geminiContent) text() string {
 	return b.String()
 }
 
-func (g *geminiWire) refuse(w http.ResponseWriter, code int, status, msg string) {
+func geminiRefuse(w http.ResponseWriter, code int, status, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": code, "message": msg, "status": status}})
 }
 
-func (g *geminiWire) serve(w http.ResponseWriter, r *http.Request) {
-	g.mu.Lock()
-	g.paths = append(g.paths, r.Method+" "+r.URL.Path)
-	g.mu.Unlock()
+func (s *Server) gemini(w http.ResponseWriter, r *http.Request, body []byte) {
 	model, method, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1beta/models/"), ":")
 	if r.Method != http.MethodPost || !ok || model == "" || !strings.HasPrefix(r.URL.Path, "/v1beta/models/") {
-		g.refuse(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
+		geminiRefuse(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
 		return
 	}
-	if key := r.Header.Get("x-goog-api-key"); key != g.key {
-		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")
+	if key := r.Header.Get("x-goog-api-key"); s.opt.APIKey != "" && key != s.opt.APIKey {
+		geminiRefuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")
 		return
 	}
 	var req struct {
@@ -108,12 +73,12 @@ func (g *geminiWire) serve(w http.ResponseWriter, r *http.Request) {
 			} `json:"functionDeclarations"`
 		} `json:"tools"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&req); err != nil {
-		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Invalid JSON payload received.")
+	if err := json.Unmarshal(body, &req); err != nil {
+		geminiRefuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Invalid JSON payload received.")
 		return
 	}
 	if len(req.Contents) == 0 {
-		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "* GenerateContentRequest.contents: contents is not specified")
+		geminiRefuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "* GenerateContentRequest.contents: contents is not specified")
 		return
 	}
 	switch method {
@@ -124,15 +89,15 @@ func (g *geminiWire) serve(w http.ResponseWriter, r *http.Request) {
 	case "generateContent":
 	case "streamGenerateContent":
 		if r.URL.Query().Get("alt") != "sse" {
-			g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "this server streams server-sent events only: add alt=sse")
+			geminiRefuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "this server streams server-sent events only: add alt=sse")
 			return
 		}
 	default:
-		g.refuse(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
+		geminiRefuse(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
 		return
 	}
 
-	turn := modelwire.Turn{Stream: method == "streamGenerateContent"}
+	turn := Turn{Stream: method == "streamGenerateContent"}
 	for _, t := range req.Tools {
 		for _, f := range t.FunctionDeclarations {
 			turn.Tools = append(turn.Tools, f.Name)
@@ -147,7 +112,7 @@ func (g *geminiWire) serve(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			if !answersCall(req.Contents[:i], p.FunctionResponse.Name) {
-				g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT",
+				geminiRefuse(w, http.StatusBadRequest, "INVALID_ARGUMENT",
 					fmt.Sprintf("Please ensure that function response turn comes immediately after a function call turn (%s).", p.FunctionResponse.Name))
 				return
 			}
@@ -155,7 +120,7 @@ func (g *geminiWire) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	last := req.Contents[len(req.Contents)-1]
 	if last.Role != "user" {
-		g.refuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Please ensure that the last turn is from the user.")
+		geminiRefuse(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Please ensure that the last turn is from the user.")
 		return
 	}
 	turn.Message = last.text()
@@ -165,11 +130,30 @@ func (g *geminiWire) serve(w http.ResponseWriter, r *http.Request) {
 			turn.ToolErrors = turn.ToolErrors || strings.Contains(string(p.FunctionResponse.Response), `"error"`)
 		}
 	}
-	g.mu.Lock()
-	g.n++
-	turn.N = g.n
-	g.mu.Unlock()
-	rep := g.script(turn)
+	// What the person asked, and how many results came since.
+back:
+	for i := len(req.Contents) - 1; i >= 0; i-- {
+		c := req.Contents[i]
+		if c.Role != "user" {
+			continue
+		}
+		results := 0
+		for _, p := range c.Parts {
+			if p.FunctionResponse != nil {
+				results++
+			}
+		}
+		turn.Answered += results
+		if results == 0 && c.text() != "" {
+			turn.Asked = c.text()
+			break back
+		}
+	}
+	s.record(Request{Path: r.URL.Path, Stream: turn.Stream, Tools: turn.Tools, ToolResults: turn.ToolResults, Body: body})
+	s.mu.Lock()
+	turn.N = len(s.requests)
+	s.mu.Unlock()
+	rep := s.opt.Script(turn)
 
 	var parts []map[string]any
 	if rep.Text != "" {
