@@ -49,6 +49,28 @@ type Store interface {
 	Close() error
 }
 
+type savesAfterKey struct{}
+
+// SavesAfter reports whether ctx is the context of a turn whose end the
+// host saves: the host gives such a context to a provider session's
+// RunTurn and Resolve, and Saves the conversation (with its binding)
+// once the turn stops. A store that also keeps a provider's records (as
+// host/sqlstore keeps the native agent's) may then write the record the
+// provider saves during the turn together with that save, in its
+// transaction, rather than in one of its own.
+func SavesAfter(ctx context.Context) bool {
+	v, _ := ctx.Value(savesAfterKey{}).(bool)
+	return v
+}
+
+// WithSavesAfter marks ctx for [SavesAfter]: the caller saves the
+// conversation once the turn run under ctx stops. The host marks the
+// contexts it runs turns under; a host of its own built on [Store] and
+// the provider contract may mark its own the same way.
+func WithSavesAfter(ctx context.Context) context.Context {
+	return context.WithValue(ctx, savesAfterKey{}, true)
+}
+
 var (
 	// ErrNotFound: no such conversation for this owner.
 	ErrNotFound = errors.New("host: no such conversation")

@@ -285,7 +285,7 @@ type turnRun struct {
 // bound and the turn timeout become an Interrupt.
 func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Context, *liveConv) *turnRun, out func(provider.Output)) *turnRun {
 	// The provider's context ends only after an interrupt had its chance.
-	pctx, pcancel := context.WithCancel(context.WithoutCancel(stop))
+	pctx, pcancel := context.WithCancel(WithSavesAfter(context.WithoutCancel(stop)))
 	defer pcancel()
 	t := start(pctx, lc)
 	sess := lc.sess

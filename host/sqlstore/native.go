@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/native"
@@ -53,7 +54,15 @@ func (n nativeStore) Load(ctx context.Context, b provider.Binding) (native.Recor
 	if err != nil {
 		return native.Record{}, err
 	}
-	return w.record()
+	rec, err := w.record()
+	if err == nil && n.s.saves == nil {
+		// What is stored, for this process's next save (the single
+		// writer's books say so already).
+		n.s.nmu.Lock()
+		n.s.nstored[string(b)] = nativeCount{msgs: len(w.msgs), turns: len(w.turns), pending: rec.Pending != nil}
+		n.s.nmu.Unlock()
+	}
+	return rec, err
 }
 
 func (s *Store) loadNative(ctx context.Context, b string) (*nativeWrite, error) {
@@ -134,34 +143,50 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 		return fmt.Errorf("sqlstore: encoding a native conversation: %w", err)
 	}
 	w := &nativeWrite{binding: string(b), head: string(head), msgs: msgs, turns: turns, pending: r.Pending != nil}
-	if n.s.saves == nil {
-		_, err = n.s.saveAlone(ctx, &saveReq{ctx: ctx, native: w})
-		return err
-	}
 	n.s.nmu.Lock()
 	was, known := n.s.nstored[w.binding]
 	if q := n.s.nqueued[w.binding]; q != nil {
 		was, known = nativeCount{pending: q.pending}, true
 	}
+	carried := n.s.saves == nil && known && was.pending == w.pending && host.SavesAfter(ctx)
+	if n.s.saves == nil && !carried {
+		// This write holds the whole record: one waiting for a host save
+		// is older, and must not land after it.
+		delete(n.s.nqueued, w.binding)
+	}
 	n.s.nmu.Unlock()
-	if !known || was.pending != w.pending {
+	switch {
+	case !known || was.pending != w.pending:
 		// A pause stored or given up lands before Save returns: a turn
 		// whose pause was answered runs only once the answer is stored,
 		// so a process that dies meanwhile cannot bring the pause back
 		// to be answered, and run, twice.
 		_, err := n.s.submit(ctx, &saveReq{ctx: ctx, native: w})
+		if n.s.saves == nil { // no single writer keeps the books: keep them here
+			n.s.noteStored(w, err)
+		}
+		return err
+	case n.s.saves == nil && !host.SavesAfter(ctx):
+		// Nobody's save will carry it (a durable turn's activity, say).
+		_, err := n.s.saveAlone(ctx, &saveReq{ctx: ctx, native: w})
+		n.s.noteStored(w, err)
 		return err
 	}
-	// Written behind, through the same single writer as the host's saves:
-	// the host's save of the same turn comes after it in that writer's
-	// order, so it is durable once the host's is — the two writes of a
-	// turn cost one commit round, not two. Load reads it meanwhile; a
-	// failure is reported by the next Save of its conversation, so
-	// nothing is answered that is not saved.
+	// Written behind, durable with the host's save of the same turn, so
+	// the two writes of a turn cost one commit: with a single writer
+	// (SQLite) it goes through the writer ahead of the host's save;
+	// otherwise the host's save of the conversation bound to it writes it
+	// in its own transaction (if that save fails, this is not written
+	// either, and the next save of the record writes it whole). Load
+	// reads it meanwhile; a failure is reported by the next Save of its
+	// conversation, so nothing is answered that is not saved.
 	n.s.nmu.Lock()
 	n.s.nqueued[w.binding] = w
 	delete(n.s.nfailed, w.binding)
 	n.s.nmu.Unlock()
+	if n.s.saves == nil {
+		return nil
+	}
 	select {
 	case n.s.saves <- &saveReq{ctx: context.WithoutCancel(ctx), native: w}:
 		return nil
@@ -171,6 +196,51 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 		n.s.nmu.Unlock()
 		return n.s.fail("saving a native conversation", errors.New("the store is closed"))
 	}
+}
+
+// noteStored keeps the books of a native write made without the single
+// writer: whether the record holds a pause, as this process last wrote
+// it (nothing known after a failure).
+func (s *Store) noteStored(w *nativeWrite, err error) {
+	s.nmu.Lock()
+	defer s.nmu.Unlock()
+	if err != nil {
+		delete(s.nstored, w.binding)
+		return
+	}
+	s.nstored[w.binding] = nativeCount{msgs: len(w.msgs), turns: len(w.turns), pending: w.pending}
+}
+
+// takeQueued removes and returns the native write of binding b that waits
+// for the host's save, where there is no single writer (nil otherwise).
+func (s *Store) takeQueued(b string) *nativeWrite {
+	if s.saves != nil || b == "" {
+		return nil
+	}
+	s.nmu.Lock()
+	defer s.nmu.Unlock()
+	w := s.nqueued[b]
+	delete(s.nqueued, b)
+	return w
+}
+
+// flushQueued writes each native write still waiting for a host save, in
+// a transaction of its own (at Close, when no such save will come).
+func (s *Store) flushQueued(ctx context.Context) error {
+	s.nmu.Lock()
+	var ws []*nativeWrite
+	for b, w := range s.nqueued {
+		ws = append(ws, w)
+		delete(s.nqueued, b)
+	}
+	s.nmu.Unlock()
+	var errs []error
+	for _, w := range ws {
+		if _, err := s.saveAlone(ctx, &saveReq{ctx: ctx, native: w}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // writeNative stores w inside tx: the messages and turn marks the stored

@@ -456,6 +456,9 @@ type saveReq struct {
 	pq, pt, pr sql.NullString
 	turn       *host.Turn
 	done       chan saveRes // buffered: the writer never waits on it
+	// carried is the native write this host save took along (no single
+	// writer), for the books once it commits.
+	carried *nativeWrite
 }
 
 type saveRes struct {
@@ -532,11 +535,16 @@ func (s *Store) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, s.fail("saving a conversation", err)
 	}
+	if w := r.carried; w != nil {
+		s.noteStored(w, nil)
+	}
 	return v, nil
 }
 
 // saveIn writes r inside tx. ErrConflict and ErrNotFound leave tx usable
-// (nothing was written); any other error means tx must be rolled back.
+// (nothing was written, unless a native write was carried along, which
+// only happens without the group-commit writer, whose saves each roll
+// back on any error); any other error means tx must be rolled back.
 // inTx holds what earlier native writes of the same transaction left in
 // the tables (nil: none came before).
 func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq, inTx map[string]nativeCount) (int64, error) {
@@ -551,6 +559,14 @@ func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq, inTx map[str
 		s.nmu.Unlock()
 		if err != nil {
 			return 0, fmt.Errorf("sqlstore: the agent's record of this conversation could not be saved, so the turn is not saved either: %w", err)
+		}
+		// Without a single writer, the agent's record of the turn waits
+		// for this save and goes in its transaction.
+		if w := s.takeQueued(string(c.Binding)); w != nil {
+			if err := s.writeNative(ctx, tx, w, nil); err != nil {
+				return 0, err
+			}
+			r.carried = w
 		}
 	}
 	// One statement checks and moves the conversation on: the version and
@@ -836,11 +852,17 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close releases the store. Safe to call twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		var errs []error
 		if s.stopped != nil {
 			close(s.stopped)
 			<-s.writerDone
+		} else {
+			// Native writes still waiting for a host save that will not
+			// come now.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			errs = append(errs, s.flushQueued(ctx))
+			cancel()
 		}
-		var errs []error
 		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.insertMsgs, s.stmt.nativeAdds, s.stmt.nativeCount, s.stmt.nativeSave, s.stmt.nativeAdd, s.stmt.nativeAddTurn} {
 			if st != nil {
 				errs = append(errs, st.Close())
