@@ -121,9 +121,10 @@ func TestServeOpenCodeACP(t *testing.T) {
 
 	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd+" acp",
 		"--agent-env", "ANTHROPIC_API_KEY="+key, "--agent-env", "AGENTRY_MODEL_URL="+model.URL+"/v1",
-		"--agent-env", "OPENCODE_DISABLE_AUTOUPDATE=true", "--agent-env", "OPENCODE_DISABLE_MODELS_FETCH=true",
-		"--agent-env", "OPENCODE_DISABLE_SHARE=true", "--agent-env", "OPENCODE_DISABLE_LSP_DOWNLOAD=true",
-		"--agent-env", "OPENCODE_DISABLE_DEFAULT_PLUGINS=true", "--agent-env", "PATH=/usr/bin:/bin",
+		// Without it OpenCode fetches its model catalogue from
+		// models.opencode.ai at start; with it, it uses the one it was
+		// built with, and the configuration's own provider.
+		"--agent-env", "OPENCODE_DISABLE_MODELS_FETCH=true",
 		"--agent-home", home,
 		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),
