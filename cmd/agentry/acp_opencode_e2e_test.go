@@ -35,7 +35,8 @@ const (
 // installs @opencode-ai/plugin into every configuration directory it can
 // write, from registry.npmjs.org, which the jail refuses (a
 // connection_refused event each); offline, the install fails at once and
-// OpenCode goes on without it (it serves local plugins only).
+// OpenCode goes on without it (the package is for plugins written in that
+// directory, and there are none).
 const openCodeConfig = `{
   "$schema": "https://opencode.ai/config.json",
   "model": "agentry/scripted",
