@@ -272,7 +272,8 @@ type turnRun struct {
 	input string // the person's message (kind message)
 	seq   func(func(provider.Output, error) bool)
 
-	answer     strings.Builder // text since the last activity
+	answer     strings.Builder // the last run of text: what came since the activity before it
+	afterText  bool            // an activity came after the answer so far: new text starts a new one
 	activities []string        // what the agent did, for the transcript (bounded)
 	request    *provider.Request
 	outcome    provider.Outcome
@@ -307,10 +308,16 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 		}
 		switch o.Kind {
 		case provider.OutputText:
+			// Narration before a tool call is not the answer; a report
+			// after the answer (an agent's token usage) does not erase it.
+			if t.afterText {
+				t.answer.Reset()
+				t.afterText = false
+			}
 			t.answer.WriteString(o.Text)
 		case provider.OutputActivity:
 			t.failure = o.Text
-			t.answer.Reset()
+			t.afterText = true
 			if len(t.activities) < maxActivities {
 				t.activities = append(t.activities, clipText(o.Text, maxActivityBytes))
 			}

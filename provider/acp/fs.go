@@ -25,10 +25,6 @@ type workspace struct {
 	dir      string // absolute, clean: where the agent is told its cwd is
 	root     *os.Root
 	maxBytes int
-	// uid and gid own what the client writes, when this process is root
-	// and the workspace belongs to someone else (the agent's user).
-	chown    bool
-	uid, gid int
 }
 
 func openWorkspace(dir string, maxBytes int) (*workspace, error) {
@@ -36,13 +32,48 @@ func openWorkspace(dir string, maxBytes int) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("acp: opening the session's workspace: %w", err)
 	}
-	w := &workspace{dir: dir, root: root, maxBytes: maxBytes}
-	if fi, err := root.Stat("."); err == nil {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && st.Uid != 0 {
-			w.chown, w.uid, w.gid = true, int(st.Uid), int(st.Gid)
+	return &workspace{dir: dir, root: root, maxBytes: maxBytes}, nil
+}
+
+// owner is who should own what the client writes: the workspace's owner,
+// when this process is root and the workspace belongs to someone else (the
+// agent's user). It is asked at each write, not at open: a launcher may
+// hand the workspace to the agent's user after the session opened it (the
+// jail does), and a file the client made must stay one the agent can
+// rewrite itself.
+func (w *workspace) owner() (uid, gid int, ok bool) {
+	if os.Geteuid() != 0 {
+		return 0, 0, false
+	}
+	fi, err := w.root.Stat(".")
+	if err != nil {
+		return 0, 0, false
+	}
+	st, isUnix := fi.Sys().(*syscall.Stat_t)
+	if !isUnix || st.Uid == 0 {
+		return 0, 0, false
+	}
+	return int(st.Uid), int(st.Gid), true
+}
+
+// mkdirs makes dir's missing components (relative to the workspace), each
+// handed to uid:gid when chown is set.
+func (w *workspace) mkdirs(dir string, uid, gid int, chown bool) error {
+	cur := ""
+	for _, part := range strings.Split(dir, string(filepath.Separator)) {
+		cur = filepath.Join(cur, part)
+		err := w.root.Mkdir(cur, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if chown {
+			_ = w.root.Lchown(cur, uid, gid)
 		}
 	}
-	return w, nil
+	return nil
 }
 
 func (w *workspace) close() error { return w.root.Close() }
@@ -151,9 +182,10 @@ func (w *workspace) write(rel, content string) error {
 	if rel == "." {
 		return errors.New("the path names the workspace itself, not a file")
 	}
+	uid, gid, chown := w.owner()
 	dir := filepath.Dir(rel)
 	if dir != "." {
-		if err := w.root.MkdirAll(dir, 0o755); err != nil {
+		if err := w.mkdirs(dir, uid, gid, chown); err != nil {
 			return fsError(err)
 		}
 	}
@@ -179,8 +211,8 @@ func (w *workspace) write(rel, content string) error {
 		_ = w.root.Remove(tmp)
 		return fsError(err)
 	}
-	if w.chown {
-		_ = w.root.Lchown(tmp, w.uid, w.gid)
+	if chown {
+		_ = w.root.Lchown(tmp, uid, gid)
 	}
 	if err := w.root.Rename(tmp, rel); err != nil {
 		_ = w.root.Remove(tmp)
