@@ -270,3 +270,41 @@ func (a *atomicString) get() string  { a.mu.Lock(); defer a.mu.Unlock(); return 
 
 var _ = fmt.Sprint
 var _ = time.Second
+
+// stopAndCheckEvents stops a serve process that hosted a real ACP agent
+// and reads its events file: the agent started in the jail, hello.txt was
+// written through the client (an acp.file event), nothing off the
+// allowlist was tried, and `agentry events audit` is clean.
+func stopAndCheckEvents(t *testing.T, p *process, bin, events string) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(); err != nil {
+		t.Fatalf("serve did not stop cleanly: %v\n%s", err, p.stderr)
+	}
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var startedJailed, wroteThroughClient bool
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.Contains(line, `"agentry.acp.agent_started"`) && strings.Contains(line, `"launcher":"jail"`):
+			startedJailed = true
+		case strings.Contains(line, `"agentry.acp.file"`) && strings.Contains(line, `"op":"write","path":"hello.txt"`):
+			wroteThroughClient = true
+		case strings.Contains(line, `"agentry.jail.connection_refused"`):
+			t.Errorf("the agent tried a place off its allowlist: %s", line)
+		}
+	}
+	if !startedJailed {
+		t.Error("no agent_started event with launcher jail")
+	}
+	if !wroteThroughClient {
+		t.Error("no acp.file event for the write of hello.txt: it did not come through the client")
+	}
+	if out, err := exec.Command(bin, "events", "audit", events).CombinedOutput(); err != nil {
+		t.Errorf("agentry events audit: %v\n%s", err, out)
+	}
+}

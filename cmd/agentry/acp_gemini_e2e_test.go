@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/agentry-dev/agentry/internal/modelwire"
@@ -124,37 +122,7 @@ func TestServeGeminiCLIACP(t *testing.T) {
 		t.Errorf("the lent run_code's result did not reach the model: %q", results)
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.wait(); err != nil {
-		t.Fatalf("serve did not stop cleanly: %v\n%s", err, p.stderr)
-	}
-	b, err := os.ReadFile(events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var startedJailed, wroteThroughClient bool
-	for _, line := range strings.Split(string(b), "\n") {
-		switch {
-		case strings.Contains(line, `"agentry.acp.agent_started"`) && strings.Contains(line, `"launcher":"jail"`):
-			startedJailed = true
-		case strings.Contains(line, `"agentry.acp.file"`) && strings.Contains(line, `"op":"write","path":"hello.txt"`):
-			wroteThroughClient = true
-		case strings.Contains(line, `"agentry.jail.connection_refused"`):
-			t.Errorf("the agent tried a place off its allowlist: %s", line)
-		}
-	}
-	if !startedJailed {
-		t.Error("no agent_started event with launcher jail")
-	}
-	if !wroteThroughClient {
-		t.Error("no acp.file event for the write of hello.txt: it did not come through the client")
-	}
-	out, err := exec.Command(bin, "events", "audit", events).CombinedOutput()
-	if err != nil {
-		t.Errorf("agentry events audit: %v\n%s", err, out)
-	}
+	stopAndCheckEvents(t, p, bin, events)
 }
 
 // servedPaths lists the paths of the requests a model server answered, in order.
