@@ -6,17 +6,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentry-dev/agentry/internal/modelwire"
 	"github.com/agentry-dev/agentry/provider/acp/jail"
@@ -73,52 +72,24 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 func TestServeClaudeCodeACP(t *testing.T) {
 	agentCmd := claudeCodeACP(t)
 	bin := binary(t)
-	dir := t.TempDir()
-	// The jail's user must reach the workspaces: every directory above them
-	// is traversable.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	events := filepath.Join(dir, "events.ndjson")
+	dir, events := agentDir(t)
 
 	var hostPort atomicString
-	var mu sync.Mutex
-	results := 0
-	var seen []string
-	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: func(turn modelwire.Turn) modelwire.Reply {
-		mu.Lock()
-		defer mu.Unlock()
-		if !contains(turn.Tools, "mcp__acp__Write") {
-			return modelwire.Reply{Text: "Offline test"} // Claude Code's side requests (titles, summaries)
-		}
-		ws := workingDirectory(turn.System)
-		// The step is how many tool results the conversation has had: a
-		// request Claude Code makes on the side with no results gets the
-		// first call again, which it drops.
-		step := 1
-		if len(turn.ToolResults) > 0 {
-			seen = append(seen, strings.Join(turn.ToolResults, " | "))
-			results++
-			step = results + 1
-		}
-		call := func(name string, args map[string]any) modelwire.Reply {
-			b, _ := json.Marshal(args)
-			return modelwire.Reply{Calls: []modelwire.Call{{Name: name, Args: b}}}
-		}
-		switch step {
-		case 1:
-			return call("mcp__acp__Write", map[string]any{"file_path": filepath.Join(ws, "hello.txt"), "content": "written by claude code\n"})
-		case 2:
-			return call("mcp__acp__Write", map[string]any{"file_path": filepath.Join(filepath.Dir(ws), "escape.txt"), "content": "out\n"})
-		case 3:
-			return call("mcp__agentry__run_code", map[string]any{"code": "print(6*7)"})
-		case 4:
-			return call("mcp__acp__Bash", map[string]any{"command": "python3 -c \"import socket; socket.create_connection(('127.0.0.1', " + hostPort.get() + "), 3); print('REACHED')\"", "description": "dial the host", "timeout": 30000})
-		}
-		return modelwire.Reply{Text: "All done."}
-	}})
+	agent := &scriptedAgent{marker: "mcp__acp__Write", steps: []func(modelwire.Turn) modelwire.Reply{
+		func(turn modelwire.Turn) modelwire.Reply {
+			return callTool("mcp__acp__Write", map[string]any{"file_path": filepath.Join(workingDirectory(turn.System), "hello.txt"), "content": "written by claude code\n"})
+		},
+		func(turn modelwire.Turn) modelwire.Reply {
+			return callTool("mcp__acp__Write", map[string]any{"file_path": filepath.Join(filepath.Dir(workingDirectory(turn.System)), "escape.txt"), "content": "out\n"})
+		},
+		func(modelwire.Turn) modelwire.Reply {
+			return callTool("mcp__agentry__run_code", map[string]any{"code": "print(6*7)"})
+		},
+		func(modelwire.Turn) modelwire.Reply {
+			return callTool("mcp__acp__Bash", map[string]any{"command": "python3 -c \"import socket; socket.create_connection(('127.0.0.1', " + hostPort.get() + "), 3); print('REACHED')\"", "description": "dial the host", "timeout": 30000})
+		},
+	}}
+	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: agent.script})
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 
@@ -134,6 +105,7 @@ func TestServeClaudeCodeACP(t *testing.T) {
 
 	body, approved := approvedTurn(t, p, "Write hello.txt, then show me what you can reach.")
 	approvals := len(approved)
+	seen := agent.results()
 	t.Logf("answer: %s", body)
 	if !strings.Contains(string(body), "All done.") {
 		b, _ := os.ReadFile(events)
@@ -251,13 +223,73 @@ func workingDirectory(system string) string {
 	return "/nonexistent"
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// scriptedAgent plays a coding agent's model. A request that offers the
+// agent's marker tool gets the step its tool results so far point at: the
+// first with none (a request the agent makes on the side gets it again,
+// which the agent drops), the next after each; past the steps it answers
+// "All done.". A request without the marker (a title, a summary) gets a
+// plain text.
+type scriptedAgent struct {
+	marker string
+	steps  []func(modelwire.Turn) modelwire.Reply
+
+	mu   sync.Mutex
+	seen []string // the tool results the model was given, in order
+}
+
+func (a *scriptedAgent) script(turn modelwire.Turn) modelwire.Reply {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !slices.Contains(turn.Tools, a.marker) {
+		return modelwire.Reply{Text: "Offline test"}
+	}
+	step := 0
+	if len(turn.ToolResults) > 0 {
+		a.seen = append(a.seen, strings.Join(turn.ToolResults, " | "))
+		step = len(a.seen)
+	}
+	if step < len(a.steps) {
+		return a.steps[step](turn)
+	}
+	return modelwire.Reply{Text: "All done."}
+}
+
+// results returns the tool results the model was given so far.
+func (a *scriptedAgent) results() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.seen)
+}
+
+// callTool is a model reply calling one tool.
+func callTool(name string, args map[string]any) modelwire.Reply {
+	b, _ := json.Marshal(args)
+	return modelwire.Reply{Calls: []modelwire.Call{{Name: name, Args: b}}}
+}
+
+// agentDir is a real-agent test's directory, which the jail's user can
+// traverse to the workspaces, and its events file.
+func agentDir(t *testing.T) (dir, events string) {
+	t.Helper()
+	dir = t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
-	return false
+	return dir, filepath.Join(dir, "events.ndjson")
+}
+
+// writeTemplate writes a file of a HOME template, making its directories.
+func writeTemplate(t *testing.T, home, rel, content string) {
+	t.Helper()
+	p := filepath.Join(home, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 type atomicString struct {
@@ -267,9 +299,6 @@ type atomicString struct {
 
 func (a *atomicString) set(v string) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
 func (a *atomicString) get() string  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }
-
-var _ = fmt.Sprint
-var _ = time.Second
 
 // stopAndCheckEvents stops a serve process that hosted a real ACP agent
 // and reads its events file: the agent started in the jail, hello.txt was

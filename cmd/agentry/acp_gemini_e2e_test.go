@@ -3,12 +3,11 @@
 package main
 
 import (
-	"encoding/json"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentry-dev/agentry/internal/modelwire"
@@ -35,47 +34,25 @@ const (
 func TestServeGeminiCLIACP(t *testing.T) {
 	agentCmd := npmAgent(t, geminiCLIEnv, defaultGeminiCLI, "gemini", geminiCLIPackage)
 	bin := binary(t)
-	dir := t.TempDir()
-	// The jail's user must reach the workspaces: every directory above them
-	// is traversable.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	events := filepath.Join(dir, "events.ndjson")
+	dir, events := agentDir(t)
 
 	const key = "gemini-offline"
-	var mu sync.Mutex
-	var seen []string // the tool results the model was given, in order
-	model := modelwire.NewGemini(modelwire.Options{APIKey: key, Script: func(turn modelwire.Turn) modelwire.Reply {
-		mu.Lock()
-		defer mu.Unlock()
-		if !contains(turn.Tools, "write_file") {
-			return modelwire.Reply{Text: "Offline test"} // a request on the side
-		}
-		if len(turn.ToolResults) > 0 {
-			seen = append(seen, strings.Join(turn.ToolResults, " | "))
-		}
-		call := func(name string, args map[string]any) modelwire.Reply {
-			b, _ := json.Marshal(args)
-			return modelwire.Reply{Calls: []modelwire.Call{{Name: name, Args: b}}}
-		}
-		switch len(seen) {
-		case 0:
+	agent := &scriptedAgent{marker: "write_file", steps: []func(modelwire.Turn) modelwire.Reply{
+		func(modelwire.Turn) modelwire.Reply {
 			// A path relative to the session's directory, as the tool takes.
-			return call("write_file", map[string]any{"file_path": "hello.txt", "content": "written by gemini cli\n"})
-		case 1:
+			return callTool("write_file", map[string]any{"file_path": "hello.txt", "content": "written by gemini cli\n"})
+		},
+		func(turn modelwire.Turn) modelwire.Reply {
 			// Gemini CLI names an MCP server's tool mcp_SERVER_TOOL.
-			if contains(turn.Tools, "mcp_agentry_run_code") {
-				// Printed text that is not JSON (see docs/acp.md on Gemini
-				// CLI and lent tools).
-				return call("mcp_agentry_run_code", map[string]any{"code": "print('six times seven is', 6*7)"})
+			if !slices.Contains(turn.Tools, "mcp_agentry_run_code") {
+				return modelwire.Reply{Text: "The lent run_code is not among my tools: " + strings.Join(turn.Tools, ", ")}
 			}
-			return modelwire.Reply{Text: "The lent run_code is not among my tools: " + strings.Join(turn.Tools, ", ")}
-		}
-		return modelwire.Reply{Text: "All done."}
-	}})
+			// Printed text that is not JSON (see docs/acp.md on Gemini CLI
+			// and lent tools).
+			return callTool("mcp_agentry_run_code", map[string]any{"code": "print('six times seven is', 6*7)"})
+		},
+	}}
+	model := modelwire.NewGemini(modelwire.Options{APIKey: key, Script: agent.script})
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 
@@ -83,13 +60,7 @@ func TestServeGeminiCLIACP(t *testing.T) {
 	// play.googleapis.com), and a fixed model, so Gemini CLI does not
 	// first ask a small model to pick one.
 	home := filepath.Join(dir, "home")
-	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	settings := `{"privacy": {"usageStatisticsEnabled": false}, "model": {"name": "gemini-2.5-flash"}}` + "\n"
-	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"), []byte(settings), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeTemplate(t, home, ".gemini/settings.json", `{"privacy": {"usageStatisticsEnabled": false}, "model": {"name": "gemini-2.5-flash"}}`+"\n")
 
 	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd+" --acp",
 		"--agent-env", "GEMINI_API_KEY="+key, "--agent-env", "GOOGLE_GEMINI_BASE_URL="+model.URL,
@@ -101,9 +72,7 @@ func TestServeGeminiCLIACP(t *testing.T) {
 
 	body, approved := approvedTurn(t, p, "Write hello.txt, then compute 6*7.")
 	t.Logf("answer: %s", body)
-	mu.Lock()
-	results := append([]string(nil), seen...)
-	mu.Unlock()
+	results := agent.results()
 	if !strings.Contains(string(body), "All done.") {
 		b, _ := os.ReadFile(events)
 		t.Fatalf("the turn did not end with the model's answer: %s\nmodel saw: %q\nmodel served: %q\n%s\nevents:\n%s", body, results, servedPaths(model), p.stderr, b)

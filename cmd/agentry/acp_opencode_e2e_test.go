@@ -3,12 +3,11 @@
 package main
 
 import (
-	"encoding/json"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -67,57 +66,28 @@ const openCodeConfig = `{
 func TestServeOpenCodeACP(t *testing.T) {
 	agentCmd := npmAgent(t, openCodeEnv, defaultOpenCode, "opencode", openCodePackage)
 	bin := binary(t)
-	dir := t.TempDir()
-	// The jail's user must reach the workspaces: every directory above them
-	// is traversable.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	events := filepath.Join(dir, "events.ndjson")
+	dir, events := agentDir(t)
 
 	const key = "sk-ant-offline"
-	var mu sync.Mutex
-	var seen []string // the tool results the model was given, in order
-	model := modelwire.NewAnthropic(modelwire.Options{APIKey: key, Script: func(turn modelwire.Turn) modelwire.Reply {
-		mu.Lock()
-		defer mu.Unlock()
-		if !contains(turn.Tools, "write") {
-			return modelwire.Reply{Text: "Offline test"} // a request on the side (a title)
-		}
-		if len(turn.ToolResults) > 0 {
-			seen = append(seen, strings.Join(turn.ToolResults, " | "))
-		}
-		call := func(name string, args map[string]any) modelwire.Reply {
-			b, _ := json.Marshal(args)
-			return modelwire.Reply{Calls: []modelwire.Call{{Name: name, Args: b}}}
-		}
-		switch len(seen) {
-		case 0:
-			return call("write", map[string]any{"filePath": filepath.Join(workingDirectory(turn.System), "hello.txt"), "content": "written by opencode\n"})
-		case 1:
+	agent := &scriptedAgent{marker: "write", steps: []func(modelwire.Turn) modelwire.Reply{
+		func(turn modelwire.Turn) modelwire.Reply {
+			return callTool("write", map[string]any{"filePath": filepath.Join(workingDirectory(turn.System), "hello.txt"), "content": "written by opencode\n"})
+		},
+		func(turn modelwire.Turn) modelwire.Reply {
 			// OpenCode names an MCP server's tool SERVER_TOOL.
-			if contains(turn.Tools, "agentry_run_code") {
-				return call("agentry_run_code", map[string]any{"code": "print('six times seven is', 6*7)"})
+			if !slices.Contains(turn.Tools, "agentry_run_code") {
+				return modelwire.Reply{Text: "The lent run_code is not among my tools: " + strings.Join(turn.Tools, ", ")}
 			}
-			return modelwire.Reply{Text: "The lent run_code is not among my tools: " + strings.Join(turn.Tools, ", ")}
-		}
-		return modelwire.Reply{Text: "All done."}
-	}})
+			return callTool("agentry_run_code", map[string]any{"code": "print('six times seven is', 6*7)"})
+		},
+	}}
+	model := modelwire.NewAnthropic(modelwire.Options{APIKey: key, Script: agent.script})
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 
 	home := filepath.Join(dir, "home")
-	if err := os.MkdirAll(filepath.Join(home, ".config", "opencode"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, ".config", "opencode", "opencode.json"), []byte(openCodeConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, ".npmrc"), []byte("offline=true\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeTemplate(t, home, ".config/opencode/opencode.json", openCodeConfig)
+	writeTemplate(t, home, ".npmrc", "offline=true\n")
 
 	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd+" acp",
 		"--agent-env", "ANTHROPIC_API_KEY="+key, "--agent-env", "AGENTRY_MODEL_URL="+model.URL+"/v1",
@@ -132,9 +102,7 @@ func TestServeOpenCodeACP(t *testing.T) {
 
 	body, approved := approvedTurn(t, p, "Write hello.txt, then compute 6*7.")
 	t.Logf("answer: %s", body)
-	mu.Lock()
-	results := append([]string(nil), seen...)
-	mu.Unlock()
+	results := agent.results()
 	if !strings.Contains(string(body), "All done.") {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		_ = p.wait()
