@@ -30,14 +30,7 @@ type jailed struct{ j *jail.Jail }
 
 func (l jailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) {
 	began := time.Now()
-	expose := make([]jail.Exposed, len(spec.Expose))
-	for i, x := range spec.Expose {
-		expose[i] = jail.Exposed{Name: x.Name, Listener: x.Listener}
-	}
-	p, err := l.j.Launch(ctx, jail.Spec{
-		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Home: spec.Home,
-		AllowHosts: spec.AllowHosts, Label: spec.Label, Events: spec.Events, Expose: expose,
-	})
+	p, err := l.j.Launch(ctx, spec)
 	if err != nil {
 		if errors.Is(err, jail.ErrCommand) {
 			return nil, fmt.Errorf("%w: %w", ErrMissingExecutable, err)

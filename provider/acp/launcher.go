@@ -2,11 +2,9 @@ package acp
 
 import (
 	"context"
+	"github.com/agentry-dev/agentry/provider/acp/jail"
 	"io"
-	"net"
 	"os/exec"
-
-	"github.com/agentry-dev/agentry/event"
 )
 
 // Launcher is the process seam: it starts the agent process of one
@@ -19,40 +17,13 @@ type Launcher interface {
 	Launch(ctx context.Context, spec LaunchSpec) (Process, error)
 }
 
-// LaunchSpec is everything a launcher is told about one agent process.
-type LaunchSpec struct {
-	// Argv is the agent command; Argv[0] is resolved by the launcher.
-	Argv []string
-	// Env is everything the agent may see, as NAME=VALUE. The launcher
-	// adds HOME (the private copy of Home) and nothing else it is not
-	// asked for.
-	Env []string
-	// Workspace is an absolute host path: the agent's working directory
-	// and its one writable directory.
-	Workspace string
-	// Home is a template directory copied into a private HOME ("" gives
-	// an empty HOME).
-	Home string
-	// AllowHosts are the host:port pairs the agent may reach.
-	AllowHosts []string
-	// Label is a non-secret short name for events and paths (a hash of the
-	// session id).
-	Label string
-	// Events is where the launcher reports (the process started and
-	// stopped, refused connections). Never nil when the adapter launches.
-	Events func(event.Event)
-	// Expose lists local listeners the agent must reach (the host-tools
-	// MCP server): the launcher makes each reachable from inside its
-	// confinement, at the address Process.Addr returns for its name.
-	Expose []Exposed
-}
+// LaunchSpec is everything a launcher is told about one agent process:
+// the jail's [jail.Spec], one type for every launcher.
+type LaunchSpec = jail.Spec
 
 // Exposed is a host-side listener a launcher makes reachable from inside
-// the agent's confinement.
-type Exposed struct {
-	Name     string
-	Listener net.Listener
-}
+// the agent's confinement ([jail.Exposed]).
+type Exposed = jail.Exposed
 
 // Process is one running agent process.
 type Process interface {

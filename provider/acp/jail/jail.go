@@ -65,34 +65,40 @@ type Options struct {
 	Confiner Confiner
 }
 
-// Spec is one agent process to launch.
+// Spec is one agent process to launch: what the jail is told, and what
+// every launcher of provider/acp is told (acp.LaunchSpec is this type).
 type Spec struct {
 	// Argv is the agent's command. Argv[0] is a path or a name looked up
 	// on the PATH of Env (DefaultPath when Env has none).
 	Argv []string
-	// Env is everything the agent may see, as NAME=VALUE. It cannot set
-	// HOME or the proxy variables: the jail sets those.
+	// Env is everything the agent may see, as NAME=VALUE. The launcher
+	// adds HOME (the private copy of Home) and, in the jail, the proxy
+	// variables; Env cannot set those.
 	Env []string
-	// Workspace is an absolute host path: the agent's working directory,
-	// bound at the same path, writable. When agentry runs as root it is
-	// handed (chown) to Options.UID.
+	// Workspace is an absolute host path: the agent's working directory
+	// and its one writable directory (the jail binds it at the same path
+	// and, when agentry runs as root, hands it to Options.UID).
 	Workspace string
 	// Home is a template directory copied into the private HOME ("" =
 	// an empty HOME).
 	Home string
 	// AllowHosts are the host:port pairs the agent may reach.
 	AllowHosts []string
-	// Label is a short non-secret name (a key hash) for events and paths:
-	// up to 32 of [A-Za-z0-9._-].
+	// Label is a short non-secret name (a hash of the session id) for
+	// events and paths: up to 32 of [A-Za-z0-9._-].
 	Label string
-	// Events receives the jail's events (nil: none are sent).
+	// Events receives the launcher's events: the process started and
+	// stopped, refused connections (nil: none are sent).
 	Events func(event.Event)
-	// Expose lists host-side listeners the agent must reach.
+	// Expose lists host-side listeners the agent must reach (the
+	// host-tools MCP server): each is made reachable from inside the
+	// agent's confinement at the address Process.Addr returns for its
+	// name.
 	Expose []Exposed
 }
 
-// Exposed is a host-side listener made reachable inside the jail at
-// Process.Addr(Name).
+// Exposed is a host-side listener made reachable from inside the agent's
+// confinement at Process.Addr(Name).
 type Exposed struct {
 	Name     string
 	Listener net.Listener
