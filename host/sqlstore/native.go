@@ -148,15 +148,16 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 	if q := n.s.nqueued[w.binding]; q != nil {
 		was, known = nativeCount{pending: q.pending}, true
 	}
-	carried := n.s.saves == nil && known && was.pending == w.pending && host.SavesAfter(ctx)
-	if n.s.saves == nil && !carried {
+	now := !known || was.pending != w.pending                  // a pause stored or given up (or nothing known)
+	alone := !now && n.s.saves == nil && !host.SavesAfter(ctx) // no single writer, and no host save to carry it
+	if n.s.saves == nil && (now || alone) {
 		// This write holds the whole record: one waiting for a host save
 		// is older, and must not land after it.
 		delete(n.s.nqueued, w.binding)
 	}
 	n.s.nmu.Unlock()
 	switch {
-	case !known || was.pending != w.pending:
+	case now:
 		// A pause stored or given up lands before Save returns: a turn
 		// whose pause was answered runs only once the answer is stored,
 		// so a process that dies meanwhile cannot bring the pause back
@@ -166,7 +167,7 @@ func (n nativeStore) Save(ctx context.Context, b provider.Binding, r native.Reco
 			n.s.noteStored(w, err)
 		}
 		return err
-	case n.s.saves == nil && !host.SavesAfter(ctx):
+	case alone:
 		// Nobody's save will carry it (a durable turn's activity, say).
 		_, err := n.s.saveAlone(ctx, &saveReq{ctx: ctx, native: w})
 		n.s.noteStored(w, err)
