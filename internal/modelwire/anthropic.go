@@ -150,11 +150,9 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 				}
 			}
 		}
-		asked, answered := "", 0
-	back:
-		for i := len(all) - 1; i >= 0; i-- {
+		asked, answered := soFar(len(all), func(i int) (string, int, bool) {
 			if req.Messages[i].Role != "user" {
-				continue
+				return "", 0, false
 			}
 			var said strings.Builder
 			results := 0
@@ -166,12 +164,8 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 					results++
 				}
 			}
-			answered += results
-			if results == 0 && said.Len() > 0 {
-				asked = said.String()
-				break back
-			}
-		}
+			return said.String(), results, true
+		})
 		sr := s.opt.Script(Turn{N: n, Message: text.String(), ToolResults: results, ToolErrors: failed,
 			Asked: asked, Answered: answered, Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
 		s.anthropicScripted(w, req.Model, req.Stream, sr)

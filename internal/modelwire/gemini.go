@@ -130,12 +130,10 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, body []byte) {
 			turn.ToolErrors = turn.ToolErrors || strings.Contains(string(p.FunctionResponse.Response), `"error"`)
 		}
 	}
-	// What the person asked, and how many results came since.
-back:
-	for i := len(req.Contents) - 1; i >= 0; i-- {
+	turn.Asked, turn.Answered = soFar(len(req.Contents), func(i int) (string, int, bool) {
 		c := req.Contents[i]
 		if c.Role != "user" {
-			continue
+			return "", 0, false
 		}
 		results := 0
 		for _, p := range c.Parts {
@@ -143,12 +141,8 @@ back:
 				results++
 			}
 		}
-		turn.Answered += results
-		if results == 0 && c.text() != "" {
-			turn.Asked = c.text()
-			break back
-		}
-	}
+		return c.text(), results, true
+	})
 	s.record(Request{Path: r.URL.Path, Stream: turn.Stream, Tools: turn.Tools, ToolResults: turn.ToolResults, Body: body})
 	s.mu.Lock()
 	turn.N = len(s.requests)

@@ -38,12 +38,13 @@ type Options struct {
 	// APIKey, when set, is the only key the server accepts.
 	APIKey string
 	// Script, when set, is the model of the Anthropic server instead of
-	// the run_code turn: it is shown each request and says what to
-	// answer — text, calls of any tools with any arguments, or both. The
-	// answer is streamed the way the Messages API streams (a text block,
-	// then one tool_use block per call with its input in pieces) or sent
-	// whole. It is called from the server's goroutines, one call at a
-	// time per request.
+	// the run_code turn, and the Gemini server's only model: it is shown
+	// each request and says what to answer — text, calls of any tools
+	// with any arguments, or both. The answer is streamed the way the
+	// vendor streams (Anthropic: a text block, then one tool_use block per
+	// call with its input in pieces; Gemini: the text in pieces, each call
+	// whole) or sent whole. It is called from the server's goroutines,
+	// one call at a time per request. The OpenAI server does not use it.
 	Script func(Turn) Reply
 }
 
@@ -153,6 +154,24 @@ func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.requests...)
+}
+
+// soFar reads, from the last of n messages back, the person's message a
+// request answers (the last user message with text and no tool results)
+// and how many tool results came after it. user says what message i
+// holds, or ok false when it is not the user's.
+func soFar(n int, user func(i int) (text string, results int, ok bool)) (asked string, answered int) {
+	for i := n - 1; i >= 0; i-- {
+		text, results, ok := user(i)
+		if !ok {
+			continue
+		}
+		answered += results
+		if results == 0 && text != "" {
+			return text, answered
+		}
+	}
+	return "", answered
 }
 
 // reply is what the model decided: text, or one call of run_code.
