@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/internal/undo"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -180,7 +181,65 @@ var errCut = errors.New("host: the turn was cut by the shutdown drain bound")
 
 // New builds a host. It starts one goroutine (the idle sweep) unless
 // EvictEvery is negative; Shutdown stops it.
-func New(opt Options) (*Host, error) {
+//
+// It is a sequence of small steps. The first ones only check and complete
+// the options, so a refusal changes nothing; the ones after them acquire
+// (the host's own bus, the router's ownership, the replicas' heartbeat)
+// and share one cleanup stack, so a failure part way gives back what the
+// steps before it took. Attaching the router to the bus, which cannot be
+// taken back, is the last step that can fail.
+func New(opt Options) (_ *Host, err error) {
+	prov, err := chooseProvider(opt)
+	if err != nil {
+		return nil, err
+	}
+	if opt, err = withDefaults(opt); err != nil {
+		return nil, err
+	}
+	var stack undo.Stack
+	defer stack.OnError(&err)
+	h := &Host{
+		opt:      opt,
+		prov:     prov,
+		key:      prov.ProviderKey(),
+		store:    opt.Store,
+		auth:     opt.Auth,
+		log:      opt.Logger,
+		now:      opt.Now,
+		live:     make(map[string]*liveConv),
+		running:  make(map[*turnCtl]struct{}),
+		byOwner:  make(map[tool.Identity]int),
+		shutDone: make(chan struct{}),
+	}
+	if err := h.takeBusAndRouter(&stack); err != nil {
+		return nil, err
+	}
+	if h.lent, err = newLending(opt.HostTools, h.bus); err != nil {
+		return nil, err
+	}
+	h.cleanups = newCleanups(h)
+	h.metrics = newMetrics(func() float64 {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return float64(len(h.live))
+	}, h.cleanups.pending)
+	h.router.metrics.Store(h.metrics)
+	h.handler = h.routes()
+	if err := h.joinReplicas(&stack); err != nil {
+		return nil, err
+	}
+	if err := h.attachRouter(); err != nil {
+		return nil, err
+	}
+	h.startJanitor()
+	stack.Keep()
+	return h, nil
+}
+
+// chooseProvider is the adapter the host drives: Options.Provider's or
+// Options.Adapter, exactly one of them. It also refuses options missing
+// the store or the authenticator.
+func chooseProvider(opt Options) (*provider.Validated, error) {
 	var prov *provider.Validated
 	switch {
 	case opt.Provider != nil && opt.Adapter != nil:
@@ -198,49 +257,29 @@ func New(opt Options) (*Host, error) {
 	case opt.Auth == nil:
 		return nil, errors.New("host: Options.Auth is nil; pass a *host.Tokens (host.LoadTokens) or another Authenticator")
 	}
-	if opt.MaxTurns == 0 {
-		opt.MaxTurns = DefaultMaxTurns
-	}
-	if opt.MaxTurnsPerPrincipal == 0 {
-		opt.MaxTurnsPerPrincipal = DefaultMaxTurnsPerPrincipal
-	}
-	if opt.MaxOpenSessions == 0 {
-		opt.MaxOpenSessions = DefaultMaxOpenSessions
-	}
+	return prov, nil
+}
+
+// withDefaults refuses negative bounds and fills in every zero option with
+// its default.
+func withDefaults(opt Options) (Options, error) {
 	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxOpenSessions < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
 		opt.CutGrace < 0 || opt.CloseTimeout < 0 || opt.CleanupRetry < 0 || opt.CleanupRetryMax < 0 {
-		return nil, errors.New("host: bounds in Options must not be negative; use 0 for the default")
+		return opt, errors.New("host: bounds in Options must not be negative; use 0 for the default")
 	}
-	if opt.IdleEvict == 0 {
-		opt.IdleEvict = DefaultIdleEvict
-	}
-	if opt.EvictEvery == 0 {
-		opt.EvictEvery = DefaultEvictEvery
-	}
-	if opt.TurnTimeout == 0 {
-		opt.TurnTimeout = DefaultTurnTimeout
-	}
-	if opt.CloseTimeout == 0 {
-		opt.CloseTimeout = DefaultCloseTimeout
-	}
-	if opt.CleanupRetry == 0 {
-		opt.CleanupRetry = DefaultCleanupRetry
-	}
-	if opt.CleanupRetryMax == 0 {
-		opt.CleanupRetryMax = DefaultCleanupRetryMax
-	}
-	if opt.CleanupRetryMax < opt.CleanupRetry {
-		opt.CleanupRetryMax = opt.CleanupRetry
-	}
-	if opt.MaxBodyBytes == 0 {
-		opt.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opt.CutGrace == 0 {
-		opt.CutGrace = DefaultCutGrace
-	}
-	if opt.KeepAlive == 0 {
-		opt.KeepAlive = DefaultKeepAlive
-	}
+	orDefault(&opt.MaxTurns, DefaultMaxTurns)
+	orDefault(&opt.MaxTurnsPerPrincipal, DefaultMaxTurnsPerPrincipal)
+	orDefault(&opt.MaxOpenSessions, DefaultMaxOpenSessions)
+	orDefault(&opt.IdleEvict, DefaultIdleEvict)
+	orDefault(&opt.EvictEvery, DefaultEvictEvery)
+	orDefault(&opt.TurnTimeout, DefaultTurnTimeout)
+	orDefault(&opt.CloseTimeout, DefaultCloseTimeout)
+	orDefault(&opt.CleanupRetry, DefaultCleanupRetry)
+	orDefault(&opt.CleanupRetryMax, DefaultCleanupRetryMax)
+	opt.CleanupRetryMax = max(opt.CleanupRetryMax, opt.CleanupRetry)
+	orDefault(&opt.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&opt.CutGrace, DefaultCutGrace)
+	orDefault(&opt.KeepAlive, DefaultKeepAlive)
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -253,64 +292,77 @@ func New(opt Options) (*Host, error) {
 	if opt.WorkingDirectory == nil {
 		opt.WorkingDirectory = func(tool.Identity, string) (string, error) { return "/", nil }
 	}
-	bus, ownBus := opt.Bus, false
-	if bus == nil {
-		bus, ownBus = event.NewBus(event.BusOptions{Now: opt.Now}), true
+	return opt, nil
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
-	r := opt.Router
+}
+
+// takeBusAndRouter gives the host its bus (the caller's, or one of its
+// own) and its router (the caller's, or a new one), whose ownership it
+// takes: one router serves one host. Each pushes its undo on stack.
+func (h *Host) takeBusAndRouter(stack *undo.Stack) error {
+	h.bus = h.opt.Bus
+	if h.bus == nil {
+		bus := event.NewBus(event.BusOptions{Now: h.opt.Now})
+		h.bus, h.ownBus = bus, true
+		stack.PushFunc(func() { _ = bus.Close(context.Background()) })
+	}
+	r := h.opt.Router
 	if r == nil {
 		r = NewRouter()
 	}
-	if opt.Router == nil || ownBus {
-		// A bus the caller gave with a Router the caller gave is wired by
-		// the caller; otherwise the router hears the host's bus.
-		if err := bus.Add(r, r.Filter()); err != nil {
-			return nil, fmt.Errorf("host: attaching the router: %w", err)
-		}
-	}
 	if r.owned.Swap(true) {
-		return nil, errors.New("host: this Router already serves another host; make one Router per host")
+		return errors.New("host: this Router already serves another host; make one Router per host")
 	}
-	lent, err := newLending(opt.HostTools, bus)
+	stack.PushFunc(func() { r.owned.Store(false) })
+	h.router = r
+	return nil
+}
+
+// attachRouter has the router hear the host's bus, unless the caller gave
+// both (then the caller wires them).
+func (h *Host) attachRouter() error {
+	if h.opt.Router != nil && !h.ownBus {
+		return nil
+	}
+	if err := h.bus.Add(h.router, h.router.Filter()); err != nil {
+		return fmt.Errorf("host: attaching the router: %w", err)
+	}
+	return nil
+}
+
+// joinReplicas makes the host one of several replicas when Options.Leases
+// names more than this one: the leases' heartbeat starts, and stops
+// again if a later step fails.
+func (h *Host) joinReplicas(stack *undo.Stack) error {
+	l := h.opt.Leases
+	if _, one := l.(OneReplica); l == nil || one {
+		return nil
+	}
+	rep, err := newReplicas(h, l)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	h := &Host{
-		opt:      opt,
-		prov:     prov,
-		key:      prov.ProviderKey(),
-		store:    opt.Store,
-		auth:     opt.Auth,
-		router:   r,
-		bus:      bus,
-		ownBus:   ownBus,
-		log:      opt.Logger,
-		now:      opt.Now,
-		lent:     lent,
-		live:     make(map[string]*liveConv),
-		running:  make(map[*turnCtl]struct{}),
-		byOwner:  make(map[tool.Identity]int),
-		shutDone: make(chan struct{}),
+	h.rep = rep
+	stack.PushFunc(func() { _ = rep.close(context.Background()) })
+	return nil
+}
+
+// startJanitor starts the idle sweep, unless eviction is off or the sweep
+// is left to the caller (EvictEvery negative).
+func (h *Host) startJanitor() {
+	if h.opt.EvictEvery <= 0 || h.opt.IdleEvict <= 0 {
+		return
 	}
-	h.cleanups = newCleanups(h)
-	h.metrics = newMetrics(func() float64 {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return float64(len(h.live))
-	}, h.cleanups.pending)
-	r.metrics.Store(h.metrics)
-	h.handler = h.routes()
-	if _, one := opt.Leases.(OneReplica); opt.Leases != nil && !one {
-		if h.rep, err = newReplicas(h, opt.Leases); err != nil {
-			return nil, err
-		}
-	}
-	if opt.EvictEvery > 0 && opt.IdleEvict > 0 {
-		h.stopJanitor = make(chan struct{})
-		h.janitorDone = make(chan struct{})
-		go h.janitor(opt.EvictEvery)
-	}
-	return h, nil
+	h.stopJanitor = make(chan struct{})
+	h.janitorDone = make(chan struct{})
+	go h.janitor(h.opt.EvictEvery)
 }
 
 // identityConfig is the default session configuration: who the session
