@@ -29,11 +29,14 @@ const (
 	CodeConflict             Code = "conflict"               // 409: changed elsewhere since read
 	CodeProviderMismatch     Code = "provider_mismatch"      // 409: the session is held by another provider
 	CodeNoPendingInteraction Code = "no_pending_interaction" // 409: an answer for an interaction nobody asked
+	CodeNoTurn               Code = "no_turn"                // 409: a cancel while no turn runs or waits
+	CodeTurnCancelled        Code = "turn_cancelled"         // 409: the turn was cancelled before it answered
 	CodeTooManyTurns         Code = "too_many_turns"         // 429
 	CodeTooManySessions      Code = "too_many_sessions"      // 429
 	CodeCapacity             Code = "capacity"               // 429: every live tool session is busy
 	CodeTurnFailed           Code = "turn_failed"            // 500: the turn ran and failed
 	CodeTurnCut              Code = "turn_cut"               // 503: the shutdown drain bound cut the turn
+	CodeTurnTimedOut         Code = "turn_timed_out"         // 504: the turn ran past the turn timeout
 	CodeShuttingDown         Code = "shutting_down"          // 503
 	CodeStoreUnavailable     Code = "store_unavailable"      // 503
 	CodeProviderUnavailable  Code = "provider_unavailable"   // 503: the provider would not open the session

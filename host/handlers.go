@@ -68,6 +68,7 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/turns", h.authed(h.handleTurn))
 	mux.HandleFunc("GET /v1/sessions/{id}/turns", h.authed(h.handleTurnLog))
 	mux.HandleFunc("POST /v1/sessions/{id}/decision", h.authed(h.handleDecision))
+	mux.HandleFunc("POST /v1/sessions/{id}/cancel", h.authed(h.handleCancel))
 	mux.HandleFunc("GET /v1/sessions/{id}/messages", h.authed(h.handleMessages))
 	h.consoleRoutes(mux) // the web console at /, and the endpoints it reads (console.go)
 
@@ -81,6 +82,7 @@ func (h *Host) routes() http.Handler {
 		"/v1/sessions/{id}":          "GET, HEAD, DELETE",
 		"/v1/sessions/{id}/turns":    "GET, HEAD, POST",
 		"/v1/sessions/{id}/decision": "POST",
+		"/v1/sessions/{id}/cancel":   "POST",
 		"/v1/sessions/{id}/messages": "GET, HEAD",
 	}
 	for path, methods := range allow {

@@ -26,7 +26,7 @@ const (
 	DefaultMaxOpenSessions      = 100
 	DefaultIdleEvict            = 15 * time.Minute
 	DefaultEvictEvery           = time.Minute
-	DefaultTurnTimeout          = 10 * time.Minute
+	DefaultTurnTimeout          = 30 * time.Minute
 	DefaultMaxBodyBytes         = 1 << 20
 	DefaultCutGrace             = 5 * time.Second
 	DefaultKeepAlive            = 15 * time.Second
@@ -97,8 +97,10 @@ type Options struct {
 	// EvictEvery is how often the host looks for idle conversations
 	// (default 1m; negative: never in the background — call EvictIdle).
 	EvictEvery time.Duration
-	// TurnTimeout bounds one turn (default 10m). A turn is not cancelled
-	// when its client goes away: it finishes and is saved.
+	// TurnTimeout bounds one turn (default 30m): past it the turn is
+	// interrupted through the contract and recorded timed_out, and its
+	// client told so (504 turn_timed_out). A turn is not cancelled when its
+	// client goes away: it finishes and is saved.
 	TurnTimeout time.Duration
 	// CloseTimeout bounds one provider session's close (default 10s).
 	CloseTimeout time.Duration
@@ -113,7 +115,9 @@ type Options struct {
 	// turn's stream as idle (default 15s; negative: never).
 	KeepAlive time.Duration
 	// CutGrace is how long Shutdown waits, after cutting the turns still
-	// running at its deadline, for them to be recorded (default 5s).
+	// running at its deadline, for them to be recorded (default 5s). It is
+	// also how long a turn that was interrupted (cut, cancelled or timed
+	// out) is given to end before its provider's context is cancelled.
 	CutGrace time.Duration
 	// Now is the clock for idle eviction and timestamps (default time.Now).
 	Now func() time.Time
@@ -169,12 +173,22 @@ type liveConv struct {
 	busy     bool
 	lastUsed time.Time
 	asking   map[string]*asking // questions the provider asked, waiting for the person
+	turn     *turnCtl           // the turn holding busy, when a turn does
 	// guarded by busy
 	conv Conversation
 	sess *provider.ValidatedSession // nil until a turn opens it
 }
 
-type turnCtl struct{ cancel context.CancelCauseFunc }
+// turnCtl is how a turn is stopped from outside its request: cut by the
+// shutdown drain bound (cancel), or cancelled by a person (stop). Both
+// are set before the turn takes its conversation and never change; done
+// is closed once the turn is saved and its conversation let go.
+type turnCtl struct {
+	cancel context.CancelCauseFunc
+	stop   context.CancelCauseFunc
+	runID  string // guarded by Host.mu: "" until the turn has one
+	done   chan struct{}
+}
 
 // errCut is the cause of a turn cut by the shutdown drain bound.
 var errCut = errors.New("host: the turn was cut by the shutdown drain bound")

@@ -252,14 +252,14 @@ func newReplicas(h *Host, l Leases) (*replicas, error) {
 }
 
 // route sends a request for a conversation another replica holds to that
-// replica, and reports whether it did (or answered it). A turn, a decision
-// and a close claim the lease (taking it when it is free or lapsed); a
-// read of the conversation only looks at who holds it. Anything else is
-// answered here.
+// replica, and reports whether it did (or answered it). A turn, a decision,
+// a cancel and a close claim the lease (taking it when it is free or
+// lapsed); a read of the conversation only looks at who holds it. Anything
+// else is answered here.
 func (r *replicas) route(w http.ResponseWriter, req *http.Request, o tool.Identity) bool {
 	claim := false
 	switch req.Pattern {
-	case "POST /v1/sessions/{id}/turns", "POST /v1/sessions/{id}/decision", "DELETE /v1/sessions/{id}":
+	case "POST /v1/sessions/{id}/turns", "POST /v1/sessions/{id}/decision", "POST /v1/sessions/{id}/cancel", "DELETE /v1/sessions/{id}":
 		claim = true
 	case "GET /v1/sessions/{id}":
 	default:

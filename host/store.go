@@ -168,6 +168,11 @@ const (
 	// turn's client went away with nobody left to answer, or the agent
 	// stopped itself).
 	TurnInterrupted = "interrupted"
+	// TurnCancelled: a cancel (POST …/cancel, or a close of the busy
+	// conversation) stopped the turn before it answered, or gave up the
+	// request it waited on. TurnTimedOut: it ran past the turn timeout.
+	TurnCancelled = "cancelled"
+	TurnTimedOut  = "timed_out"
 	// TurnCleanupFailed: closing the provider session failed; the host
 	// retries it (Error says what failed). TurnCleanedUp records the retry
 	// that succeeded.

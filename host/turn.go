@@ -19,6 +19,12 @@ import (
 // owner, 409 while another request holds it. It loads the conversation
 // from the store when it is not in memory.
 func (h *Host) acquire(ctx context.Context, o tool.Identity, id string) (*liveConv, *apiError) {
+	return h.acquireFor(ctx, o, id, nil)
+}
+
+// acquireFor is acquire for a turn: the conversation is taken together
+// with ctl, so a cancel finds the turn from the moment it holds it.
+func (h *Host) acquireFor(ctx context.Context, o tool.Identity, id string, ctl *turnCtl) (*liveConv, *apiError) {
 	if !validSessionID(id) {
 		return nil, notFound()
 	}
@@ -49,7 +55,7 @@ func (h *Host) acquire(ctx context.Context, o tool.Identity, id string) (*liveCo
 	if lc.busy {
 		return nil, newError(http.StatusConflict, CodeSessionBusy, "host: a turn is running on this session; wait for its answer (turns of one session run one at a time)")
 	}
-	lc.busy = true
+	lc.busy, lc.turn = true, ctl
 	return lc, nil
 }
 
@@ -154,12 +160,18 @@ func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, 
 		return
 	}
 	defer h.endTurn(o)
-	lc, ae := h.acquire(r.Context(), o, r.PathValue("id"))
+	// The turn runs on contexts of its own: a client that goes away does
+	// not stop it. The drain bound and the turn timeout end bounded, and a
+	// cancel stop too; each becomes an Interrupt (drive).
+	ctl := &turnCtl{done: make(chan struct{})}
+	bounded, stop, endContexts := h.turnContexts(r, ctl)
+	defer endContexts()
+	lc, ae := h.acquireFor(r.Context(), o, r.PathValue("id"), ctl)
 	if ae != nil {
 		writeError(w, ae)
 		return
 	}
-	defer h.release(lc)
+	defer h.releaseTurn(lc, ctl)
 	switch {
 	case lc.conv.State == StateClosed:
 		writeError(w, newError(http.StatusConflict, CodeSessionClosed, "host: this session is closed; open a new one (POST /v1/sessions)"))
@@ -174,13 +186,7 @@ func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, 
 		return
 	}
 
-	// The turn runs on a context of its own: a client that goes away does
-	// not stop it. The drain bound and the turn timeout interrupt it.
-	stop, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	defer cancel(nil)
-	stop, cancelT := context.WithTimeout(stop, h.opt.TurnTimeout)
-	defer cancelT()
-	ctl := &turnCtl{cancel: cancel}
+	start = ctl.tracking(h, start)
 	h.mu.Lock()
 	h.running[ctl] = struct{}{}
 	h.mu.Unlock()
@@ -191,7 +197,9 @@ func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, 
 	}()
 
 	began := time.Now()
-	if ae := h.openSession(stop, lc); ae != nil {
+	// A cancel takes effect once the turn begins; the opening is bounded
+	// by the turn timeout and the drain bound.
+	if ae := h.openSession(bounded, lc); ae != nil {
 		writeError(w, ae)
 		return
 	}
@@ -279,25 +287,26 @@ type turnRun struct {
 	outcome    provider.Outcome
 	failure    string // what a failed turn said
 	err        error  // the stream broke, or the provider refused
+	unbegun    bool   // stopped before the provider was asked anything
 }
 
 // drive runs the turn: it pulls the provider's outputs until a stable
 // boundary, handing each to out (the SSE stream) as it comes. The drain
-// bound and the turn timeout become an Interrupt.
+// bound, the turn timeout and a cancel become an Interrupt (watchStop);
+// a turn stopped before it began is not begun.
 func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Context, *liveConv) *turnRun, out func(provider.Output)) *turnRun {
 	// The provider's context ends only after an interrupt had its chance.
 	pctx, pcancel := context.WithCancel(WithSavesAfter(context.WithoutCancel(stop)))
 	defer pcancel()
 	t := start(pctx, lc)
 	sess := lc.sess
-	unwatch := context.AfterFunc(stop, func() {
-		ictx, cancel := context.WithTimeout(context.Background(), h.opt.CutGrace)
-		defer cancel()
-		if err := sess.Interrupt(ictx, t.runID); err != nil {
-			pcancel() // it cannot be interrupted: stop it
-		}
-	})
+	defer h.afterStop(stop, lc, sess, t)
+	unwatch := h.watchStop(stop, sess, t.runID, pcancel)
 	defer unwatch()
+	if stop.Err() != nil {
+		t.err, t.unbegun = context.Cause(stop), true
+		return t
+	}
 	for o, err := range t.seq {
 		if err != nil {
 			t.err = err
@@ -382,6 +391,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	out := turnResult{RunID: t.runID}
 	var add []Message
 	cut := errors.Is(context.Cause(stop), errCut)
+	stopped := h.stopOf(stop) // a cancel or the turn timeout
 	failed := func(msg string) {
 		turn.Outcome, turn.Error = TurnFailed, msg
 		out.Error = newError(http.StatusInternalServerError, CodeTurnFailed, clipMessage(msg))
@@ -403,6 +413,8 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		return "", turnResult{Error: newError(http.StatusConflict, CodeSessionBusy, "host: the agent could not start the turn now; try again")}
 	case t.err != nil && provider.HasCode(t.err, provider.CodeConcurrentTurn), t.err != nil && provider.HasCode(t.err, provider.CodeRequestPending):
 		return "", turnResult{Error: newError(http.StatusConflict, CodeSessionBusy, "host: a turn is running on this session; wait for its answer")}
+	case stopped != nil && (t.err != nil || t.outcome != provider.OutcomeCompleted):
+		add = h.settleStopped(&c, turn, &out, t, stopped, lc)
 	case t.err != nil && errors.Is(t.err, toolsession.ErrCapacity):
 		// Every live tool session is busy and none came free in time: the
 		// agent started nothing; the person retries.
@@ -476,9 +488,11 @@ func clipMessage(s string) string {
 	return s[:1000] + "…"
 }
 
+// handleClose closes the conversation; a turn running on it is cancelled
+// first (acquireStopping).
 func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identity) {
 	id := r.PathValue("id")
-	lc, ae := h.acquire(r.Context(), o, id)
+	lc, ae := h.acquireStopping(r.Context(), o, id)
 	if ae != nil {
 		writeError(w, ae)
 		return
