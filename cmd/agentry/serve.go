@@ -40,6 +40,7 @@ type serveOptions struct {
 	temporal, temporalReplica                  string
 	temporalNamespace, temporalQueue           string
 	drain, teardown, idleEvict, lease          time.Duration
+	turnTimeout                                time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
 	caps                                       sessionCaps
@@ -102,6 +103,7 @@ flushed. A second signal exits at once.
 	f.DurationVar(&o.drain, "drain", 30*time.Second, "how long a shutdown lets turns in flight finish before cutting them")
 	f.DurationVar(&o.teardown, "teardown", agent.DefaultTeardownTimeout, "bound on each tool-session cleanup")
 	f.DurationVar(&o.idleEvict, "idle-evict", host.DefaultIdleEvict, "evict conversations idle this long from memory (their tool sessions close)")
+	f.DurationVar(&o.turnTimeout, "turn-timeout", host.DefaultTurnTimeout, "bound on every turn: a turn still running then is interrupted and recorded timed_out (504 turn_timed_out)")
 	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
 	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
 	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
@@ -137,8 +139,8 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usageError("--addr %q is not host:port (for example 127.0.0.1:8080)", o.addr)
 	}
-	if o.drain <= 0 || o.teardown <= 0 {
-		return usageError("--drain and --teardown must be positive durations (for example 30s)")
+	if o.drain <= 0 || o.teardown <= 0 || o.turnTimeout <= 0 {
+		return usageError("--drain, --teardown and --turn-timeout must be positive durations (for example 30s)")
 	}
 	if o.maxLive < 0 {
 		return usageError("--max-live-sessions must not be negative")
@@ -270,7 +272,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	h, err := host.New(host.Options{
 		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router, Leases: leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
-		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown,
+		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout,
 		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event/audit"
+	"github.com/agentry-dev/agentry/host"
 )
 
 // served is an `agentry serve` running in this process.
@@ -129,7 +130,8 @@ func request(t *testing.T, method, url, token string) (int, string) {
 
 func serveDefaults(t *testing.T) serveOptions {
 	return serveOptions{addr: "127.0.0.1:0", store: filepath.Join(t.TempDir(), "agentry.db"), model: "scripted",
-		drain: 5 * time.Second, teardown: time.Second, idleEvict: time.Minute, maxTurns: 8, maxTurnsPerPrincipal: 4, maxOpen: 10}
+		drain: 5 * time.Second, teardown: time.Second, idleEvict: time.Minute, maxTurns: 8, maxTurnsPerPrincipal: 4, maxOpen: 10,
+		turnTimeout: host.DefaultTurnTimeout}
 }
 
 func TestServeWithoutTokensFile(t *testing.T) {
@@ -215,6 +217,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{func(o *serveOptions) { o.addr = "8080" }, "host:port"},
 		{func(o *serveOptions) { o.tokens = "/nonexistent/tokens.txt" }, "--tokens"},
 		{func(o *serveOptions) { o.drain = 0 }, "--drain"},
+		{func(o *serveOptions) { o.turnTimeout = 0 }, "--turn-timeout"},
+		{func(o *serveOptions) { o.turnTimeout = -time.Minute }, "--turn-timeout"},
 		{func(o *serveOptions) { o.model = "gpt-9" }, "--model"},
 		{func(o *serveOptions) { o.advertise = "10.0.0.5:8080" }, "--advertise"},
 		{func(o *serveOptions) { o.advertise = "http://u:pw@10.0.0.5:8080" }, "--advertise"},
