@@ -192,6 +192,9 @@ function renderSession(s) {
   const paused = s.state === "paused";
   $("message").disabled = paused || state.busy;
   $("send").disabled = paused || state.busy;
+  // Stop cancels the turn that runs (this tab's) or waits for a decision.
+  $("stop").hidden = !(state.busy || paused);
+  $("stop").disabled = false;
   renderApproval(s);
   const c = state.convs.find((x) => x.sessionId === s.sessionId);
   if (c && (c.state !== s.state || c.turns !== s.turns)) {
@@ -363,6 +366,8 @@ async function runTurn(path, body) {
   $("live").setAttribute("aria-busy", "true");
   for (const b of ["send", "approve", "decline", "close-conv"]) $(b).disabled = true;
   $("message").disabled = true;
+  $("stop").hidden = false;
+  $("stop").disabled = false;
   try {
     const res = await stream("/v1/sessions/" + id + path, body, liveEvent);
     if (res.awaiting) {
@@ -371,7 +376,8 @@ async function runTurn(path, body) {
       $("live-text").textContent = res.output;
     }
   } catch (e) {
-    fail(e);
+    if (e.code === "turn_cancelled") $("live-text").textContent = "Stopped: the turn was cancelled before it answered.";
+    else fail(e);
   } finally {
     state.busy = false;
     $("live").removeAttribute("aria-busy");
@@ -405,6 +411,30 @@ async function decide(approve) {
   $("approval-note").value = "";
   await runTurn("/decision", body);
   if ($("approval").hidden) $("message").focus();
+}
+
+// stopTurn cancels the conversation's turn. A running turn's stream then
+// ends, cancelled (runTurn shows it); a paused one is given up at once.
+async function stopTurn() {
+  const id = state.current;
+  $("stop").disabled = true;
+  let res;
+  try {
+    res = await api("POST", "/v1/sessions/" + id + "/cancel");
+  } catch (e) {
+    $("stop").disabled = false;
+    if (e.code === "no_turn") await refreshConv(); // it ended meanwhile
+    else fail(e);
+    return;
+  }
+  if (res && res.waiting && id === state.current) {
+    $("live").hidden = false;
+    $("live-message").textContent = "";
+    $("live-text").textContent = "Stopped: the turn waiting for your decision was cancelled.";
+    $("live-events").replaceChildren();
+    await refreshConv();
+    $("message").focus();
+  }
 }
 
 async function closeConv() {
@@ -531,6 +561,7 @@ function wire() {
       sendMessage();
     }
   });
+  $("stop").addEventListener("click", stopTurn);
   $("approve").addEventListener("click", () => decide(true));
   $("decline").addEventListener("click", () => decide(false));
   window.addEventListener("hashchange", () => {
