@@ -5,8 +5,8 @@
 // provider): each conversation is one provider.ValidatedSession, opened
 // with Create on its first turn and re-opened with Resume from the binding
 // in the store after a restart or an eviction; a turn is RunTurn, a
-// decision is Resolve, a drain cut is Interrupt, and a close, an eviction
-// or a shutdown is Close. It imports no agent and links no database
+// decision is Resolve, a cancel, the turn timeout and a drain cut are
+// Interrupt, and a close, an eviction or a shutdown is Close. It imports no agent and links no database
 // driver: the SQL stores are in host/sqlstore.
 //
 // What it promises:
@@ -26,8 +26,12 @@
 //     the [Store] (one transaction: state, transcript, binding, pending
 //     request, turn log) before the response. A restart resumes
 //     conversations and paused turns from their bindings.
-//   - Closing a conversation (DELETE) closes its provider session and
-//     keeps its transcript. Idle conversations leave memory after a bound,
+//   - Every turn is bounded (Options.TurnTimeout: timed_out) and can be
+//     stopped (POST …/cancel: cancelled), running or paused; a provider
+//     that does not end an interrupted turn has its context cancelled and
+//     its session closed. Nothing waits on an agent without a bound.
+//   - Closing a conversation (DELETE) cancels a turn running on it, closes
+//     its provider session and keeps its transcript. Idle conversations leave memory after a bound,
 //     their sessions closed with reason evicted. A close that fails is
 //     recorded and retried (RetryCleanup) until it succeeds or the host
 //     stops — never dropped.
