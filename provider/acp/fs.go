@@ -111,11 +111,11 @@ func escaped(err error) bool {
 	return errors.As(err, &le) && le.Err != nil && strings.Contains(le.Err.Error(), "escapes from parent")
 }
 
-// fsError turns a failure into what the agent is told: the cause, never
-// the host path.
 // errNoFile says a path names nothing in the workspace.
 var errNoFile = errors.New("the file does not exist")
 
+// fsError turns a failure into what the agent is told: the cause, never
+// the host path.
 func fsError(err error) error {
 	switch {
 	case err == nil:
@@ -124,6 +124,9 @@ func fsError(err error) error {
 		return errOutside
 	case errors.Is(err, fs.ErrNotExist):
 		return errNoFile
+	case errors.Is(err, syscall.ENXIO):
+		// What opening a socket (or a device with nothing behind it) says.
+		return errNotRegular
 	case errors.Is(err, fs.ErrPermission):
 		return errors.New("permission denied")
 	}
@@ -134,10 +137,19 @@ func fsError(err error) error {
 	return err
 }
 
+// errNotRegular refuses a read of anything but a regular file: a FIFO,
+// a socket, a device or a directory.
+var errNotRegular = errors.New("the path is not a regular file (a FIFO, socket, device or directory); read regular files only")
+
 // read returns the text of rel: from 1-based line, at most limit lines
 // (0: all).
+//
+// The open never blocks: it is non-blocking (a FIFO with no writer, which
+// a plain open would wait on forever, opens at once), it goes through the
+// root (no link leads out), and what it opened is checked with fstat before
+// a byte is read: anything but a regular file is refused at once.
 func (w *workspace) read(rel string, line, limit int) (string, error) {
-	f, err := w.root.Open(rel)
+	f, err := w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return "", fsError(err)
 	}
@@ -147,7 +159,7 @@ func (w *workspace) read(rel string, line, limit int) (string, error) {
 		return "", fsError(err)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", errors.New("the path is not a regular file")
+		return "", errNotRegular
 	}
 	b, err := io.ReadAll(io.LimitReader(f, int64(w.maxBytes)+1))
 	if err != nil {
