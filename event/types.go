@@ -82,6 +82,10 @@ const (
 	// An elicitation an agent sent (elicitation/create) and how it was
 	// answered.
 	TypeACPElicitation Type = "agentry.acp.elicitation"
+	// An agent the client stopped for what it did to the client: it
+	// flooded it with requests, sent a message over the size limit, or
+	// left what the client sent it unread.
+	TypeACPAgentCutOff Type = "agentry.acp.agent_cut_off"
 )
 
 // Turn outcomes, in TurnEnd.Outcome.
@@ -432,6 +436,17 @@ type ACPElicitation struct {
 	Reason        string `json:"reason,omitempty"`
 }
 
+// ACPAgentCutOff reports an agent the client stopped. Reason is "flood"
+// (Refused of its requests were refused within the flood window, past its
+// bound of Limit in flight), "oversized_message" or "stalled_input".
+type ACPAgentCutOff struct {
+	Label   string `json:"label"`
+	Reason  string `json:"reason"`
+	Refused int    `json:"refused,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Error   string `json:"error"`
+}
+
 // UnjailedServing records a door started with --allow-unjailed: several
 // principals, or a listener beyond loopback, with model code unjailed.
 type UnjailedServing struct {
@@ -508,6 +523,7 @@ var payloads = map[Type]func() any{
 	TypeACPFile:                func() any { return new(ACPFile) },
 	TypeACPTerminal:            func() any { return new(ACPTerminal) },
 	TypeACPElicitation:         func() any { return new(ACPElicitation) },
+	TypeACPAgentCutOff:         func() any { return new(ACPAgentCutOff) },
 }
 
 // RunnerLimits is a code runner's statement, once at its start, of the
@@ -554,7 +570,7 @@ func Types() []Type {
 		TypeJailStarted, TypeJailRefused, TypeJailStopped,
 		TypeHostCleanupFailed, TypeHostCleanupDone,
 		TypeRunnerLimits, TypeRunnerSwept,
-		TypeACPAgentStarted, TypeACPAgentStopped, TypeACPFile, TypeACPTerminal, TypeACPElicitation,
+		TypeACPAgentStarted, TypeACPAgentStopped, TypeACPFile, TypeACPTerminal, TypeACPElicitation, TypeACPAgentCutOff,
 	}
 }
 

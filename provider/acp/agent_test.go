@@ -23,6 +23,11 @@ package acp_test
 //	elicit-oneof       the same choice as oneOf consts
 //	elicit-url         a URL elicitation
 //	elicit-rich        a form of two fields
+//	burst N R GATE     a terminal running cat GATE, then N terminal/wait_for_exit
+//	                   at once; says "busy R: <refusal>" once R were refused,
+//	                   then, when the rest returned, "done ok=… busy=… other=…"
+//	flood N PATH       N fs/read_text_file of PATH at once, without waiting
+//	stderr TEXT        writes TEXT to its standard error, then exits 5
 //
 // Knobs (environment): ACP_SCRIPTED_RESUME=load|resume|none (default
 // load), ACP_SCRIPTED_AUTH=env (an env-var method needing SCRIPTED_KEY),
@@ -41,6 +46,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -387,6 +393,31 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 			return answer("cancelled")
 		}
 		return answer("no answer")
+	case "burst":
+		return a.burst(ctx, id, rest)
+	case "flood":
+		n, path, _ := strings.Cut(rest, " ")
+		count, _ := strconv.Atoi(n)
+		var wg sync.WaitGroup
+		var ok, busy, other atomic.Int64
+		for range count {
+			wg.Go(func() {
+				_, err := a.conn.ReadTextFile(ctx, sdk.ReadTextFileRequest{SessionId: id, Path: path})
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case strings.Contains(err.Error(), "too many requests"):
+					busy.Add(1)
+				default:
+					other.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return answer(fmt.Sprintf("ok=%d busy=%d other=%d", ok.Load(), busy.Load(), other.Load()))
+	case "stderr":
+		fmt.Fprintln(os.Stderr, rest)
+		os.Exit(5)
 	case "maxtokens":
 		a.say(ctx, id, sdk.UpdateAgentMessageText("cut"))
 		return sdk.PromptResponse{StopReason: sdk.StopReasonMaxTokens}, nil
@@ -399,6 +430,51 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 	a.say(ctx, id, sdk.UpdateToolCall("call-9", sdk.WithUpdateStatus(sdk.ToolCallStatusCompleted)))
 	a.say(ctx, id, sdk.SessionUpdate{UsageUpdate: &sdk.SessionUsageUpdate{Used: 120, Size: 200000}})
 	return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: &sdk.Usage{InputTokens: 100, OutputTokens: 20, TotalTokens: 120}}, nil
+}
+
+// burst runs "burst N R GATE" (see the list above).
+func (a *scripted) burst(ctx context.Context, id sdk.SessionId, rest string) (sdk.PromptResponse, error) {
+	answer := func(s string) (sdk.PromptResponse, error) {
+		a.say(ctx, id, sdk.UpdateAgentMessageText(s))
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
+	}
+	f := strings.Fields(rest)
+	if len(f) != 3 {
+		return answer("error: burst N R GATE")
+	}
+	n, _ := strconv.Atoi(f[0])
+	want, _ := strconv.Atoi(f[1])
+	t, err := a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: id, Command: "cat", Args: []string{f[2]}})
+	if err != nil {
+		return answer("error: " + err.Error())
+	}
+	results := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := a.conn.WaitForTerminalExit(ctx, sdk.WaitForTerminalExitRequest{SessionId: id, TerminalId: t.TerminalId})
+			results <- err
+		}()
+	}
+	if want == 0 {
+		a.say(ctx, id, sdk.UpdateAgentMessageText("busy 0: none\n"))
+	}
+	var ok, busy int
+	var other string
+	for range n {
+		switch err := <-results; {
+		case err == nil:
+			ok++
+		case strings.Contains(err.Error(), "too many requests"):
+			busy++
+			if busy == want {
+				a.say(ctx, id, sdk.UpdateAgentMessageText(fmt.Sprintf("busy %d: %s\n", busy, err.Error())))
+			}
+		default:
+			other = err.Error()
+		}
+	}
+	_, _ = a.conn.ReleaseTerminal(ctx, sdk.ReleaseTerminalRequest{SessionId: id, TerminalId: t.TerminalId})
+	return answer(fmt.Sprintf("done ok=%d busy=%d other=%s", ok, busy, other))
 }
 
 func scriptedElicitation(cmd, message string) sdk.UnstableCreateElicitationRequest {

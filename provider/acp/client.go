@@ -1,52 +1,14 @@
 package acp
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"strings"
-	"sync"
 
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/agentry-dev/agentry/event"
 )
-
-// promptWatch is the agent's stdin as the connection writes it. The
-// connection writes each message with one Write, in order, so when the
-// write of a session/prompt returns, everything written later — a
-// session/cancel — reaches the agent after the prompt.
-type promptWatch struct {
-	w io.Writer
-
-	mu   sync.Mutex
-	sent chan struct{} // closed at the next session/prompt written
-}
-
-var promptMethod = []byte(`"method":"session/prompt"`)
-
-func (p *promptWatch) Write(b []byte) (int, error) {
-	n, err := p.w.Write(b)
-	if bytes.Contains(b, promptMethod) {
-		p.mu.Lock()
-		if p.sent != nil {
-			close(p.sent)
-			p.sent = nil
-		}
-		p.mu.Unlock()
-	}
-	return n, err
-}
-
-// expect returns a channel closed when the next prompt has been written.
-func (p *promptWatch) expect() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ch := make(chan struct{})
-	p.sent = ch
-	return ch
-}
 
 // refusingClient answers a probe's agent, which has no session: it
 // refuses everything but notifications.
@@ -85,7 +47,12 @@ var errReadsNotOffered = errors.New("this client offers no file reads (the capab
 
 // client is what one session's agent calls: session updates and
 // permission requests go to the session's turn; files and terminals are
-// confined to the session's workspace.
+// confined to the session's workspace. Every request reached it through
+// the session's guard (at most limits.maxClientRequests in flight); one
+// that waits is bounded: on a person or a command by
+// limits.clientWaitTimeout, on the client (a terminal's start or
+// release) by limits.clientRequestTimeout. The rest never wait: a file
+// is opened non-blocking and read or written up to limits.maxFileBytes.
 type client struct {
 	s *session
 }
@@ -183,6 +150,8 @@ func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) e
 }
 
 func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+	ctx, cancel := deadline(ctx, c.s.in.cfg.Limits, true)
+	defer cancel()
 	if err := c.mine(p.SessionId); err != nil {
 		return sdk.RequestPermissionResponse{}, refusal("session/request_permission", err)
 	}
@@ -192,6 +161,8 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 // UnstableCreateElicitation asks the person through the session's
 // interactions (see elicit).
 func (c *client) UnstableCreateElicitation(ctx context.Context, p sdk.UnstableCreateElicitationRequest) (sdk.UnstableCreateElicitationResponse, error) {
+	ctx, cancel := deadline(ctx, c.s.in.cfg.Limits, true)
+	defer cancel()
 	return c.s.elicit(ctx, p), nil
 }
 
@@ -203,6 +174,8 @@ func (c *client) UnstableCompleteElicitation(context.Context, sdk.UnstableComple
 }
 
 func (c *client) CreateTerminal(ctx context.Context, p sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
+	ctx, cancel := deadline(ctx, c.s.in.cfg.Limits, false)
+	defer cancel()
 	if err := c.mine(p.SessionId); err != nil {
 		return sdk.CreateTerminalResponse{}, refusal("terminal/create", err)
 	}
@@ -244,6 +217,8 @@ func (c *client) TerminalOutput(_ context.Context, p sdk.TerminalOutputRequest) 
 }
 
 func (c *client) WaitForTerminalExit(ctx context.Context, p sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
+	ctx, cancel := deadline(ctx, c.s.in.cfg.Limits, true)
+	defer cancel()
 	if err := c.mine(p.SessionId); err != nil {
 		return sdk.WaitForTerminalExitResponse{}, refusal("terminal/wait_for_exit", err)
 	}
@@ -269,6 +244,8 @@ func (c *client) KillTerminal(_ context.Context, p sdk.KillTerminalRequest) (sdk
 }
 
 func (c *client) ReleaseTerminal(ctx context.Context, p sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
+	ctx, cancel := deadline(ctx, c.s.in.cfg.Limits, false)
+	defer cancel()
 	if err := c.mine(p.SessionId); err != nil {
 		return sdk.ReleaseTerminalResponse{}, refusal("terminal/release", err)
 	}

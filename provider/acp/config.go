@@ -84,20 +84,41 @@ type Limits struct {
 	// MaxFileBytes bounds one fs/read_text_file or fs/write_text_file
 	// (default 8 MiB, at most 64 MiB).
 	MaxFileBytes int `json:"maxFileBytes,omitempty"`
+	// MaxClientRequests bounds the requests one session's agent may have
+	// in flight at once with the client (fs, terminals, permissions,
+	// elicitations, host tools over MCP); past it a request is answered
+	// with an error at once (default 32, at most 1024). An agent refused
+	// 8 times this many within 10 seconds is flooding: it is stopped.
+	MaxClientRequests int `json:"maxClientRequests,omitempty"`
+	// ClientRequestTimeout bounds a request the client serves by itself
+	// (fs, terminal create, output, kill, release), and how long the agent
+	// may leave what the client sends it unread (default 1m, at most 1h).
+	ClientRequestTimeout Duration `json:"clientRequestTimeout,omitempty"`
+	// ClientWaitTimeout bounds a request that waits on a person or a
+	// command (session/request_permission, elicitation/create,
+	// terminal/wait_for_exit, a host tool over MCP) (default 30m, at most
+	// 24h).
+	ClientWaitTimeout Duration `json:"clientWaitTimeout,omitempty"`
 }
 
 // Limit defaults and ceilings.
 const (
-	DefaultStartTimeout        = 60 * time.Second
-	MaxStartTimeout            = 10 * time.Minute
-	DefaultStopTimeout         = 5 * time.Second
-	MaxStopTimeout             = time.Minute
-	DefaultMaxTerminals        = 8
-	MaxMaxTerminals            = 64
-	DefaultTerminalOutputBytes = 1 << 20
-	MaxTerminalOutputBytes     = 16 << 20
-	DefaultMaxFileBytes        = 8 << 20
-	MaxMaxFileBytes            = 64 << 20
+	DefaultStartTimeout         = 60 * time.Second
+	MaxStartTimeout             = 10 * time.Minute
+	DefaultStopTimeout          = 5 * time.Second
+	MaxStopTimeout              = time.Minute
+	DefaultMaxTerminals         = 8
+	MaxMaxTerminals             = 64
+	DefaultTerminalOutputBytes  = 1 << 20
+	MaxTerminalOutputBytes      = 16 << 20
+	DefaultMaxFileBytes         = 8 << 20
+	MaxMaxFileBytes             = 64 << 20
+	DefaultMaxClientRequests    = 32
+	MaxMaxClientRequests        = 1024
+	DefaultClientRequestTimeout = time.Minute
+	MaxClientRequestTimeout     = time.Hour
+	DefaultClientWaitTimeout    = 30 * time.Minute
+	MaxClientWaitTimeout        = 24 * time.Hour
 )
 
 // Duration is a time.Duration written in JSON as a string ("30s").
@@ -263,6 +284,9 @@ func (l *Limits) normalise() error {
 		num("maxTerminals", &l.MaxTerminals, DefaultMaxTerminals, MaxMaxTerminals),
 		num("terminalOutputBytes", &l.TerminalOutputBytes, DefaultTerminalOutputBytes, MaxTerminalOutputBytes),
 		num("maxFileBytes", &l.MaxFileBytes, DefaultMaxFileBytes, MaxMaxFileBytes),
+		num("maxClientRequests", &l.MaxClientRequests, DefaultMaxClientRequests, MaxMaxClientRequests),
+		dur("clientRequestTimeout", &l.ClientRequestTimeout, DefaultClientRequestTimeout, MaxClientRequestTimeout),
+		dur("clientWaitTimeout", &l.ClientWaitTimeout, DefaultClientWaitTimeout, MaxClientWaitTimeout),
 	)
 }
 

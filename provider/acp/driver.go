@@ -61,11 +61,19 @@ type Options struct {
 	// ClientName and ClientVersion describe agentry to agents (default
 	// "agentry", "devel").
 	ClientName, ClientVersion string
+	// MaxClientRequests bounds the requests every agent of this driver
+	// may have in flight with the client at once, across all sessions
+	// (default 1024); past it a request is answered with an error at
+	// once. Each session has its own bound too (limits.maxClientRequests).
+	MaxClientRequests int
 }
 
 // Driver materialises ACP instances: each runs one agent command, one
 // process per session. It supports multiple instances.
-type Driver struct{ opt Options }
+type Driver struct {
+	opt      Options
+	requests *hostRequests // every agent's requests in flight
+}
 
 var _ provider.Driver = (*Driver)(nil)
 
@@ -89,7 +97,13 @@ func NewDriver(o Options) (*Driver, error) {
 	if o.ClientVersion == "" {
 		o.ClientVersion = "devel"
 	}
-	return &Driver{opt: o}, nil
+	switch {
+	case o.MaxClientRequests == 0:
+		o.MaxClientRequests = DefaultMaxHostClientRequests
+	case o.MaxClientRequests < 0:
+		return nil, errors.New("acp: Options.MaxClientRequests is negative; give a positive bound, or 0 for the default")
+	}
+	return &Driver{opt: o, requests: &hostRequests{max: int64(o.MaxClientRequests)}}, nil
 }
 
 func (d *Driver) ProviderKey() string             { return d.opt.Key }
@@ -276,14 +290,25 @@ type launchRequest struct {
 	events    func(event.Event)
 	expose    []Exposed
 	client    *client // nil for a probe: it answers nothing but refusals
+	guard     *guard  // nil: a guard of its own
+}
+
+// newGuard is a guard with the definition's bound, the driver's host-wide
+// bound, reporting to events.
+func (in *instance) newGuard(label string, events func(event.Event)) *guard {
+	return newGuard(label, in.cfg.Limits.MaxClientRequests, in.d.requests, events)
 }
 
 // agentProc is a started, initialised and authenticated agent.
 type agentProc struct {
-	proc   Process
-	conn   *sdk.ClientSideConnection
-	init   sdk.InitializeResponse
-	prompt *promptWatch
+	proc  Process
+	conn  *sdk.ClientSideConnection
+	init  sdk.InitializeResponse
+	input *agentInput
+	guard *guard
+	// watched is closed once the watch on the guard ended: the agent is
+	// gone, or was stopped because the guard cut it off.
+	watched chan struct{}
 }
 
 // launch starts an agent and brings it to where sessions can be opened.
@@ -300,15 +325,20 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 	if r.client != nil {
 		cl = r.client
 	}
-	pw := &promptWatch{w: proc.Stdin()}
+	g := r.guard
+	if g == nil {
+		g = in.newGuard(r.label, r.events)
+	}
+	input := &agentInput{w: proc.Stdin(), g: g, stall: time.Duration(in.cfg.Limits.ClientRequestTimeout)}
 	// The connection's reader starts at once, and SetLogger is not safe
 	// to call once it runs: the reader waits at the gate until the logger
 	// is set.
 	gate := &gated{r: proc.Stdout(), open: make(chan struct{})}
-	conn := sdk.NewClientSideConnection(cl, pw, gate)
+	conn := sdk.NewClientSideConnection(cl, input, newAgentOutput(gate, g, input))
 	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	close(gate.open)
-	ag := &agentProc{proc: proc, conn: conn, prompt: pw}
+	ag := &agentProc{proc: proc, conn: conn, input: input, guard: g, watched: make(chan struct{})}
+	go ag.watch(time.Duration(in.cfg.Limits.StopTimeout))
 	if err := ag.handshake(ctx, in); err != nil {
 		return ag, err
 	}
@@ -395,9 +425,25 @@ func (ag *agentProc) exited() bool {
 	}
 }
 
-// failure describes a call that failed: the process died, or the agent
-// answered with an error.
+// watch stops the agent when its guard cuts it off (SIGTERM, then
+// SIGKILL after grace); it ends when the agent is gone.
+func (ag *agentProc) watch(grace time.Duration) {
+	defer close(ag.watched)
+	select {
+	case <-ag.guard.cutOff():
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		_ = ag.proc.Stop(ctx)
+	case <-ag.proc.Done():
+	}
+}
+
+// failure describes a call that failed: the client cut the agent off, the
+// process died, or the agent answered with an error.
 func (ag *agentProc) failure(call string, err error) error {
+	if cause := ag.guard.why(); cause != nil {
+		return fmt.Errorf("%w during %s: the client stopped it: %w", ErrAgentExited, call, cause)
+	}
 	if ag.exited() {
 		select {
 		case <-ag.proc.Done():
@@ -439,6 +485,11 @@ func (ag *agentProc) shutdown(ctx context.Context, grace time.Duration) error {
 	ag.proc.Stdout().Close()
 	ag.proc.Stdin().Close()
 	<-ag.conn.Done()
+	select {
+	case <-ag.watched:
+	case <-ctx.Done():
+		// The process outlived its stop; Stop's own error says so.
+	}
 	return err
 }
 

@@ -90,7 +90,7 @@ type rig struct {
 	driver *acp.Driver
 }
 
-func newRig(t testing.TB, launcher acp.Launcher) *rig {
+func newRig(t testing.TB, launcher acp.Launcher, opts ...func(*acp.Options)) *rig {
 	t.Helper()
 	root := t.TempDir()
 	ws := filepath.Join(root, "ws")
@@ -101,7 +101,11 @@ func newRig(t testing.TB, launcher acp.Launcher) *rig {
 		launcher = acp.Unjailed(acp.UnjailedOptions{HomeDir: t.TempDir()})
 	}
 	r := &rig{t: t, root: root, ws: ws, events: &recorder{}}
-	d, err := acp.NewDriver(acp.Options{Launcher: launcher, Events: r.events.add})
+	o := acp.Options{Launcher: launcher, Events: r.events.add}
+	for _, f := range opts {
+		f(&o)
+	}
+	d, err := acp.NewDriver(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,9 @@ import (
 // answering only requests that carry the session's secret. The tools are
 // the binding's facade, so every call is checked and bounded by the
 // binding: its schema, 16 in flight, 32 KiB results, and refusal after
-// release.
+// release. Each call also takes a slot from the session's guard (the
+// bound on everything the agent asks of the client) and is bounded by
+// limits.clientWaitTimeout.
 type hostServer struct {
 	ln     net.Listener
 	secret string
@@ -34,7 +36,7 @@ type hostServer struct {
 
 const hostToolsPath = "/mcp"
 
-func startHostServer(ht provider.HostTools, events func(event.Event)) (*hostServer, error) {
+func startHostServer(ht provider.HostTools, events func(event.Event), g *guard, l Limits) (*hostServer, error) {
 	srv, err := mcpserve.New(provider.AsTools(ht), mcpserve.Options{Name: "agentry-host-tools", OnEvent: events})
 	if err != nil {
 		return nil, fmt.Errorf("acp: serving the host tools: %w", err)
@@ -57,7 +59,22 @@ func startHostServer(ht provider.HostTools, events func(event.Event)) (*hostServ
 			http.Error(w, "acp: this server answers only its session's agent", http.StatusUnauthorized)
 			return
 		}
-		handler.ServeHTTP(w, r)
+		if r.Method != http.MethodPost {
+			// A GET is the session's event stream, not a request.
+			handler.ServeHTTP(w, r)
+			return
+		}
+		// A call takes a slot from the session's guard, as an ACP request
+		// does, and is bounded like one that waits on a command.
+		if rerr := g.admit(); rerr != nil {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "acp: "+rerr.Message, http.StatusTooManyRequests)
+			return
+		}
+		defer g.done()
+		ctx, cancel := deadline(r.Context(), l, true)
+		defer cancel()
+		handler.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	h.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -137,9 +137,12 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		return nil, err
 	}
 
+	// One guard bounds what the agent asks of the client, over ACP and
+	// over the host tools' MCP server alike.
+	g := in.newGuard(s.label, in.forward(sessionID))
 	var expose []Exposed
 	if ht != nil {
-		s.hosts, err = startHostServer(ht, in.forward(sessionID))
+		s.hosts, err = startHostServer(ht, in.forward(sessionID), g, in.cfg.Limits)
 		if err != nil {
 			return fail(err)
 		}
@@ -149,7 +152,7 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		}
 	}
 	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(sessionID),
-		expose: expose, client: &client{s}})
+		expose: expose, client: &client{s}, guard: g})
 	if err != nil {
 		return fail(err)
 	}
@@ -437,7 +440,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		binding := s.binding
 		s.mu.Unlock()
 
-		sent := s.ag.prompt.expect()
+		sent := s.ag.input.expect()
 		go func() {
 			defer close(t.done)
 			t.resp, t.err = s.ag.conn.Prompt(s.life, sdk.PromptRequest{SessionId: sdk.SessionId(binding), Prompt: blocks})
