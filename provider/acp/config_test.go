@@ -21,8 +21,14 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if time.Duration(c.Limits.StartTimeout) != 30*time.Second || c.Limits.MaxTerminals != 2 ||
-		time.Duration(c.Limits.StopTimeout) != acp.DefaultStopTimeout || c.Limits.TerminalOutputBytes != acp.DefaultTerminalOutputBytes {
+		time.Duration(c.Limits.StopTimeout) != acp.DefaultStopTimeout || c.Limits.TerminalOutputBytes != acp.DefaultTerminalOutputBytes ||
+		c.Limits.MaxClientRequests != acp.DefaultMaxClientRequests || time.Duration(c.Limits.ClientRequestTimeout) != acp.DefaultClientRequestTimeout ||
+		time.Duration(c.Limits.ClientWaitTimeout) != acp.DefaultClientWaitTimeout {
 		t.Fatalf("limits %+v", c.Limits)
+	}
+	c, err = acp.ParseConfig([]byte(`{"command":["a"],"workspaceRoot":"/w","limits":{"maxClientRequests":4,"clientRequestTimeout":"5s","clientWaitTimeout":"2h"}}`))
+	if err != nil || c.Limits.MaxClientRequests != 4 || time.Duration(c.Limits.ClientRequestTimeout) != 5*time.Second || time.Duration(c.Limits.ClientWaitTimeout) != 2*time.Hour {
+		t.Fatalf("the client request limits: %+v, %v", c.Limits, err)
 	}
 	for _, c := range []struct{ in, field string }{
 		{`[]`, ""},
@@ -42,6 +48,9 @@ func TestParseConfig(t *testing.T) {
 		{`{"command":["a"],"workspaceRoot":"/w","limits":{"maxTerminals":1000}}`, "limits.maxTerminals"},
 		{`{"command":["a"],"workspaceRoot":"/w","limits":{"stopTimeout":"-1s"}}`, "limits.stopTimeout"},
 		{`{"command":["a"],"workspaceRoot":"/w","limits":{"stopTimeout":5}}`, ""},
+		{`{"command":["a"],"workspaceRoot":"/w","limits":{"maxClientRequests":2000}}`, "limits.maxClientRequests"},
+		{`{"command":["a"],"workspaceRoot":"/w","limits":{"clientRequestTimeout":"2h"}}`, "limits.clientRequestTimeout"},
+		{`{"command":["a"],"workspaceRoot":"/w","limits":{"clientWaitTimeout":"25h"}}`, "limits.clientWaitTimeout"},
 		{`{"command":["a"],"workspaceRoot":"/w","comand":["b"]}`, ""},
 		{`{"command":["a"],"workspaceRoot":"/w"} {}`, ""},
 	} {
