@@ -392,6 +392,10 @@ type ACPAgentStopped struct {
 	Signal   string  `json:"signal,omitempty"`
 	HeldMs   float64 `json:"heldMs"`
 	Error    string  `json:"error,omitempty"`
+	// Stderr, for an agent that ended on its own, is the last lines it
+	// wrote to its standard error (joined with " | "), every value of its
+	// environment of four bytes or more replaced by <NAME>.
+	Stderr string `json:"stderr,omitempty"`
 }
 
 // ACPFile reports one fs/read_text_file or fs/write_text_file call an

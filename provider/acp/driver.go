@@ -306,6 +306,7 @@ type agentProc struct {
 	init  sdk.InitializeResponse
 	input *agentInput
 	guard *guard
+	env   []string // what it was started with: its values are redacted from its stderr
 	// watched is closed once the watch on the guard ended: the agent is
 	// gone, or was stopped because the guard cut it off.
 	watched chan struct{}
@@ -337,7 +338,7 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 	conn := sdk.NewClientSideConnection(cl, input, newAgentOutput(gate, g, input))
 	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	close(gate.open)
-	ag := &agentProc{proc: proc, conn: conn, input: input, guard: g, watched: make(chan struct{})}
+	ag := &agentProc{proc: proc, conn: conn, input: input, guard: g, env: in.env, watched: make(chan struct{})}
 	go ag.watch(time.Duration(in.cfg.Limits.StopTimeout))
 	if err := ag.handshake(ctx, in); err != nil {
 		return ag, err
@@ -444,15 +445,8 @@ func (ag *agentProc) failure(call string, err error) error {
 	if cause := ag.guard.why(); cause != nil {
 		return fmt.Errorf("%w during %s: the client stopped it: %w", ErrAgentExited, call, cause)
 	}
-	if ag.exited() {
-		select {
-		case <-ag.proc.Done():
-			if perr := ag.proc.Err(); perr != nil {
-				return fmt.Errorf("%w during %s: %w", ErrAgentExited, call, perr)
-			}
-		default:
-		}
-		return fmt.Errorf("%w during %s", ErrAgentExited, call)
+	if ag.exited() || ag.input.failed() {
+		return ag.gone(call)
 	}
 	var re *sdk.RequestError
 	if errors.As(err, &re) {
@@ -462,6 +456,32 @@ func (ag *agentProc) failure(call string, err error) error {
 		return fmt.Errorf("acp: the agent refused %s (JSON-RPC error %d: %s)", call, re.Code, re.Message)
 	}
 	return fmt.Errorf("acp: %s: %w", call, err)
+}
+
+// gone describes an agent whose connection ended, or whose stdin took
+// no more: it exited, or is about to. The connection ends when the
+// agent's stdout does, and a write fails when its stdin closes, a moment
+// before the process is reaped: its exit status and last stderr lines
+// are worth that wait.
+func (ag *agentProc) gone(call string) error {
+	t := time.NewTimer(connDrain)
+	defer t.Stop()
+	select {
+	case <-ag.proc.Done():
+	case <-t.C:
+		if !ag.exited() {
+			return fmt.Errorf("acp: the agent stopped reading its input during %s", call)
+		}
+		return fmt.Errorf("%w during %s", ErrAgentExited, call)
+	}
+	err := fmt.Errorf("%w during %s", ErrAgentExited, call)
+	if perr := ag.proc.Err(); perr != nil {
+		err = fmt.Errorf("%w during %s: %w", ErrAgentExited, call, perr)
+	}
+	if words := lastWords(ag.proc, ag.env); words != "" {
+		err = fmt.Errorf("%w; the last lines of its standard error: %s", err, words)
+	}
+	return err
 }
 
 // connDrain bounds the wait for the connection to read the agent's last

@@ -263,6 +263,8 @@ type agentInput struct {
 	g     *guard
 	stall time.Duration // how long one write may wait for the agent to read
 
+	writeFailed atomic.Bool // a write failed: the agent's stdin is closed
+
 	mu     sync.Mutex
 	broken error
 	sent   chan struct{} // closed at the next session/prompt written
@@ -333,8 +335,15 @@ func (in *agentInput) send(b []byte) (int, error) {
 		in.g.cut(cutStalled, in.broken, 0)
 		return n, in.broken
 	}
+	if err != nil {
+		in.writeFailed.Store(true)
+	}
 	return n, err
 }
+
+// failed reports whether a write to the agent failed: its stdin is
+// closed (the agent exited, or closed it).
+func (in *agentInput) failed() bool { return in.writeFailed.Load() }
 
 // isResponse reports whether b, a message the connection writes, answers
 // a request of the agent's. The connection writes a message's fields in

@@ -99,6 +99,9 @@ func (p *jailedProcess) watch() {
 		st.Reason = "crashed"
 		st.Error = err.Error()
 	}
+	if st.Reason != "stopped" {
+		st.Stderr = lastWords(p, p.spec.Env)
+	}
 	p.emit(event.TypeACPAgentStopped, st)
 	close(p.stopped)
 }

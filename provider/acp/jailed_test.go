@@ -164,3 +164,10 @@ func BenchmarkStartCostJailed(b *testing.B) {
 		})
 	}
 }
+
+// A jailed agent that fails to start is reported like any other: the
+// last lines of its stderr, its environment's values redacted.
+func TestJailedAgentThatFailsToStartSaysWhy(t *testing.T) {
+	r, _ := jailedRig(t)
+	checkStartFailure(t, r, nil)
+}

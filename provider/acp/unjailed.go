@@ -91,7 +91,7 @@ func (u unjailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) 
 		return nil, err
 	}
 	p := &process{opt: u.opt, spec: spec, home: home, done: make(chan struct{}), stopped: make(chan struct{}),
-		addrs: map[string]string{}}
+		addrs: map[string]string{}, stderr: &capBuffer{limit: stderrTailBytes}}
 	for _, x := range spec.Expose {
 		p.addrs[x.Name] = x.Listener.Addr().String()
 	}
@@ -112,7 +112,7 @@ func (u unjailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) 
 	cmd.Args[0] = spec.Argv[0]
 	cmd.Dir = spec.Workspace
 	cmd.Env = withHome(spec.Env, home)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, u.opt.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, io.MultiWriter(p.stderr, u.opt.Stderr)
 	cmd.SysProcAttr = sysProcAttr(u.opt.Credential)
 	err = cmd.Start()
 	inR.Close()
@@ -195,6 +195,7 @@ type process struct {
 	cmd    *exec.Cmd
 	stdin  *os.File
 	stdout *os.File
+	stderr *capBuffer // the end of what the agent wrote to stderr
 	began  time.Time
 
 	done chan struct{} // closed after the exit was reaped and reported
@@ -214,6 +215,12 @@ func (p *process) Stdin() io.WriteCloser   { return p.stdin }
 func (p *process) Stdout() io.ReadCloser   { return p.stdout }
 func (p *process) Done() <-chan struct{}   { return p.done }
 func (p *process) Addr(name string) string { return p.addrs[name] }
+
+// StderrTail is the last 8 KiB the agent wrote to its standard error.
+func (p *process) StderrTail() string {
+	s, _ := p.stderr.snapshot()
+	return s
+}
 
 func (p *process) Err() error {
 	select {
@@ -272,6 +279,9 @@ func (p *process) watch() {
 	if werr != nil {
 		p.err = fmt.Errorf("acp: the agent process ended: %w", werr)
 		st.Error = p.err.Error()
+	}
+	if st.Reason != "stopped" {
+		st.Stderr = lastWords(p, p.spec.Env)
 	}
 	if rerr != nil {
 		e := fmt.Errorf("acp: removing the agent's private HOME: %w", rerr)
