@@ -267,6 +267,9 @@ func (h *Host) openError(lc *liveConv, err error) *apiError {
 	if c := provider.CodeOf(err); c != "" {
 		msg += " (" + string(c) + ")"
 	}
+	// What the provider said (an agent that would not start says why), as
+	// a failed turn's answer does.
+	msg += ": " + clipMessage(err.Error())
 	e := newError(http.StatusServiceUnavailable, CodeProviderUnavailable, msg+"; try again, or open a new session if it keeps failing")
 	e.retryAfter = 1
 	return e

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,9 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 	for _, sk := range sinks {
 		_ = bus.Add(sk, event.Filter{})
 	}
+	// The person sees each connection the jail refuses the agent as it
+	// happens, with the flag that would allow it.
+	_ = bus.Add(newRefusedNotices(stderr), event.Filter{Types: []event.Type{event.TypeJailRefused}})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -174,4 +178,91 @@ func (ti *termInteractions) Interact(ctx context.Context, _ string, in provider.
 		fmt.Fprintln(ti.stderr)
 		return provider.InteractionReply{}, context.Cause(ctx)
 	}
+}
+
+// refusedNotices is the sink that tells the person at the terminal about
+// each connection the jail refused the agent: one line naming the target
+// and the flag that would allow it. It never blocks the event's sender:
+// lines wait in a bounded queue for the writer (past it they are counted,
+// and the count is told).
+type refusedNotices struct {
+	w     io.Writer
+	lines chan string
+	done  chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	dropped int
+}
+
+func newRefusedNotices(w io.Writer) *refusedNotices {
+	n := &refusedNotices{w: w, lines: make(chan string, 64), done: make(chan struct{})}
+	go n.write()
+	return n
+}
+
+func (n *refusedNotices) write() {
+	defer close(n.done)
+	for l := range n.lines {
+		fmt.Fprintln(n.w, l)
+	}
+}
+
+// Export queues the line for a refused connection.
+func (n *refusedNotices) Export(e event.Event) {
+	p, ok := e.Payload.(*event.JailRefused)
+	if !ok {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	select {
+	case n.lines <- refusedLine(p):
+	default:
+		n.dropped++
+	}
+}
+
+// refusedLine is what the person is told about one refusal.
+func refusedLine(p *event.JailRefused) string {
+	if p.Target == "" {
+		return fmt.Sprintf("agentry: %d more connections of the agent were refused and not reported one by one", p.Suppressed)
+	}
+	target := p.Target
+	if strings.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '\'' || r == '"' }) {
+		target = strconv.Quote(target) // what an agent asked for, shown as it is
+	}
+	l := "agentry: the jail refused the agent's connection to " + target + ": it is not on the allowlist; to allow it, pass --agent-allow-host " + target
+	if p.Suppressed > 0 {
+		l += fmt.Sprintf(" (%d more were refused before it and not reported)", p.Suppressed)
+	}
+	return l
+}
+
+// Flush does nothing: lines are written as they come.
+func (n *refusedNotices) Flush(context.Context) error { return nil }
+
+// Close writes what is queued, and the count of lines dropped.
+func (n *refusedNotices) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	close(n.lines)
+	dropped := n.dropped
+	n.mu.Unlock()
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if dropped > 0 {
+		fmt.Fprintf(n.w, "agentry: %d more refused connections of the agent were not shown\n", dropped)
+	}
+	return nil
 }

@@ -64,7 +64,7 @@ type stderrTailer interface{ StderrTail() string }
 const (
 	stderrTailBytes = 8 << 10 // what the unjailed launcher keeps, as the jail does
 	stderrLines     = 5
-	stderrLineMax   = 240
+	stderrLineMax   = 150
 	minRedactBytes  = 4 // shorter values are not secrets, and are everywhere
 )
 

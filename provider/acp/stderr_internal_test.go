@@ -22,7 +22,7 @@ func TestLastWords(t *testing.T) {
 		{"the last five", "1\n2\n3\n4\n5\n6\n7\n", "3 | 4 | 5 | 6 | 7"},
 		{"values redacted, longest first", "key sk-abcdef-and-more then sk-abcdef; flag 1\n", "key <LONGER> then <KEY>; flag 1"},
 		{"a value across lines", "x sk-abc\ndef y\n", "x sk-abc | def y"},
-		{"a long line clipped", strings.Repeat("é", 200) + "\n", strings.Repeat("é", 120) + "…"},
+		{"a long line clipped", strings.Repeat("é", 200) + "\n", strings.Repeat("é", 75) + "…"},
 		{"a full tail's first line left out", "sk-abcdef-and-more" + strings.Repeat("z", stderrTailBytes) + "\nlast\n", "last"},
 	} {
 		if got := lastWords(tailOf{tail: c.tail}, env); got != c.want {

@@ -1,0 +1,156 @@
+// Command acpagent is a scripted ACP agent the cmd/agentry tests build and
+// serve, jailed, to try the client's bounds from where an agent stands.
+// The prompt's text chooses what it does:
+//
+//	hello               answers "hello back"
+//	fifo                makes a FIFO in its workspace and asks the client to read it
+//	flood N             sends N fs/read_text_file at once, without waiting
+//	dial HOST:PORT GATE dials HOST:PORT, then waits until the test writes the
+//	                    FIFO GATE in its workspace, and says how the dial went
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+)
+
+func main() {
+	a := &agent{cwd: map[sdk.SessionId]string{}}
+	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	<-a.conn.Done()
+}
+
+type agent struct {
+	conn *sdk.AgentSideConnection
+	mu   sync.Mutex
+	cwd  map[sdk.SessionId]string
+}
+
+func (a *agent) Initialize(context.Context, sdk.InitializeRequest) (sdk.InitializeResponse, error) {
+	return sdk.InitializeResponse{ProtocolVersion: sdk.ProtocolVersionNumber, AuthMethods: []sdk.AuthMethod{}}, nil
+}
+
+func (a *agent) Authenticate(context.Context, sdk.AuthenticateRequest) (sdk.AuthenticateResponse, error) {
+	return sdk.AuthenticateResponse{}, nil
+}
+
+func (a *agent) NewSession(_ context.Context, p sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := sdk.SessionId("s-" + hex.EncodeToString(b[:]))
+	a.mu.Lock()
+	a.cwd[id] = p.Cwd
+	a.mu.Unlock()
+	return sdk.NewSessionResponse{SessionId: id}, nil
+}
+
+func (a *agent) Cancel(context.Context, sdk.CancelNotification) error { return nil }
+
+func (a *agent) ResumeSession(context.Context, sdk.ResumeSessionRequest) (sdk.ResumeSessionResponse, error) {
+	return sdk.ResumeSessionResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionResume)
+}
+
+func (a *agent) CloseSession(context.Context, sdk.CloseSessionRequest) (sdk.CloseSessionResponse, error) {
+	return sdk.CloseSessionResponse{}, nil
+}
+
+func (a *agent) SetSessionMode(context.Context, sdk.SetSessionModeRequest) (sdk.SetSessionModeResponse, error) {
+	return sdk.SetSessionModeResponse{}, nil
+}
+
+func (a *agent) ListSessions(context.Context, sdk.ListSessionsRequest) (sdk.ListSessionsResponse, error) {
+	return sdk.ListSessionsResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionList)
+}
+
+func (a *agent) SetSessionConfigOption(context.Context, sdk.SetSessionConfigOptionRequest) (sdk.SetSessionConfigOptionResponse, error) {
+	return sdk.SetSessionConfigOptionResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionSetConfigOption)
+}
+
+func (a *agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResponse, error) {
+	a.mu.Lock()
+	cwd := a.cwd[p.SessionId]
+	a.mu.Unlock()
+	text := ""
+	if l := len(p.Prompt); l > 0 && p.Prompt[l-1].Text != nil {
+		text = p.Prompt[l-1].Text.Text
+	}
+	cmd, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
+	var answer string
+	switch cmd {
+	case "fifo":
+		answer = a.readFIFO(ctx, p.SessionId, cwd)
+	case "flood":
+		n, _ := strconv.Atoi(rest)
+		answer = a.flood(ctx, p.SessionId, cwd, n)
+	case "dial":
+		target, gate, _ := strings.Cut(rest, " ")
+		answer = dial(target, filepath.Join(cwd, gate))
+	default:
+		answer = "hello back"
+	}
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: p.SessionId, Update: sdk.UpdateAgentMessageText(answer)})
+	return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
+}
+
+func (a *agent) readFIFO(ctx context.Context, id sdk.SessionId, cwd string) string {
+	path := filepath.Join(cwd, "fifo")
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		return "mkfifo: " + err.Error()
+	}
+	_, err := a.conn.ReadTextFile(ctx, sdk.ReadTextFileRequest{SessionId: id, Path: path})
+	if err != nil {
+		return "the read failed: " + err.Error()
+	}
+	return "the read succeeded"
+}
+
+func (a *agent) flood(ctx context.Context, id sdk.SessionId, cwd string, n int) string {
+	path := filepath.Join(cwd, "small.txt")
+	if err := os.WriteFile(path, []byte("small"), 0o644); err != nil {
+		return "write: " + err.Error()
+	}
+	var wg sync.WaitGroup
+	var ok, refused atomic.Int64
+	for range n {
+		wg.Go(func() {
+			if _, err := a.conn.ReadTextFile(ctx, sdk.ReadTextFileRequest{SessionId: id, Path: path}); err != nil {
+				refused.Add(1)
+			} else {
+				ok.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return fmt.Sprintf("read %d, refused %d", ok.Load(), refused.Load())
+}
+
+func dial(target, gate string) string {
+	c, err := net.DialTimeout("tcp", target, 10*time.Second)
+	result := "connected"
+	if err != nil {
+		result = "refused: " + err.Error()
+	} else {
+		c.Close()
+	}
+	b := make([]byte, 8)
+	f, err := os.Open(gate) // the test's FIFO: waits for the test to write it
+	if err != nil {
+		return "gate: " + err.Error()
+	}
+	_, _ = f.Read(b)
+	f.Close()
+	return "dialled " + target + ": " + result
+}
