@@ -23,23 +23,9 @@ import (
 // given), one turn, its permission requests asked on the terminal
 // (--approve approves them), its answer printed.
 func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Reader, stdout, stderr io.Writer) error {
-	ws := o.workspace
-	if ws == "" {
-		d, err := os.MkdirTemp("", "agentry-workspace-")
-		if err != nil {
-			return failure(fmt.Errorf("making a workspace: %w; pass --workspace DIR", err))
-		}
-		ws = d
-		fmt.Fprintf(stderr, "agentry: workspace %s (kept)\n", ws)
-	} else {
-		abs, err := filepath.Abs(ws)
-		if err != nil {
-			return usageError("--workspace: %v", err)
-		}
-		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
-			return usageError("--workspace %s is not a directory", o.workspace)
-		}
-		ws = abs
+	ws, err := runWorkspace(o.workspace, stderr)
+	if err != nil {
+		return err
 	}
 	cfg, err := o.acp.config(ws)
 	if err != nil {
@@ -50,17 +36,10 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 		return err
 	}
 	defer closeLauncher()
-	sinks, _, err := o.sinks.open(ctx, stderr)
+	bus, err := runACPBus(ctx, o, stderr)
 	if err != nil {
-		return failure(err)
+		return err
 	}
-	bus := event.NewBus(event.BusOptions{OnError: func(err error) { fmt.Fprintf(stderr, "agentry: events: %v\n", err) }})
-	for _, sk := range sinks {
-		_ = bus.Add(sk, event.Filter{})
-	}
-	// The person sees each connection the jail refuses the agent as it
-	// happens, with the flag that would allow it.
-	_ = bus.Add(newRefusedNotices(stderr), event.Filter{Types: []event.Type{event.TypeJailRefused}})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -133,6 +112,43 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 	}
 	fmt.Fprintln(stdout, answer.String())
 	return nil
+}
+
+// runACPBus is the bus of agentry run --agent acp: the --events sinks,
+// and the person at the terminal told of each connection the jail
+// refuses the agent, as it happens, with the flag that would allow it.
+func runACPBus(ctx context.Context, o runOptions, stderr io.Writer) (*event.Bus, error) {
+	sinks, _, err := o.sinks.open(ctx, stderr)
+	if err != nil {
+		return nil, failure(err)
+	}
+	bus := event.NewBus(event.BusOptions{OnError: func(err error) { fmt.Fprintf(stderr, "agentry: events: %v\n", err) }})
+	for _, sk := range sinks {
+		_ = bus.Add(sk, event.Filter{})
+	}
+	_ = bus.Add(newRefusedNotices(stderr), event.Filter{Types: []event.Type{event.TypeJailRefused}})
+	return bus, nil
+}
+
+// runWorkspace is --workspace, absolute, or a fresh directory (printed,
+// kept) when it is not given.
+func runWorkspace(dir string, stderr io.Writer) (string, error) {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "agentry-workspace-")
+		if err != nil {
+			return "", failure(fmt.Errorf("making a workspace: %w; pass --workspace DIR", err))
+		}
+		fmt.Fprintf(stderr, "agentry: workspace %s (kept)\n", d)
+		return d, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", usageError("--workspace: %v", err)
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return "", usageError("--workspace %s is not a directory", dir)
+	}
+	return abs, nil
 }
 
 // termInteractions asks the person at the terminal what the agent asks

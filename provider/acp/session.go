@@ -167,31 +167,9 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	}
 
 	caps := s.ag.init.AgentCapabilities
-	var modes *sdk.SessionModeState
-	switch {
-	case resume == "":
-		resp, err := s.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: workDir, McpServers: servers})
-		if err != nil {
-			return fail(s.ag.failure("session/new", err))
-		}
-		s.setBinding(provider.Binding(resp.SessionId))
-		modes = resp.Modes
-	case caps.LoadSession:
-		s.setBinding(resume)
-		resp, err := s.ag.conn.LoadSession(ctx, sdk.LoadSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
-		if err != nil {
-			return fail(s.ag.failure("session/load", err))
-		}
-		modes = resp.Modes
-	case caps.SessionCapabilities.Resume != nil:
-		s.setBinding(resume)
-		resp, err := s.ag.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
-		if err != nil {
-			return fail(s.ag.failure("session/resume", err))
-		}
-		modes = resp.Modes
-	default:
-		return fail(errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session"))
+	modes, err := s.bind(ctx, caps, workDir, servers, resume)
+	if err != nil {
+		return fail(err)
 	}
 	if mode != "" {
 		if err := s.setMode(ctx, modes, mode); err != nil {
@@ -203,6 +181,35 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		return fail(ErrDisposed)
 	}
 	return s, nil
+}
+
+// bind opens the agent's session: session/new, or, to resume, session/load
+// (else session/resume) of the binding.
+func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir string, servers []sdk.McpServer, resume provider.Binding) (*sdk.SessionModeState, error) {
+	switch {
+	case resume == "":
+		resp, err := s.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: workDir, McpServers: servers})
+		if err != nil {
+			return nil, s.ag.failure("session/new", err)
+		}
+		s.setBinding(provider.Binding(resp.SessionId))
+		return resp.Modes, nil
+	case caps.LoadSession:
+		s.setBinding(resume)
+		resp, err := s.ag.conn.LoadSession(ctx, sdk.LoadSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
+		if err != nil {
+			return nil, s.ag.failure("session/load", err)
+		}
+		return resp.Modes, nil
+	case caps.SessionCapabilities.Resume != nil:
+		s.setBinding(resume)
+		resp, err := s.ag.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
+		if err != nil {
+			return nil, s.ag.failure("session/resume", err)
+		}
+		return resp.Modes, nil
+	}
+	return nil, errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session")
 }
 
 // setMode switches the new session to mode, refusing a mode the agent
