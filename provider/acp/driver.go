@@ -472,7 +472,7 @@ func (ag *agentProc) gone(call string) error {
 		if !ag.exited() {
 			return fmt.Errorf("acp: the agent stopped reading its input during %s", call)
 		}
-		return fmt.Errorf("%w during %s", ErrAgentExited, call)
+		return fmt.Errorf("%w during %s: the connection to it ended while its process still ran", ErrAgentExited, call)
 	}
 	err := fmt.Errorf("%w during %s", ErrAgentExited, call)
 	if perr := ag.proc.Err(); perr != nil {
