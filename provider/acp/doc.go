@@ -34,10 +34,20 @@
 //     the agent offered (allow_once, or reject_once; a note of "always"
 //     picks the *_always option). Interrupt is session/cancel, and answers
 //     a pending permission request cancelled.
+//   - Everything the agent asks of the client is bounded where it enters,
+//     in front of the SDK's connection: at most limits.maxClientRequests
+//     (32) of its requests in flight, and Options.MaxClientRequests (1024)
+//     across the driver — past either, a JSON-RPC error at once; a request
+//     that waits on a person or a command ends at limits.clientWaitTimeout.
+//     An agent that floods the client (8 times its bound refused within
+//     10 seconds), sends a message over 10 MiB or leaves its stdin unread
+//     is cut off: stopped, reported (agentry.acp.agent_cut_off), and its
+//     turn fails, so its session is quarantined.
 //   - The agent's fs/read_text_file and fs/write_text_file are confined to
 //     the session's working directory through an os.Root: "..", absolute
-//     paths elsewhere and symbolic links out are refused, each call an
-//     event (agentry.acp.file, paths relative to the workspace). Its
+//     paths elsewhere and symbolic links out are refused, and a read opens
+//     non-blocking and refuses anything but a regular file at once, each
+//     call an event (agentry.acp.file, paths relative to the workspace). Its
 //     terminal/* commands run through the launcher's confinement
 //     (Process.Command) with capped output (truncation is flagged), each
 //     call an event (agentry.acp.terminal).
@@ -53,9 +63,10 @@
 //     answers only the session's secret) named in session/new; the
 //     binding bounds and validates every call.
 //   - An agent that exits on its own is reported (agentry.acp.agent_stopped,
-//     reason exited or crashed), and its session fails its next call with
-//     a broken stream, so the validated wrapper quarantines it
-//     (session_unusable).
+//     reason exited or crashed, with the last lines of its stderr, its
+//     environment's values redacted; the error says them too), and its
+//     session fails its next call with a broken stream, so the validated
+//     wrapper quarantines it (session_unusable).
 //
 // The package passes provider/conformance against a scripted ACP agent
 // (the test binary, re-executed); see docs/acp.md.
