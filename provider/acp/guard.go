@@ -277,7 +277,10 @@ var (
 
 func (in *agentInput) Write(b []byte) (int, error) {
 	if isResponse(b) {
-		defer in.g.done()
+		// The slot comes back before the answer goes out: an agent that
+		// sends its next request as soon as it has an answer is never
+		// refused for the one it just had answered.
+		in.g.done()
 	}
 	n, err := in.send(b)
 	if bytes.Contains(b, promptMethod) {
