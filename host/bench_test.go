@@ -36,7 +36,7 @@ func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
 	}
 	router := host.NewRouter()
 	model := scripted.New(ss...)
-	reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), TurnRunIDs: true,
+	reg, inst, err := native.Open(ctx, native.Config{Store: native.HostStore(st), TurnRunIDs: true,
 		Agent: native.Fixed(agent.Options{Model: model, Routes: []agent.Route{{Sink: router, Filter: router.Filter()}}})})
 	if err != nil {
 		b.Fatal(err)

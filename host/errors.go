@@ -43,6 +43,7 @@ const (
 	CodeInternal             Code = "internal"               // 500
 	CodeReplicaUnavailable   Code = "replica_unavailable"    // 503: the replica holding the session cannot be reached (Retry-After: until its lease lapses)
 	CodeSessionMoved         Code = "session_moved"          // 503: the session changed replicas while a forwarded request was on its way
+	CodeTurnLost             Code = "turn_lost"              // 500: the turn was cut because its replica lost the session; it may have run in part (never resend it blindly)
 )
 
 // apiError is an error response: {"error": {"code", "message", "field"}}.

@@ -34,7 +34,7 @@ func ExampleNew() {
 	}
 	bus := event.NewBus(event.BusOptions{})
 	reg, inst, err := native.Open(ctx, native.Config{
-		Store:      st.NativeStore(),
+		Store:      native.HostStore(st),
 		TurnRunIDs: true, // the host's turn ids are unique: the agent's events name its runs
 		Agent: native.Fixed(agent.Options{
 			Model:  scripted.New(scripted.Step{Text: "hello from the agent"}),

@@ -40,8 +40,11 @@ func (h *Host) authed(next func(http.ResponseWriter, *http.Request, tool.Identit
 			writeError(w, newError(http.StatusUnauthorized, code, msg))
 			return
 		}
-		if h.rep != nil && h.rep.route(w, r, o) {
-			return // answered by the replica holding the session
+		if h.rep != nil {
+			var answered bool
+			if r, answered = h.rep.route(w, r, o); answered {
+				return // answered by the replica holding the session
+			}
 		}
 		next(w, r, o)
 	}

@@ -448,7 +448,7 @@ func newFixture(t *testing.T, cfg config) *fixture {
 			agentOpt := cfg.agentOpt
 			nd, err := native.NewDriver(native.Config{
 				TurnRunIDs: true,
-				Store:      st.NativeStore(),
+				Store:      native.HostStore(st),
 				Agent: func(context.Context, provider.Definition) (agent.Options, error) {
 					o := agent.Options{
 						ID:     "host-test",

@@ -119,6 +119,12 @@ type Options struct {
 	// also how long a turn that was interrupted (cut, cancelled or timed
 	// out) is given to end before its provider's context is cancelled.
 	CutGrace time.Duration
+	// ForwardTimeout bounds how long a replica (Leases set) waits for the
+	// replica holding a conversation once that one stops answering its
+	// health probe, before it answers 503 replica_unavailable (default
+	// DefaultForwardTimeout). A holder that answers is waited for however
+	// long its turn takes.
+	ForwardTimeout time.Duration
 	// Now is the clock for idle eviction and timestamps (default time.Now).
 	Now func() time.Time
 	// Logger hears what clients are not told (store failures in detail).

@@ -2,7 +2,10 @@ package host
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +35,19 @@ const DefaultLeaseTTL = 15 * time.Second
 // replica that receives a forwarded request answers it and never
 // forwards it again.
 const ForwardedHeader = "Agentry-Forwarded-By"
+
+// ForwardIDHeader carries the id a forwarding replica gave a forwarded
+// request ("fwd-" and 32 hex digits). The holder records it with the
+// turn the request begins (Store.BeginTurn); a forwarder that gives up
+// waiting voids it first (Store.VoidForward), so a request its caller
+// was told to send again never runs late.
+const ForwardIDHeader = "Agentry-Forward-Id"
+
+// DefaultForwardTimeout bounds how long a replica forwarding a request
+// waits for a holder that stopped answering before it answers 503
+// replica_unavailable. A holder that answers its health probe is waited
+// for however long its turn takes.
+const DefaultForwardTimeout = 5 * time.Second
 
 // Leases is how replicas sharing one store agree on which of them holds
 // each conversation's live provider session. A conversation is owned by
@@ -136,12 +152,13 @@ func quoteAddress(s string, u *url.URL) string {
 	return strconv.Quote(s)
 }
 
-// The note the model gets at the first turn after a takeover from a
-// replica that stopped answering. It starts with a marker so a transcript
-// reader can tell it from the person's words.
+// The note the model gets, as the context of the first turn after a
+// takeover from a replica that stopped answering (never inside the
+// person's message). It starts with a marker so a reader of the agent's
+// record can tell it from the person's words.
 const takeoverNote = "[agentry: this conversation was taken over by another replica because the one holding it stopped answering. " +
 	"What lived only in that replica's memory is gone: interpreter variables, running processes, files in its sandbox. " +
-	"The conversation so far is intact; redo whatever you need from before this message.]\n\n"
+	"The conversation so far is intact; redo whatever you need from before the next message.]"
 
 // TurnTakenOver is the turn-log outcome of a takeover (kind "takeover"):
 // the replica holding the conversation stopped renewing its lease, and
@@ -163,10 +180,13 @@ type replicas struct {
 	forwarded *prometheus.CounterVec // outcome
 	takeovers prometheus.Counter
 
-	mu    sync.Mutex
-	held  map[string]*heldLease
-	note  map[string]bool // taken over from a dead replica: tell the model at the next turn
-	stale map[string]bool // lost while a request held it: closed at a later beat
+	forwardTimeout time.Duration
+
+	mu     sync.Mutex
+	held   map[string]*heldLease
+	note   map[string]string     // taken over from a dead replica: what to tell the model at the next turn
+	stale  map[string]bool       // lost while a request held it: closed at a later beat
+	fences map[string]*turnFence // the turns running here, by conversation
 
 	stop chan struct{}
 	done chan struct{}
@@ -183,6 +203,12 @@ type forwardTo struct {
 	url    *url.URL
 	holder Holder
 	body   []byte // the caller's body, read whole; nil when it sent none
+	// A turn or a decision: it begins a turn on the holder, under the id
+	// forward, which is voided if this replica gives up waiting.
+	turn    bool
+	owner   tool.Identity
+	conv    string
+	forward string
 }
 
 func newReplicas(h *Host, l Leases) (*replicas, error) {
@@ -196,9 +222,15 @@ func newReplicas(h *Host, l Leases) (*replicas, error) {
 	if ttl <= 0 {
 		return nil, errors.New("host: Options.Leases has no lease duration")
 	}
+	switch {
+	case h.opt.ForwardTimeout < 0:
+		return nil, errors.New("host: Options.ForwardTimeout must not be negative; use 0 for the default")
+	case h.opt.ForwardTimeout == 0:
+		h.opt.ForwardTimeout = DefaultForwardTimeout
+	}
 	r := &replicas{
-		h: h, l: l, self: self, ttl: ttl, trust: ttl - ttl/10,
-		held: make(map[string]*heldLease), note: make(map[string]bool), stale: make(map[string]bool),
+		h: h, l: l, self: self, ttl: ttl, trust: ttl - ttl/10, forwardTimeout: h.opt.ForwardTimeout,
+		held: make(map[string]*heldLease), note: make(map[string]string), stale: make(map[string]bool), fences: make(map[string]*turnFence),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentry_host_forwarded_total",
@@ -238,11 +270,15 @@ func newReplicas(h *Host, l Leases) (*replicas, error) {
 			// The caller's Authorization goes through untouched: the owner
 			// proves the caller again.
 			pr.Out.Header.Set(ForwardedHeader, self.ID)
+			pr.Out.Header.Del(ForwardIDHeader)
+			if to.forward != "" {
+				pr.Out.Header.Set(ForwardIDHeader, to.forward)
+			}
 			if to.body != nil {
 				sendFromMemory(pr.Out, to.body)
 			}
 		},
-		Transport:     r.tr,
+		Transport:     watched{r},
 		FlushInterval: -1, // SSE streams through as it is written
 		ErrorLog:      slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 		ErrorHandler:  r.unreachable,
@@ -254,20 +290,26 @@ func newReplicas(h *Host, l Leases) (*replicas, error) {
 // route sends a request for a conversation another replica holds to that
 // replica, and reports whether it did (or answered it). A turn, a decision,
 // a cancel and a close claim the lease (taking it when it is free or
-// lapsed); a read of the conversation only looks at who holds it. Anything
-// else is answered here.
-func (r *replicas) route(w http.ResponseWriter, req *http.Request, o tool.Identity) bool {
+// lapsed); a read of the conversation only looks at who holds it; a read
+// of its turn log takes a lease nobody holds when a turn was left in
+// flight, to record how it ended. Anything else is answered here. A
+// forwarded request served here comes back with its forwarder's id in its
+// context.
+func (r *replicas) route(w http.ResponseWriter, req *http.Request, o tool.Identity) (*http.Request, bool) {
 	claim := false
 	switch req.Pattern {
 	case "POST /v1/sessions/{id}/turns", "POST /v1/sessions/{id}/decision", "POST /v1/sessions/{id}/cancel", "DELETE /v1/sessions/{id}":
 		claim = true
 	case "GET /v1/sessions/{id}":
+	case "GET /v1/sessions/{id}/turns":
+		r.settleLeftInFlight(req.Context(), o, req.PathValue("id"))
+		return req, false
 	default:
-		return false
+		return req, false
 	}
 	id := req.PathValue("id")
 	if !validSessionID(id) {
-		return false
+		return req, false
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), r.ttl/3)
 	defer cancel()
@@ -276,30 +318,75 @@ func (r *replicas) route(w http.ResponseWriter, req *http.Request, o tool.Identi
 		c, fresh, err := r.claim(ctx, o, id)
 		if err != nil {
 			writeError(w, r.h.storeError(err))
-			return true
+			return req, true
 		}
 		if c.Held {
 			if fresh {
 				r.h.tookOver(ctx, o, id, c)
 			}
-			return false
+			return withForwardID(req), false
 		}
 		holder = c.Holder
 	} else {
 		if r.holds(id) {
-			return false
+			return req, false
 		}
 		var err error
 		if holder, err = r.l.Holder(ctx, id); err != nil {
 			writeError(w, r.h.storeError(err))
-			return true
+			return req, true
 		}
 	}
 	if holder.ID == "" || holder.ID == r.self.ID {
-		return false // nobody holds it: answered here (not found, closed, or read from the store)
+		return req, false // nobody holds it: answered here (not found, closed, or read from the store)
 	}
-	r.forward(w, req, holder)
-	return true
+	r.forward(w, req, o, holder)
+	return req, true
+}
+
+// withForwardID puts the id a forwarder gave the request in its context.
+func withForwardID(req *http.Request) *http.Request {
+	id := req.Header.Get(ForwardIDHeader)
+	if req.Header.Get(ForwardedHeader) == "" || !validForwardID(id) {
+		return req
+	}
+	return req.WithContext(context.WithValue(req.Context(), forwardIDKey{}, id))
+}
+
+// newForwardID returns "fwd-" and 32 hex digits (128 random bits).
+func newForwardID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "fwd-" + hex.EncodeToString(b[:])
+}
+
+func validForwardID(id string) bool {
+	if len(id) != 36 || id[:4] != "fwd-" {
+		return false
+	}
+	_, err := hex.DecodeString(id[4:])
+	return err == nil && strings.ToLower(id) == id
+}
+
+// settleLeftInFlight records the turn a replica left in flight on a
+// conversation nobody holds now (it stopped, and no request has come for
+// the conversation since): the reader of its turn log then sees how that
+// turn ended. It takes the lease to do so, as a request would.
+func (r *replicas) settleLeftInFlight(ctx context.Context, o tool.Identity, id string) {
+	if !validSessionID(id) || r.holds(id) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.ttl/3)
+	defer cancel()
+	if h, err := r.l.Holder(ctx, id); err != nil || h.ID != "" {
+		return // held (by one that records its own turns), or not known now
+	}
+	if c, err := r.h.store.Info(ctx, o, id); err != nil || c.Begun == nil || c.State == StateClosed {
+		return
+	}
+	if c, fresh, err := r.claim(ctx, o, id); err == nil && c.Held && fresh {
+		r.h.tookOver(ctx, o, id, c)
+	}
 }
 
 // holds reports whether this replica surely holds the conversation's
@@ -334,7 +421,7 @@ func (r *replicas) claim(ctx context.Context, o tool.Identity, id string) (c Cla
 	if fresh {
 		delete(r.stale, id)
 		if c.TakenFrom != "" {
-			r.note[id] = true
+			r.note[id] = takeoverNote
 		}
 	}
 	if !fresh {
@@ -346,7 +433,7 @@ func (r *replicas) claim(ctx context.Context, o tool.Identity, id string) (c Cla
 // forward proxies the request to the holder; a forwarded request that
 // lands on a replica not holding the conversation is answered, never sent
 // on again.
-func (r *replicas) forward(w http.ResponseWriter, req *http.Request, holder Holder) {
+func (r *replicas) forward(w http.ResponseWriter, req *http.Request, o tool.Identity, holder Holder) {
 	if req.Header.Get(ForwardedHeader) != "" {
 		r.forwarded.WithLabelValues("moved").Inc()
 		e := newError(http.StatusServiceUnavailable, CodeSessionMoved,
@@ -362,7 +449,10 @@ func (r *replicas) forward(w http.ResponseWriter, req *http.Request, holder Hold
 		writeError(w, unreachableError(holder.Left))
 		return
 	}
-	to := forwardTo{url: u, holder: holder}
+	to := forwardTo{url: u, holder: holder, owner: o, conv: req.PathValue("id")}
+	if req.Method == http.MethodPost {
+		to.turn, to.forward = true, newForwardID()
+	}
 	if req.ContentLength != 0 { // a body, of known length or not
 		b, ae := r.h.readCapped(w, req)
 		if ae != nil {
@@ -370,6 +460,13 @@ func (r *replicas) forward(w http.ResponseWriter, req *http.Request, holder Hold
 			return
 		}
 		to.body = b
+	}
+	// A holder that missed a renewal may have stopped: it must answer a
+	// probe before anything is sent to it.
+	if holder.Left < r.ttl/2 && !r.alive(req.Context(), u, r.forwardTimeout) {
+		r.forwarded.WithLabelValues("unreachable").Inc()
+		writeError(w, unreachableError(holder.Left))
+		return
 	}
 	r.forwarded.WithLabelValues("sent").Inc()
 	ctx := context.WithValue(req.Context(), forwardKey{}, to)
@@ -415,7 +512,120 @@ func (r *replicas) unreachable(w http.ResponseWriter, req *http.Request, err err
 	}
 	r.forwarded.WithLabelValues("unreachable").Inc()
 	r.h.log.Warn("host: the replica holding a session did not answer a forwarded request", "replica", to.holder.ID, "err", err)
-	writeError(w, unreachableError(to.holder.Left))
+	writeError(w, r.giveUp(req.Context(), to))
+}
+
+// watched is the forwarding transport: while it waits for the holder's
+// answer (its headers: a stream's come at once, a JSON turn's when the
+// turn ends), it checks that the holder is alive, first after a third of
+// the forward timeout, and gives up when a probe goes unanswered; so a
+// frozen or cut-off holder is answered for within the forward timeout,
+// and a busy one is waited for however long its turn takes.
+type watched struct{ r *replicas }
+
+// errHolderSilent is why a forwarded request was given up.
+var errHolderSilent = errors.New("host: the replica holding the session stopped answering")
+
+func (wt watched) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := wt.r
+	to, _ := req.Context().Value(forwardKey{}).(forwardTo)
+	ctx, cancel := context.WithCancelCause(req.Context())
+	stop := make(chan struct{})
+	if to.url != nil {
+		go r.watch(ctx, cancel, stop, to.url)
+	}
+	res, err := r.tr.RoundTrip(req.WithContext(ctx))
+	close(stop)
+	if err != nil {
+		cancel(err)
+		if errors.Is(context.Cause(ctx), errHolderSilent) {
+			err = errHolderSilent
+		}
+		return nil, err
+	}
+	res.Body = &closeCancels{ReadCloser: res.Body, cancel: cancel} // the answer streams on under ctx
+	return res, nil
+}
+
+// closeCancels ends the forwarded request's context with its body.
+type closeCancels struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *closeCancels) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// watch probes the holder at u until stop, and cancels the forwarded
+// request when it does not answer.
+func (r *replicas) watch(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}, u *url.URL) {
+	every := r.forwardTimeout / 3
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !r.alive(ctx, u, r.forwardTimeout-every) {
+			cancel(errHolderSilent)
+			return
+		}
+		t.Reset(every)
+	}
+}
+
+// alive reports whether the replica at u answers its health check within
+// wait.
+func (r *replicas) alive(ctx context.Context, u *url.URL, wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	probe := *u
+	probe.Path = strings.TrimSuffix(probe.Path, "/") + "/healthz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, probe.String(), nil)
+	if err != nil {
+		return false
+	}
+	res, err := r.tr.RoundTrip(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 4<<10))
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK
+}
+
+// giveUp answers a forwarded request the holder did not answer. A turn or
+// a decision is voided first, so it never runs there late: then the
+// caller may send it again once the holder's lease lapses (503
+// replica_unavailable, Retry-After). One that had begun there may have run
+// in part, and is not to be sent again blindly (turn_lost).
+func (r *replicas) giveUp(ctx context.Context, to forwardTo) *apiError {
+	if !to.turn || to.forward == "" {
+		return unreachableError(to.holder.Left)
+	}
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl/3)
+	defer cancel()
+	began, err := r.h.store.VoidForward(vctx, to.owner, to.conv, to.forward)
+	switch {
+	case err != nil:
+		r.h.log.Error("host: giving up a forwarded request the holder did not answer", "session", to.conv, "err", err)
+		return newError(http.StatusServiceUnavailable, CodeReplicaUnavailable,
+			"host: the replica holding this session stopped answering, and whether it began the request could not be recorded; "+
+				"read GET /v1/sessions/{id}/turns before sending it again")
+	case began:
+		e := turnLostError()
+		e.Message = "host: the turn began on the replica holding this session, which then stopped answering; " +
+			"it may have run in part, and may still end there: read GET /v1/sessions/{id}/turns before sending it again"
+		return e
+	}
+	return unreachableError(to.holder.Left)
 }
 
 func unreachableError(left time.Duration) *apiError {
@@ -426,18 +636,29 @@ func unreachableError(left time.Duration) *apiError {
 	return e
 }
 
-// tookOver settles what a fresh lease means: whatever this replica kept
-// of the conversation is dropped unless the store shows nobody changed it
+// tookOver settles what a fresh lease means: a turn another replica left
+// in flight is recorded (settleOrphan); whatever this replica kept of the
+// conversation is dropped unless the store shows nobody changed it
 // meanwhile; a takeover from a replica that stopped answering is written
 // to the turn log (and the model is told at the next turn).
 func (h *Host) tookOver(ctx context.Context, o tool.Identity, id string, c Claim) {
 	h.mu.Lock()
 	lc := h.live[id]
+	busy := lc != nil && lc.busy
 	take := lc != nil && !lc.busy && lc.owner == o
 	if take {
 		lc.busy = true
 	}
 	h.mu.Unlock()
+	if !busy { // a request here holds it: a turn it runs saves its own end
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		if lost := h.settleOrphan(sctx, o, id, c.Epoch); lost != "" {
+			h.rep.mu.Lock()
+			h.rep.note[id] = strings.TrimSuffix(cmp.Or(h.rep.note[id], takeoverNote), "]") + " " + lost + "]"
+			h.rep.mu.Unlock()
+		}
+		cancel()
+	}
 	if take {
 		cur, err := h.store.Info(ctx, o, id)
 		if err != nil || cur.Version != lc.conv.Version {
@@ -465,25 +686,37 @@ func (h *Host) tookOver(ctx context.Context, o tool.Identity, id string, c Claim
 	}
 }
 
-// turnInput is what the provider is asked: the person's message, after a
-// note when the conversation was just taken over from a replica that
-// stopped answering.
-func (h *Host) turnInput(id, msg string) string {
-	if h.rep == nil || !h.rep.takeNote(id) {
-		return msg
+// turnRequest is what the provider is asked to run: the person's message
+// as it is, and, when the conversation was just taken over from a replica
+// that stopped answering, the note that says so as the turn's context.
+// The note is told once: from the turn that begins with it (begin).
+func (h *Host) turnRequest(id, runID, msg string) provider.TurnRequest {
+	req := provider.TurnRequest{TurnID: runID, Input: msg}
+	if h.rep != nil {
+		h.rep.mu.Lock()
+		req.Context = h.rep.note[id]
+		h.rep.mu.Unlock()
 	}
-	if msg == "" {
-		return strings.TrimSpace(takeoverNote)
-	}
-	return takeoverNote + msg
+	return req
 }
 
-func (r *replicas) takeNote(id string) bool {
+// noteTold forgets the note of a conversation once a turn carries it.
+func (r *replicas) noteTold(id string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := r.note[id]
 	delete(r.note, id)
-	return n
+	r.mu.Unlock()
+}
+
+// forget lets go of a conversation this replica may have lost: the next
+// request asks the store who holds it.
+func (r *replicas) forget(id string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	delete(r.held, id)
+	delete(r.note, id)
+	r.mu.Unlock()
 }
 
 // beat renews the held leases every third of their duration until close.
@@ -537,6 +770,9 @@ func (r *replicas) renew() {
 				delete(r.held, id)
 				delete(r.note, id)
 				lost = append(lost, id)
+				if f := r.fences[id]; f != nil {
+					defer f.trip() // a turn running on it stops now
+				}
 			}
 		}
 		r.mu.Unlock()

@@ -70,7 +70,7 @@ func newReplica(t *testing.T, dsn string, toks map[string]string) (*fixture, *fl
 	st := openStore(t, dsn)
 	tools := []tool.Tool{ws.filesTool(), ws.deployTool(), g.tool(ws)}
 	nd, err := native.NewDriver(native.Config{TurnRunIDs: true,
-		Store: st.NativeStore(),
+		Store: native.HostStore(st),
 		Agent: func(context.Context, provider.Definition) (agent.Options, error) {
 			return agent.Options{ID: "replica-test", Model: cmdModel{}, Tools: tools,
 				Routes: []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}}}, nil

@@ -36,6 +36,20 @@ type Store interface {
 	// AppendTurn adds an entry to a conversation's turn log and changes
 	// nothing else (its version stays).
 	AppendTurn(ctx context.Context, owner tool.Identity, id string, t Turn) error
+	// BeginTurn records that a turn began on the conversation, under the
+	// lease epoch given: the conversation shows it (Conversation.Begun)
+	// until its next Save, so a replica that takes the conversation over
+	// learns that a turn was in flight. It refuses with [ErrFenced] when a
+	// newer epoch has written the conversation, and with
+	// [ErrForwardVoided] when b.Forward names a forwarded request its
+	// forwarder gave up on (VoidForward). A zero b clears the record (the
+	// turn begun did not start after all).
+	BeginTurn(ctx context.Context, owner tool.Identity, id string, epoch int64, b Begun) error
+	// VoidForward records that the replica which forwarded the request
+	// forward gave up waiting for it, so it never begins (BeginTurn
+	// refuses it from now on). began reports that it had begun already:
+	// then nothing is voided.
+	VoidForward(ctx context.Context, owner tool.Identity, id, forward string) (began bool, err error)
 	// List returns the owner's conversations, newest first, without their
 	// transcripts.
 	List(ctx context.Context, owner tool.Identity, opt ListOptions) ([]Conversation, error)
@@ -49,28 +63,6 @@ type Store interface {
 	Close() error
 }
 
-type savesAfterKey struct{}
-
-// SavesAfter reports whether ctx is the context of a turn whose end the
-// host saves: the host gives such a context to a provider session's
-// RunTurn and Resolve, and Saves the conversation (with its binding)
-// once the turn stops. A store that also keeps a provider's records (as
-// host/sqlstore keeps the native agent's) may then write the record the
-// provider saves during the turn together with that save, in its
-// transaction, rather than in one of its own.
-func SavesAfter(ctx context.Context) bool {
-	v, _ := ctx.Value(savesAfterKey{}).(bool)
-	return v
-}
-
-// WithSavesAfter marks ctx for [SavesAfter]: the caller saves the
-// conversation once the turn run under ctx stops. The host marks the
-// contexts it runs turns under; a host of its own built on [Store] and
-// the provider contract may mark its own the same way.
-func WithSavesAfter(ctx context.Context) context.Context {
-	return context.WithValue(ctx, savesAfterKey{}, true)
-}
-
 var (
 	// ErrNotFound: no such conversation for this owner.
 	ErrNotFound = errors.New("host: no such conversation")
@@ -79,6 +71,16 @@ var (
 	ErrConflict = errors.New("host: the conversation changed since it was read; retry the request")
 	// ErrExists: Create was given an id that is taken.
 	ErrExists = errors.New("host: a conversation with this id exists")
+	// ErrFenced: a replica holding the conversation under a newer lease
+	// epoch has written it; a write under an older one is refused, so a
+	// replica that lost the conversation changes nothing of it.
+	ErrFenced = errors.New("host: another replica holds this conversation under a newer lease; this replica's write was refused")
+	// ErrForwardVoided: the forwarded request a turn would begin for was
+	// given up by the replica that forwarded it (its caller was told to
+	// send it again), so it must not run.
+	ErrForwardVoided = errors.New("host: the replica that forwarded this request gave up waiting for it; it was not run")
+	// ErrNoRecord: no provider record is stored under the binding.
+	ErrNoRecord = errors.New("host: no record is stored under that binding")
 )
 
 // State is where a conversation is.
@@ -143,6 +145,26 @@ type Conversation struct {
 	UpdatedAt time.Time
 	// Version counts saves; Save checks it (optimistic concurrency).
 	Version int64
+	// Epoch is the newest lease epoch that wrote the conversation (0
+	// without leases); Save and BeginTurn refuse an older one.
+	Epoch int64
+	// Begun is the turn that began (BeginTurn) and whose end no Save has
+	// recorded yet; nil when there is none. Save clears it.
+	Begun *Begun
+}
+
+// Begun is a turn in flight as the store knows it: enough for whoever
+// learns it was lost to record it.
+type Begun struct {
+	RunID string `json:"runId"`
+	// Kind is "message" or "decision".
+	Kind string `json:"kind"`
+	// Input is the person's message (kind "message").
+	Input string `json:"input,omitempty"`
+	// Forward is the id the forwarding replica gave the request, when it
+	// was forwarded (see Store.VoidForward).
+	Forward string    `json:"forward,omitempty"`
+	Started time.Time `json:"started"`
 }
 
 // Update is what one Save writes.
@@ -154,6 +176,14 @@ type Update struct {
 	Append []Message
 	// Turn, when set, is appended to the turn log.
 	Turn *Turn
+	// Epoch is the writer's lease epoch (0 without leases). The store
+	// refuses the save with [ErrFenced] when a newer one has written the
+	// conversation, and otherwise keeps it as the conversation's Epoch.
+	Epoch int64
+	// Records are providers' records of the conversation that go in the
+	// same transaction (see [SaveRecord]), after the conversation's own
+	// write and only when it succeeds.
+	Records []RecordWrite
 }
 
 // Turn outcomes in the turn log.
@@ -178,6 +208,18 @@ const (
 	// that succeeded.
 	TurnCleanupFailed = "cleanup_failed"
 	TurnCleanedUp     = "cleaned_up"
+	// TurnLost: the turn was cut because the replica running it could no
+	// longer be sure it held the conversation (its lease deadline passed,
+	// or another replica took the conversation over): what it had run so
+	// far may have taken effect. Whichever replica learns it first
+	// records it.
+	TurnLost = "lost"
+	// TurnCompleted: the replica that began the turn stopped before it
+	// recorded the end, and the agent's own record shows the turn ended
+	// (a durable agent finished it elsewhere); its answer is in the
+	// agent's record, which the next turn continues from, not in this
+	// transcript.
+	TurnCompleted = "completed"
 )
 
 // Turn is one entry of a conversation's turn log: facts, not content.

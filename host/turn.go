@@ -114,7 +114,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, o tool.Identit
 		return nil
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		t := &turnRun{kind: "message", runID: newRunID(), input: msg.Message}
-		t.seq = lc.sess.RunTurn(ctx, provider.TurnRequest{TurnID: t.runID, Input: h.turnInput(lc.id, msg.Message)})
+		t.seq = lc.sess.RunTurn(ctx, h.turnRequest(lc.id, t.runID, msg.Message))
 		return t
 	})
 }
@@ -144,7 +144,7 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		p := lc.conv.Pending
 		t := &turnRun{kind: "decision", runID: p.TurnID}
-		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: h.turnInput(lc.id, dec.Note)})
+		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note})
 		return t
 	})
 }
@@ -291,6 +291,7 @@ type turnRun struct {
 	failure    string // what a failed turn said
 	err        error  // the stream broke, or the provider refused
 	unbegun    bool   // stopped before the provider was asked anything
+	fz         *fencing
 }
 
 // drive runs the turn: it pulls the provider's outputs until a stable
@@ -299,9 +300,15 @@ type turnRun struct {
 // a turn stopped before it began is not begun.
 func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Context, *liveConv) *turnRun, out func(provider.Output)) *turnRun {
 	// The provider's context ends only after an interrupt had its chance.
-	pctx, pcancel := context.WithCancel(WithSavesAfter(context.WithoutCancel(stop)))
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(stop))
 	defer pcancel()
-	t := start(pctx, lc)
+	fz := h.newFencing(stop, lc)
+	t := start(fz.context(pctx), lc)
+	t.fz = fz
+	if !h.begin(stop, lc, t) {
+		return t // not begun: nothing ran
+	}
+	defer fz.release()
 	sess := lc.sess
 	defer h.afterStop(stop, lc, sess, t)
 	unwatch := h.watchStop(stop, sess, t.runID, pcancel)
@@ -382,6 +389,10 @@ type turnResult struct {
 // returns the outcome recorded and the body to send. Nothing is answered
 // that is not saved.
 func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Context, began time.Time) (string, turnResult) {
+	if outcome, out, ok := h.settleFenced(r, lc, t, began); ok {
+		return outcome, out
+	}
+	defer h.flushCarried(t)
 	ctx, cancel := storeCtx(r)
 	defer cancel()
 	now := h.now().UTC()
@@ -472,7 +483,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		failed("host: " + msg)
 	}
 
-	v, err := h.store.Save(ctx, Update{Conversation: c, Append: add, Turn: turn})
+	v, err := h.store.Save(ctx, Update{Conversation: c, Append: add, Turn: turn, Epoch: t.fz.epoch(), Records: t.fz.scope.take()})
 	if err != nil {
 		return "", turnResult{Error: h.storeError(err)}
 	}
@@ -519,7 +530,8 @@ func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identi
 	}
 	now := h.now().UTC()
 	c.State, c.Pending, c.UpdatedAt = StateClosed, nil, now
-	v, err := h.store.Save(ctx, Update{Conversation: c, Turn: &Turn{RunID: c.LastRunID, Kind: "close", Outcome: outcome, Started: now, Ended: now}})
+	v, err := h.store.Save(ctx, Update{Conversation: c, Turn: &Turn{RunID: c.LastRunID, Kind: "close", Outcome: outcome, Started: now, Ended: now},
+		Epoch: h.epochOf(id)})
 	if err != nil {
 		writeError(w, h.storeError(err))
 		return

@@ -149,8 +149,14 @@ type BranchRequest struct {
 type TurnRequest struct {
 	// TurnID is the host's id for the turn, unique within the session.
 	TurnID string
-	// Input is what the agent is asked.
+	// Input is what the agent is asked: the person's words, as they are.
 	Input string
+	// Context, when set, is a note from the host the agent is given
+	// before Input, as context of its own and never inside the person's
+	// words (a host that took the conversation over from a replica that
+	// stopped answering says what was lost). Input and Context together
+	// are bounded by Limits.MaxInputBytes.
+	Context string
 }
 
 // SteerRequest adds input to the running turn.

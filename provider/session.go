@@ -266,7 +266,7 @@ func (s *ValidatedSession) RunTurn(ctx context.Context, req TurnRequest) iter.Se
 			yield(Output{}, err)
 			return
 		}
-		preq := TurnRequest{TurnID: req.TurnID, Input: req.Input}
+		preq := TurnRequest{TurnID: req.TurnID, Input: req.Input, Context: req.Context}
 		s.drive(req.TurnID, "turn", false, func() iter.Seq2[Output, error] { return s.inner.RunTurn(ctx, preq) }, yield)
 	}
 }
@@ -290,8 +290,8 @@ func (s *ValidatedSession) beginTurn(req TurnRequest) error {
 	if s.turns.has(req.TurnID) {
 		return violation(key, CodeInvalidInput, "the turn id was already used in this session")
 	}
-	if len(req.Input) > s.v.caps.Limits.MaxInputBytes {
-		return violation(key, CodeInvalidInput, "the input is %d bytes; the provider accepts at most %d", len(req.Input), s.v.caps.Limits.MaxInputBytes)
+	if n := len(req.Input) + len(req.Context); n > s.v.caps.Limits.MaxInputBytes {
+		return violation(key, CodeInvalidInput, "the input and its context are %d bytes; the provider accepts at most %d", n, s.v.caps.Limits.MaxInputBytes)
 	}
 	s.turns.add(req.TurnID)
 	s.phase, s.turnID, s.pending = running, req.TurnID, nil

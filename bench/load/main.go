@@ -289,7 +289,7 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 		router := host.NewRouter()
 		o := opt
 		o.Routes = []agent.Route{{Sink: router, Filter: router.Filter()}}
-		reg, inst, err := native.Open(ctx, native.Config{Store: st.NativeStore(), TurnRunIDs: true, Agent: native.Fixed(o)})
+		reg, inst, err := native.Open(ctx, native.Config{Store: native.HostStore(st), TurnRunIDs: true, Agent: native.Fixed(o)})
 		if err != nil {
 			_ = st.Close()
 			ip.stop()

@@ -231,7 +231,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	} else if o.agent == "acp" {
 		reg, inst, err = openACP(ctx, deps.launcher, deps.acpConfig, bus.Export, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
 	} else {
-		reg, inst, err = native.Open(ctx, native.Config{Store: st.NativeStore(), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
+		reg, inst, err = native.Open(ctx, native.Config{Store: native.HostStore(st), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
 			ID:              "agentry-serve",
 			Model:           deps.model,
 			Tools:           deps.tools,

@@ -16,6 +16,7 @@ import (
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/durable"
+	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -37,7 +38,7 @@ func openDurable(ctx context.Context, o serveOptions, st *sqlstore.Store, model 
 		return nil, nil, nil, fmt.Errorf("--temporal %s: connecting to the Temporal server: %w", o.temporal, err)
 	}
 	reg, inst, err := durable.Open(ctx, durable.Config{
-		Client: c, TaskQueue: o.temporalQueue, Replica: replica, Model: model, Tools: tools, Store: st.NativeStore(),
+		Client: c, TaskQueue: o.temporalQueue, Replica: replica, Model: model, Tools: tools, Store: native.HostStore(st),
 		TeardownTimeout: o.teardown, MaxLiveSessions: o.maxLive, Events: events,
 	}, opts...)
 	if err != nil {

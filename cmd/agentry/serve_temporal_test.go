@@ -28,6 +28,7 @@ import (
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/durable"
+	"github.com/agentry-dev/agentry/provider/native"
 )
 
 // serve --temporal: a turn under --check-in run_code pauses as a workflow
@@ -249,7 +250,7 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rec, err := st.NativeStore().Load(ctx, provider.Binding(binding))
+	rec, err := native.HostStore(st).Load(ctx, provider.Binding(binding))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,13 @@ const (
 	// A claim inserts a lease for the owner's open conversation, or takes
 	// the row over when it is this replica's or has lapsed. The SET sees
 	// the row as it is once locked, so of two replicas claiming at once
-	// exactly one wins.
-	claimSQL = `INSERT INTO agentry_leases (conversation_id, replica, address, epoch, taken_from, expires)
+	// exactly one wins. A new holding's epoch goes on the conversation in
+	// the same statement: from then on the store refuses every write of
+	// it under an older epoch (host.ErrFenced), so the replica that held
+	// it before changes nothing, even if it does not know yet that it
+	// lost it.
+	claimSQL = `WITH l AS (
+		INSERT INTO agentry_leases (conversation_id, replica, address, epoch, taken_from, expires)
 		SELECT c.id, $4, $5, nextval('agentry_lease_epochs'), '', clock_timestamp() + make_interval(secs => $6)
 		FROM agentry_conversations c
 		WHERE c.id = $1 AND c.tenant = $2 AND c.principal = $3 AND c.state <> 'closed'
@@ -69,7 +74,11 @@ const (
 			address = excluded.address,
 			expires = excluded.expires
 		WHERE agentry_leases.replica = excluded.replica OR agentry_leases.expires <= clock_timestamp()
-		RETURNING epoch, taken_from`
+		RETURNING conversation_id, epoch, taken_from
+	), fenced AS (
+		UPDATE agentry_conversations c SET epoch = l.epoch FROM l WHERE c.id = l.conversation_id AND c.epoch < l.epoch
+	)
+	SELECT epoch, taken_from FROM l`
 	holderSQL = `SELECT replica, address, EXTRACT(EPOCH FROM expires - clock_timestamp())::float8
 		FROM agentry_leases WHERE conversation_id = $1 AND expires > clock_timestamp()`
 	renewSQL = `UPDATE agentry_leases SET expires = clock_timestamp() + make_interval(secs => $2)

@@ -6,11 +6,42 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/agentry-dev/agentry/agent"
-	"github.com/agentry-dev/agentry/llm"
-	"github.com/agentry-dev/agentry/provider/native"
 )
+
+// The upgrades read and write rows as the releases that wrote them left
+// them, with the shapes spelled out here: they depend on no package's
+// types, which move on while old rows stay as they are.
+
+// schema1Provider is the provider schema-1 conversations move to: the
+// first build's host ran agentry's own agent, which the native provider
+// ("agentry-native") now serves.
+const schema1Provider = "agentry-native"
+
+// rowMessage is what the upgrade reads of a stored model message.
+type rowMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// rowMark is a turn mark as schema 2 kept it in a native record's head.
+type rowMark struct {
+	ID       string `json:"id"`
+	Messages int64  `json:"messages"`
+}
+
+// nativeHead is the head of a native record made from a schema-1
+// conversation: its transcript head (version and identity; the messages
+// are rows), with no turn marks.
+func nativeHead(transcriptHead sql.NullString) ([]byte, error) {
+	conv := map[string]json.RawMessage{}
+	if transcriptHead.Valid {
+		if err := json.Unmarshal([]byte(transcriptHead.String), &conv); err != nil {
+			return nil, fmt.Errorf("the stored transcript is not a JSON object: %w", err)
+		}
+	}
+	conv["messages"] = json.RawMessage("null")
+	return json.Marshal(map[string]any{"conversation": conv, "turns": nil})
+}
 
 // legacy is a schema-1 conversation: the host ran an agent directly and
 // kept its whole transcript (and a paused turn's checkpoint).
@@ -64,19 +95,20 @@ func (s *Store) upgrade(ctx context.Context, tx *sql.Tx, l legacy, now int64) er
 	if err != nil {
 		return err
 	}
-	var msgs []llm.Message
+	var raws []string
+	var msgs []rowMessage
 	for rows.Next() {
 		var raw string
 		if err := rows.Scan(&raw); err != nil {
 			rows.Close()
 			return err
 		}
-		var m llm.Message
+		var m rowMessage
 		if err := json.Unmarshal([]byte(raw), &m); err != nil {
 			rows.Close()
 			return fmt.Errorf("a stored message is not JSON: %w", err)
 		}
-		msgs = append(msgs, m)
+		raws, msgs = append(raws, raw), append(msgs, m)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -84,23 +116,16 @@ func (s *Store) upgrade(ctx context.Context, tx *sql.Tx, l legacy, now int64) er
 	}
 	binding := ""
 	if len(msgs) > 0 || l.head.Valid {
-		var conv agent.Conversation
-		if l.head.Valid {
-			if err := json.Unmarshal([]byte(l.head.String), &conv); err != nil {
-				return fmt.Errorf("the stored transcript is not JSON: %w", err)
-			}
-		}
 		binding = "schema1-" + l.id
-		rec, err := json.Marshal(native.Record{Conversation: conv}) // the head: no messages
+		head, err := nativeHead(l.head)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native (binding, head, messages, updated_us) VALUES (?, ?, ?, ?)`), binding, string(rec), len(msgs), now); err != nil {
+		if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native (binding, head, messages, updated_us) VALUES (?, ?, ?, ?)`), binding, string(head), len(msgs), now); err != nil {
 			return err
 		}
-		for i, m := range msgs {
-			b, _ := json.Marshal(m) // it was read from JSON
-			if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`), binding, i, string(b)); err != nil {
+		for i, raw := range raws { // the model's messages, as they were stored
+			if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`), binding, i, raw); err != nil {
 				return err
 			}
 		}
@@ -111,13 +136,10 @@ func (s *Store) upgrade(ctx context.Context, tx *sql.Tx, l legacy, now int64) er
 	}
 	n := 0
 	for _, m := range msgs {
-		if (m.Role != llm.RoleUser && m.Role != llm.RoleAssistant) || m.Content == "" {
+		if (m.Role != "user" && m.Role != "assistant") || m.Content == "" {
 			continue
 		}
-		b, _ := json.Marshal(struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}{string(m.Role), m.Content})
+		b, _ := json.Marshal(m)
 		if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`), l.id, n, string(b)); err != nil {
 			return err
 		}
@@ -136,7 +158,7 @@ func (s *Store) upgrade(ctx context.Context, tx *sql.Tx, l legacy, now int64) er
 	// Only a paused conversation had a pending question; none has now.
 	_, err = tx.ExecContext(ctx, r(`UPDATE agentry_conversations SET provider = ?, binding = ?, messages = ?, state = ?,
 		pending_question = NULL, pending_tool = NULL, checkpoint = NULL, transcript_head = NULL, turn_seq = ? WHERE id = ?`),
-		native.DefaultKey, binding, n, state, l.turnSeq, l.id)
+		schema1Provider, binding, n, state, l.turnSeq, l.id)
 	return err
 }
 
@@ -169,20 +191,26 @@ func (s *Store) toV3(ctx context.Context, tx *sql.Tx) error {
 	}
 	r := s.rebind
 	for _, h := range heads {
-		var rec native.Record
+		rec := map[string]json.RawMessage{}
 		if err := json.Unmarshal([]byte(h.head), &rec); err != nil {
-			return fmt.Errorf("native conversation %s: its record is not JSON: %w", h.binding, err)
+			return fmt.Errorf("native conversation %s: its record is not a JSON object: %w", h.binding, err)
 		}
-		if len(rec.Turns) == 0 {
+		var marks []rowMark
+		if raw, ok := rec["turns"]; ok {
+			if err := json.Unmarshal(raw, &marks); err != nil {
+				return fmt.Errorf("native conversation %s: its turn marks are not a JSON list: %w", h.binding, err)
+			}
+		}
+		if len(marks) == 0 {
 			continue
 		}
-		for i, m := range rec.Turns {
+		for i, m := range marks {
 			if _, err := tx.ExecContext(ctx, r(`INSERT INTO agentry_native_turns (binding, idx, turn_id, messages) VALUES (?, ?, ?, ?)`), h.binding, i, m.ID, m.Messages); err != nil {
 				return err
 			}
 		}
-		n := len(rec.Turns)
-		rec.Turns = nil
+		n := len(marks)
+		rec["turns"] = json.RawMessage("null")
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return err

@@ -81,7 +81,7 @@ func TestSchema1Upgrades(t *testing.T) {
 		c.Transcript[0] != (host.Message{Role: "user", Content: "compute 6*7"}) || c.Transcript[1].Content != "It is 42." {
 		t.Fatalf("upgraded conversation: %+v", c)
 	}
-	rec, err := s.NativeStore().Load(ctx, c.Binding)
+	rec, err := native.HostStore(s).Load(ctx, c.Binding)
 	if err != nil {
 		t.Fatalf("the agent's transcript under the binding: %v", err)
 	}
@@ -167,7 +167,7 @@ func TestSchema2Upgrades(t *testing.T) {
 	if err != nil {
 		t.Fatalf("opening a schema-2 store: %v", err)
 	}
-	ns := s.NativeStore()
+	ns := native.HostStore(s)
 	rec, err := ns.Load(ctx, "b-1")
 	if err != nil || len(rec.Conversation.Messages) != 4 || len(rec.Turns) != 2 || rec.Turns[1] != (native.TurnMark{ID: "t2", Messages: 4}) ||
 		rec.Conversation.Identity == nil || rec.Conversation.Identity.Principal != "alice" {
@@ -181,8 +181,8 @@ func TestSchema2Upgrades(t *testing.T) {
 	if err := ns.Save(ctx, "b-1", rec); err != nil {
 		t.Fatal(err)
 	}
-	// The save is written behind: a host save after it is what makes it
-	// durable, so close the store (which drains its writer) and look.
+	// Outside a turn of a host, the save is written at once; close the
+	// store and look at the rows.
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestSchema2Upgrades(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	got, err := s2.NativeStore().Load(ctx, "b-1")
+	got, err := native.HostStore(s2).Load(ctx, "b-1")
 	if err != nil || len(got.Turns) != 3 || got.Turns[0] != (native.TurnMark{ID: "t1", Messages: 2}) || got.Turns[2].ID != "t3" ||
 		len(got.Conversation.Messages) != 5 {
 		t.Fatalf("reopened: %+v %v", got, err)

@@ -6,9 +6,12 @@
 // here, so a program links only the driver it uses, and importing host
 // links none.
 //
-// A Store is a host.Store, and also keeps the native provider's
-// conversations (NativeStore), in the same database, so a restarted
-// `agentry serve` resumes every conversation from its stored binding.
+// A Store is a host.Store, and also host.Records: the port through which
+// a provider keeps its own record of each conversation (provider/native's
+// HostStore keeps the agent's transcripts there), in the same database,
+// so a restarted `agentry serve` resumes every conversation from its
+// stored binding, and a turn's two writes share one transaction. It knows
+// no provider: a record is a head, entries and turn marks to it.
 package sqlstore
 
 import (
@@ -29,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -57,25 +60,20 @@ type Store struct {
 	q      queries
 	stmt   struct {
 		save, head, insertTurn, insertMsg  *sql.Stmt
-		insertMsgs, nativeAdds             *sql.Stmt
-		nativeCount, nativeSave, nativeAdd *sql.Stmt
-		nativeAddTurn                      *sql.Stmt
+		insertMsgs, recordAdds, fence      *sql.Stmt
+		recordCount, recordSave, recordAdd *sql.Stmt
+		recordAddMark                      *sql.Stmt
 	}
 
 	saves      chan *saveReq
 	stopped    chan struct{}
 	writerDone chan struct{}
 
-	// Native records queued for the group-commit writer and not yet
-	// written (Load reads them first), and the bindings whose queued write
-	// failed: the next Save of their conversation reports it.
-	nmu     sync.Mutex
-	nqueued map[string]*nativeWrite
-	nfailed map[string]error
-	// nstored is how many messages and turn marks each native record has
-	// in the tables, as this process last committed them. Only the single
+	// rstored is how many entries and marks each provider record has in
+	// the tables, as this process last committed them. Only the single
 	// writer (SQLite) keeps it: no other process writes there.
-	nstored map[string]nativeCount
+	rmu     sync.Mutex
+	rstored map[string]recordCount
 
 	closeOnce sync.Once
 	closeErr  error
@@ -85,9 +83,9 @@ var _ host.Store = (*Store)(nil)
 
 type queries struct {
 	create, load, save, list, listOpen, countOpen, turns, appendTurn, lockRow, insertTurn string
-	messages, head, insertMsg, insertMsgs, nativeLoad, nativeSave, nativeAdds             string
-	nativeMsgs, nativeTurns, nativeCount, nativeAdd, nativeAddTurn, nativeClear           string
-	nativeClearTurns                                                                      string
+	messages, head, insertMsg, insertMsgs, recordLoad, recordSave, recordAdds             string
+	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear        string
+	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState          string
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -172,6 +170,17 @@ var v3 = []string{
 	)`,
 }
 
+// v4 fences the conversations: each keeps the newest lease epoch that
+// wrote it (a write under an older one is refused), the turn a replica
+// began and has not saved the end of (so whoever takes the conversation
+// over learns a turn was lost), and a short log of the forwarded requests
+// that began or were given up by their forwarder.
+var v4 = []string{
+	`ALTER TABLE agentry_conversations ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0`,
+	`ALTER TABLE agentry_conversations ADD COLUMN turn_begun TEXT`,
+	`ALTER TABLE agentry_conversations ADD COLUMN forwards TEXT NOT NULL DEFAULT ''`,
+}
+
 // New puts a Store on an open database: it creates or migrates the
 // schema (refusing one newer than this build) and prepares its
 // statements. write and read may be the same; the Store closes both.
@@ -182,7 +191,7 @@ func New(ctx context.Context, write, read *sql.DB, d Dialect) (*Store, error) {
 	if d.UniqueViolation == nil {
 		d.UniqueViolation = func(error) bool { return false }
 	}
-	s := &Store{d: d, write: write, read: read, rebind: d.Rebind, nqueued: map[string]*nativeWrite{}, nfailed: map[string]error{}, nstored: map[string]nativeCount{}}
+	s := &Store{d: d, write: write, read: read, rebind: d.Rebind, rstored: map[string]recordCount{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -240,6 +249,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: upgrading the %s store to schema 3: %w", kind, err)
 		}
 	}
+	if version < 4 {
+		for _, q := range v4 {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("sqlstore: upgrading the %s store to schema 4: %w", kind, err)
+			}
+		}
+	}
 	if _, err := tx.ExecContext(ctx, s.rebind(`UPDATE agentry_meta SET value = ? WHERE key = ?`), strconv.Itoa(SchemaVersion), "schema"); err != nil {
 		return fmt.Errorf("sqlstore: recording the %s store's schema version: %w", kind, err)
 	}
@@ -251,9 +267,9 @@ func (s *Store) migrate(ctx context.Context) error {
 		to **sql.Stmt
 		q  string
 	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg},
-		{&s.stmt.insertMsgs, s.q.insertMsgs}, {&s.stmt.nativeAdds, s.q.nativeAdds},
-		{&s.stmt.nativeCount, s.q.nativeCount}, {&s.stmt.nativeSave, s.q.nativeSave}, {&s.stmt.nativeAdd, s.q.nativeAdd},
-		{&s.stmt.nativeAddTurn, s.q.nativeAddTurn}} {
+		{&s.stmt.insertMsgs, s.q.insertMsgs}, {&s.stmt.recordAdds, s.q.recordAdds}, {&s.stmt.fence, s.q.fence},
+		{&s.stmt.recordCount, s.q.recordCount}, {&s.stmt.recordSave, s.q.recordSave}, {&s.stmt.recordAdd, s.q.recordAdd},
+		{&s.stmt.recordAddMark, s.q.recordAddMark}} {
 		st, err := s.write.PrepareContext(ctx, p.q)
 		if err != nil {
 			return fmt.Errorf("sqlstore: preparing the %s store's statements: %w", kind, err)
@@ -264,20 +280,22 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 func (s *Store) prepareQueries() {
-	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version`
+	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, epoch, turn_begun`
+	const owned = ` WHERE id = ? AND tenant = ? AND principal = ?`
+	const keepForwards = `(CASE WHEN length(forwards) > 2000 THEN '' ELSE forwards END)` // a short log: the latest few
 	s.q = queries{
-		create:     s.rebind(`INSERT INTO agentry_conversations (` + cols + `, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
+		create:     s.rebind(`INSERT INTO agentry_conversations (id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
 		messages:   s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? AND idx < ? ORDER BY idx`),
-		head:       s.rebind(`SELECT version FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		head:       s.rebind(`SELECT version, epoch FROM agentry_conversations` + owned),
 		insertMsg:  s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
 		insertMsgs: s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?), (?, ?, ?)`),
-		load:       s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		load:       s.rebind(`SELECT ` + cols + ` FROM agentry_conversations` + owned),
 		save: s.rebind(`UPDATE agentry_conversations SET state = ?, turns = ?, messages = messages + ?, pending_question = ?, pending_tool = ?, pending_request = ?,
-			provider = ?, binding = ?, last_run_id = ?, updated_us = ?, version = ?, turn_seq = turn_seq + ?
-			WHERE id = ? AND tenant = ? AND principal = ? AND version = ? AND messages = ?
+			provider = ?, binding = ?, last_run_id = ?, updated_us = ?, version = ?, turn_seq = turn_seq + ?, epoch = ?, turn_begun = NULL` +
+			owned + ` AND version = ? AND messages = ? AND epoch <= ?
 			RETURNING turn_seq`),
-		lockRow:    s.rebind(`UPDATE agentry_conversations SET turn_seq = turn_seq + 1 WHERE id = ? AND tenant = ? AND principal = ?`),
-		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations WHERE id = ? AND tenant = ? AND principal = ?`),
+		lockRow:    s.rebind(`UPDATE agentry_conversations SET turn_seq = turn_seq + 1` + owned),
+		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations` + owned),
 		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
 		list: s.rebind(`SELECT ` + cols + `
@@ -288,17 +306,27 @@ func (s *Store) prepareQueries() {
 		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
 			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
-		nativeLoad:  s.rebind(`SELECT head, messages, turns FROM agentry_native WHERE binding = ?`),
-		nativeMsgs:  s.rebind(`SELECT message FROM agentry_native_messages WHERE binding = ? AND idx < ? ORDER BY idx`),
-		nativeTurns: s.rebind(`SELECT turn_id, messages FROM agentry_native_turns WHERE binding = ? AND idx < ? ORDER BY idx`),
-		nativeCount: s.rebind(`SELECT messages, turns FROM agentry_native WHERE binding = ?`),
-		nativeSave: s.rebind(`INSERT INTO agentry_native (binding, head, messages, turns, updated_us) VALUES (?, ?, ?, ?, ?)
+		fence:      s.rebind(`UPDATE agentry_conversations SET epoch = ?` + owned + ` AND epoch <= ?`),
+		fenceState: s.rebind(`SELECT epoch, forwards, state FROM agentry_conversations` + owned),
+		begin:      s.rebind(`UPDATE agentry_conversations SET epoch = ?, turn_begun = ?` + owned + ` AND epoch <= ? AND state <> 'closed'`),
+		beginForward: s.rebind(`UPDATE agentry_conversations SET epoch = ?, turn_begun = ?, forwards = ` + keepForwards + ` || ?` +
+			owned + ` AND epoch <= ? AND state <> 'closed' AND forwards NOT LIKE ?`),
+		void: s.rebind(`UPDATE agentry_conversations SET forwards = ` + keepForwards + ` || ?` + owned + ` AND forwards NOT LIKE ?`),
+
+		// Providers' records (the tables keep the names of the first
+		// provider that used them).
+		recordLoad:    s.rebind(`SELECT head, messages, turns FROM agentry_native WHERE binding = ?`),
+		recordEntries: s.rebind(`SELECT message FROM agentry_native_messages WHERE binding = ? AND idx < ? ORDER BY idx`),
+		recordMarks:   s.rebind(`SELECT turn_id, messages FROM agentry_native_turns WHERE binding = ? AND idx < ? ORDER BY idx`),
+		recordMarked:  s.rebind(`SELECT COUNT(*) FROM agentry_native_turns WHERE binding = ? AND turn_id = ?`),
+		recordCount:   s.rebind(`SELECT messages, turns FROM agentry_native WHERE binding = ?`),
+		recordSave: s.rebind(`INSERT INTO agentry_native (binding, head, messages, turns, updated_us) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (binding) DO UPDATE SET head = excluded.head, messages = excluded.messages, turns = excluded.turns, updated_us = excluded.updated_us`),
-		nativeAdd:        s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`),
-		nativeAdds:       s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?), (?, ?, ?)`),
-		nativeAddTurn:    s.rebind(`INSERT INTO agentry_native_turns (binding, idx, turn_id, messages) VALUES (?, ?, ?, ?)`),
-		nativeClear:      s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
-		nativeClearTurns: s.rebind(`DELETE FROM agentry_native_turns WHERE binding = ?`),
+		recordAdd:        s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?)`),
+		recordAdds:       s.rebind(`INSERT INTO agentry_native_messages (binding, idx, message) VALUES (?, ?, ?), (?, ?, ?)`),
+		recordAddMark:    s.rebind(`INSERT INTO agentry_native_turns (binding, idx, turn_id, messages) VALUES (?, ?, ?, ?)`),
+		recordClear:      s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
+		recordClearMarks: s.rebind(`DELETE FROM agentry_native_turns WHERE binding = ?`),
 	}
 }
 
@@ -373,9 +401,17 @@ func scanConversation(row scanner) (host.Conversation, error) {
 		created, updated  int64
 		tenant, principal string
 		n                 int64
+		begun             sql.NullString
 	)
-	if err := row.Scan(&c.ID, &tenant, &principal, &state, &c.Turns, &n, &pq, &pt, &pr, &prov, &binding, &lastRun, &created, &updated, &c.Version); err != nil {
+	if err := row.Scan(&c.ID, &tenant, &principal, &state, &c.Turns, &n, &pq, &pt, &pr, &prov, &binding, &lastRun, &created, &updated, &c.Version,
+		&c.Epoch, &begun); err != nil {
 		return host.Conversation{}, err
+	}
+	if begun.Valid {
+		c.Begun = new(host.Begun)
+		if err := json.Unmarshal([]byte(begun.String), c.Begun); err != nil {
+			return host.Conversation{}, fmt.Errorf("sqlstore: the stored turn in flight of %s is not JSON: %w", c.ID, err)
+		}
 	}
 	c.Owner = tool.Identity{Tenant: tenant, Principal: principal}
 	c.State = host.State(state)
@@ -446,19 +482,19 @@ func (s *Store) Info(ctx context.Context, owner tool.Identity, id string) (host.
 	return c, nil
 }
 
-// saveReq is one Save, ready to write.
+// saveReq is one Save, or one provider record written alone, ready to
+// write.
 type saveReq struct {
 	ctx context.Context
-	// native, when set, makes this a native record's upsert instead.
-	native     *nativeWrite
+	// record, when set, makes this a provider record's write instead.
+	record     *host.RecordWrite
 	c          host.Conversation
 	add        []host.Message
 	pq, pt, pr sql.NullString
 	turn       *host.Turn
+	epoch      int64
+	records    []host.RecordWrite
 	done       chan saveRes // buffered: the writer never waits on it
-	// carried is the native write this host save took along (no single
-	// writer), for the books once it commits.
-	carried *nativeWrite
 }
 
 type saveRes struct {
@@ -472,35 +508,9 @@ func (s *Store) Save(ctx context.Context, u host.Update) (int64, error) {
 	if err := host.CheckConversation(c); err != nil {
 		return 0, err
 	}
-	r := &saveReq{ctx: ctx, c: c, add: u.Append, turn: u.Turn}
+	r := &saveReq{ctx: ctx, c: c, add: u.Append, turn: u.Turn, epoch: u.Epoch, records: u.Records}
 	r.pq, r.pt, r.pr = pendingCols(c.Pending)
 	return s.submit(ctx, r)
-}
-
-// settle answers a save: a native record's outcome goes into the store's
-// own books (for one written behind, which nobody waits on, a failure is
-// kept for the next host save of its conversation), and a caller waiting
-// is told.
-func (s *Store) settle(r *saveReq, res saveRes) {
-	if n := r.native; n != nil {
-		s.nmu.Lock()
-		if s.nqueued[n.binding] == n {
-			delete(s.nqueued, n.binding)
-		}
-		switch {
-		case res.err == nil:
-			s.nstored[n.binding] = nativeCount{msgs: len(n.msgs), turns: len(n.turns), pending: n.pending}
-		case r.done != nil:
-			delete(s.nstored, n.binding) // its caller is told
-		default:
-			s.nfailed[n.binding] = res.err
-			delete(s.nstored, n.binding)
-		}
-		s.nmu.Unlock()
-	}
-	if r.done != nil {
-		r.done <- res
-	}
 }
 
 // submit hands r to the group-commit writer, or writes it alone where
@@ -528,51 +538,36 @@ func (s *Store) saveAlone(ctx context.Context, r *saveReq) (int64, error) {
 		return 0, s.fail("saving a conversation", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	v, err := s.saveIn(ctx, tx, r, nil)
+	inTx := map[string]recordCount{}
+	v, err := s.saveIn(ctx, tx, r, inTx)
 	if err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, s.fail("saving a conversation", err)
 	}
-	if w := r.carried; w != nil {
-		s.noteStored(w, nil)
-	}
+	s.noteStored(inTx)
 	return v, nil
 }
 
-// saveIn writes r inside tx. ErrConflict and ErrNotFound leave tx usable
-// (nothing was written, unless a native write was carried along, which
-// only happens without the group-commit writer, whose saves each roll
-// back on any error); any other error means tx must be rolled back.
-// inTx holds what earlier native writes of the same transaction left in
-// the tables (nil: none came before).
-func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq, inTx map[string]nativeCount) (int64, error) {
-	if n := r.native; n != nil {
-		return 0, s.writeNative(ctx, tx, n, inTx)
-	}
-	c := r.c
-	if c.Binding != "" {
-		s.nmu.Lock()
-		err := s.nfailed[string(c.Binding)]
-		delete(s.nfailed, string(c.Binding))
-		s.nmu.Unlock()
-		if err != nil {
-			return 0, fmt.Errorf("sqlstore: the agent's record of this conversation could not be saved, so the turn is not saved either: %w", err)
-		}
-		// Without a single writer, the agent's record of the turn waits
-		// for this save and goes in its transaction.
-		if w := s.takeQueued(string(c.Binding)); w != nil {
-			if err := s.writeNative(ctx, tx, w, nil); err != nil {
+// saveIn writes r inside tx. ErrConflict, ErrFenced and ErrNotFound leave
+// tx usable: nothing was written. Any other error means tx must be rolled
+// back. inTx gathers what the provider records written in tx leave in
+// the tables (earlier writes of the same transaction are in it already).
+func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq, inTx map[string]recordCount) (int64, error) {
+	if w := r.record; w != nil {
+		if f := w.Fence; f != nil {
+			if err := s.fenceIn(ctx, tx, f); err != nil {
 				return 0, err
 			}
-			r.carried = w
 		}
+		return 0, s.writeRecord(ctx, tx, w, inTx)
 	}
-	// One statement checks and moves the conversation on: the version and
-	// message count it was read at must still hold (PostgreSQL re-checks
-	// them once the row lock is theirs), so a loser has written nothing;
-	// only then are messages appended.
+	c := r.c
+	// One statement checks and moves the conversation on: the version,
+	// message count and epoch it was read at must still hold (PostgreSQL
+	// re-checks them once the row lock is theirs), so a loser has written
+	// nothing; only then are messages and records written.
 	next := c.Version + 1
 	var bump int64
 	if r.turn != nil {
@@ -580,20 +575,11 @@ func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq, inTx map[str
 	}
 	var seq int64
 	err := tx.StmtContext(ctx, s.stmt.save).QueryRowContext(ctx, string(c.State), c.Turns, len(r.add), r.pq, r.pt, r.pr,
-		c.Provider, string(c.Binding), c.LastRunID, micros(c.UpdatedAt), next, bump,
-		c.ID, c.Owner.Tenant, c.Owner.Principal, c.Version, c.Messages).Scan(&seq)
+		c.Provider, string(c.Binding), c.LastRunID, micros(c.UpdatedAt), next, bump, r.epoch,
+		c.ID, c.Owner.Tenant, c.Owner.Principal, c.Version, c.Messages, r.epoch).Scan(&seq)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		// Gone, or moved on by another writer: tell which.
-		var version int64
-		err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return 0, host.ErrNotFound
-		case err != nil:
-			return 0, s.fail("saving a conversation", err)
-		}
-		return 0, host.ErrConflict
+		return 0, s.refusal(ctx, tx, c, r.epoch)
 	case err != nil:
 		return 0, s.fail("saving a conversation", err)
 	}
@@ -606,7 +592,28 @@ func (s *Store) saveIn(ctx context.Context, tx *sql.Tx, r *saveReq, inTx map[str
 			return 0, err
 		}
 	}
+	for i := range r.records {
+		if err := s.writeRecord(ctx, tx, &r.records[i], inTx); err != nil {
+			return 0, err
+		}
+	}
 	return next, nil
+}
+
+// refusal says why a save moved nothing: the conversation is gone, a
+// newer epoch wrote it, or another writer moved it on.
+func (s *Store) refusal(ctx context.Context, tx *sql.Tx, c host.Conversation, epoch int64) error {
+	var version, stored int64
+	err := tx.StmtContext(ctx, s.stmt.head).QueryRowContext(ctx, c.ID, c.Owner.Tenant, c.Owner.Principal).Scan(&version, &stored)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return host.ErrNotFound
+	case err != nil:
+		return s.fail("saving a conversation", err)
+	case stored > epoch:
+		return host.ErrFenced
+	}
+	return host.ErrConflict
 }
 
 // appendRows inserts n rows (key, from+i, body(i)) into a table of that
@@ -723,6 +730,15 @@ func (s *Store) groupCommit() {
 	}
 }
 
+// settle answers a save's caller.
+func (s *Store) settle(r *saveReq, res saveRes) { r.done <- res }
+
+// refusedCleanly reports the errors saveIn returns having written
+// nothing, so the transaction it shares stays usable.
+func refusedCleanly(err error) bool {
+	return errors.Is(err, host.ErrConflict) || errors.Is(err, host.ErrNotFound) || errors.Is(err, host.ErrFenced)
+}
+
 func (s *Store) commitBatch(batch []*saveReq) {
 	live := batch[:0:0]
 	for _, r := range batch {
@@ -749,15 +765,19 @@ func (s *Store) commitBatch(batch []*saveReq) {
 			return false
 		}
 		defer tx.Rollback()              //nolint:errcheck // a no-op after Commit
-		inTx := map[string]nativeCount{} // two writes of one record may share the batch
+		inTx := map[string]recordCount{} // two writes of one record may share the batch
 		for i, r := range live {
 			v, err := s.saveIn(ctx, tx, r, inTx)
-			if err != nil && !errors.Is(err, host.ErrConflict) && !errors.Is(err, host.ErrNotFound) {
+			if err != nil && !refusedCleanly(err) {
 				return false
 			}
 			results[i] = saveRes{version: v, err: err}
 		}
-		return tx.Commit() == nil
+		if tx.Commit() != nil {
+			return false
+		}
+		s.noteStored(inTx)
+		return true
 	}()
 	if !ok {
 		// Find out which save was at fault: each on its own, settled
@@ -856,14 +876,9 @@ func (s *Store) Close() error {
 		if s.stopped != nil {
 			close(s.stopped)
 			<-s.writerDone
-		} else {
-			// Native writes still waiting for a host save that will not
-			// come now.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			errs = append(errs, s.flushQueued(ctx))
-			cancel()
 		}
-		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.insertMsgs, s.stmt.nativeAdds, s.stmt.nativeCount, s.stmt.nativeSave, s.stmt.nativeAdd, s.stmt.nativeAddTurn} {
+		for _, st := range []*sql.Stmt{s.stmt.save, s.stmt.head, s.stmt.insertTurn, s.stmt.insertMsg, s.stmt.insertMsgs, s.stmt.recordAdds,
+			s.stmt.fence, s.stmt.recordCount, s.stmt.recordSave, s.stmt.recordAdd, s.stmt.recordAddMark} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}

@@ -92,8 +92,9 @@ func Capabilities(key string) provider.Capabilities {
 }
 
 // Materialize builds the agent of one instance. Each session's runs
-// report their progress to it directly (agent.Input.Progress), so the
-// agent's options are used as they are.
+// report their progress to it directly (agent.Input.Progress). Its model
+// and tools are put behind the host's step check (provider.CheckStep):
+// a turn whose host no longer stands behind it takes no further step.
 func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
 	opt, err := d.build(ctx, def)
 	if err != nil {
@@ -103,6 +104,8 @@ func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (prov
 	if in.store == nil {
 		in.store = NewMemoryStore(0)
 	}
+	// Every step checks that the host still stands behind its turn.
+	opt.Model, opt.Tools = guardModel(opt.Model), guardTools(opt.Tools)
 	a, err := agent.New(opt)
 	if err != nil {
 		return provider.Materialized{}, fmt.Errorf("native: building the agent of instance %s: %w", def.ID, err)
@@ -253,7 +256,7 @@ func (in *instance) open(ctx context.Context, o opening, save bool) (*session, e
 				return nil, fmt.Errorf("%w (%s)", ErrHostToolConflict, spec.Name)
 			}
 		}
-		s.tools = provider.AsTools(ht)
+		s.tools = guardTools(provider.AsTools(ht))
 		if instr := ht.Instructions(); instr != nil {
 			if instr.Placement != provider.PlacementContext {
 				return nil, fmt.Errorf("native: instructions placed %q are not supported; place them as %q", instr.Placement, provider.PlacementContext)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -169,6 +170,11 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		}
 		t := s.newTurnLocked(ctx, req.TurnID, false, "", yield)
 		t.conv = s.conversationLocked()
+		if req.Context != "" {
+			// The host's note goes before the person's words, as a message
+			// of its own, and stays in the conversation like the rest.
+			t.conv.Messages = append(slices.Clip(t.conv.Messages), llm.Message{Role: llm.RoleUser, Content: req.Context})
+		}
 		t.input = agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
 			Conversation: &t.conv, Tools: s.tools, Progress: t.observe}
 		if s.in.turnRunIDs {
