@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -49,4 +50,12 @@ func (b *heldBody) Read(p []byte) (int, error) {
 	<-b.release
 	defer close(b.read)
 	return b.ReadCloser.Read(p)
+}
+
+// TurnContext is ctx as the host gives it to a provider for a turn whose
+// end it saves in st: a SaveRecord made under it may wait for that save,
+// and take returns what waits.
+func TurnContext(ctx context.Context, st Store) (turn context.Context, take func() []RecordWrite) {
+	sc := newTurnScope(st, nil, nil)
+	return context.WithValue(ctx, turnScopeKey{}, sc), sc.take
 }

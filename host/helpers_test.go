@@ -112,6 +112,10 @@ func (cmdModel) Generate(ctx context.Context, req llm.Request) (llm.Response, er
 	if msg == "fail" {
 		return llm.Response{}, errors.New("the model is down")
 	}
+	if msg == "what came before?" && len(req.Messages) > 1 {
+		prev := req.Messages[len(req.Messages)-2]
+		return llm.Response{Text: "before: " + string(prev.Role) + ": " + prev.Content, StopReason: llm.StopEnd}, nil
+	}
 	return llm.Response{Text: "you said: " + msg, StopReason: llm.StopEnd}, nil
 }
 

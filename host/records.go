@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/agentry-dev/agentry/provider"
@@ -100,6 +101,9 @@ func SaveRecord(ctx context.Context, rs Records, w RecordWrite, later bool) erro
 		sc.carry(w)
 		return nil
 	}
+	// This write holds the whole record: one waiting for the turn's save
+	// is older, and must not land after it.
+	sc.drop(w.Binding)
 	return rs.SaveRecord(ctx, w)
 }
 
@@ -146,6 +150,13 @@ func (sc *turnScope) carry(w RecordWrite) {
 		}
 	}
 	sc.carried = append(sc.carried, w)
+}
+
+// drop forgets the record of b waiting for the turn's save, if any.
+func (sc *turnScope) drop(b provider.Binding) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.carried = slices.DeleteFunc(sc.carried, func(w RecordWrite) bool { return w.Binding == b })
 }
 
 // take returns the records waiting for the turn's save and forgets them.

@@ -284,7 +284,8 @@ func TestReplicaTakeover(t *testing.T) {
 	al.cut.Store(true) // A's renewals fail from here on
 	a.stop()           // and it answers nobody
 
-	r := b.say("alice", id, "hello")
+	const ask = "what came before?"
+	r := b.say("alice", id, ask)
 	want(t, r, http.StatusServiceUnavailable, string(host.CodeReplicaUnavailable))
 	if ra := r.header.Get("Retry-After"); ra != "1" {
 		t.Fatalf("Retry-After %q: want the seconds left on a %s lease", ra, testLease)
@@ -299,23 +300,28 @@ func TestReplicaTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(h.Left) // zero once it has lapsed
-		r = b.say("alice", id, "hello")
+		r = b.say("alice", id, ask)
 	}
 	want(t, r, 200, "")
+	// The note came as a message of its own, just before the person's,
+	// which reached the model as it was sent.
 	out, _ := r.json(t)["output"].(string)
-	if !strings.HasPrefix(out, "you said: [agentry: this conversation was taken over") || !strings.HasSuffix(out, "hello") {
+	if !strings.HasPrefix(out, "before: user: [agentry: this conversation was taken over") || !strings.Contains(out, "live") {
 		t.Fatalf("the model was not told it lost live state: %q", out)
 	}
 	// Told once.
 	if out := b.say("alice", id, "again").json(t)["output"]; out != "you said: again" {
 		t.Fatalf("the turn after: %v", out)
 	}
+	if out := b.say("alice", id, ask).json(t)["output"]; out != "before: assistant: you said: again" {
+		t.Fatalf("the second turn after: %v", out)
+	}
 	// The live state is gone; the transcript is not.
 	if out := b.say("alice", id, `call files {"op":"read","name":"n.txt"}`).json(t)["output"]; out != "tool said: no such file" {
 		t.Fatalf("B read A's live state: %v", out)
 	}
 	log := turnLog(t, b, "alice", id)
-	if countKind(log, "takeover") != 1 || countKind(log, "message") != 4 {
+	if countKind(log, "takeover") != 1 || countKind(log, "message") != 5 {
 		t.Fatalf("turn log: %+v", log)
 	}
 	for _, e := range log {
@@ -329,7 +335,7 @@ func TestReplicaTakeover(t *testing.T) {
 			msgs = append(msgs, m)
 		}
 	}
-	if len(msgs) != 8 || msgs[2].(map[string]any)["content"] != "hello" {
+	if len(msgs) != 10 || msgs[2].(map[string]any)["content"] != ask {
 		t.Fatalf("the transcript (the person's words, without the note): %+v", msgs)
 	}
 

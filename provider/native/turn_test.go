@@ -212,9 +212,11 @@ func TestInterruptAWaitingTurn(t *testing.T) {
 	}
 }
 
-// A run that has already paused when the interrupt comes still ends at
-// turn.completed, and its pause is given up.
-func TestInterruptAsTheRunPauses(t *testing.T) {
+// An interrupt that comes as the run is about to call a tool (the host
+// holds the call's "calling" output) ends the turn at turn.completed
+// before the call starts: the tool never runs, so nothing it would have
+// opened is left open.
+func TestInterruptBeforeTheCallStarts(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
@@ -232,7 +234,7 @@ func TestInterruptAsTheRunPauses(t *testing.T) {
 				break
 			}
 		}
-		synctest.Wait() // the run has paused and returned
+		synctest.Wait() // the run waits for the host to take the call's output
 		if err := s.Interrupt(t.Context(), "t1"); err != nil {
 			t.Fatal(err)
 		}
@@ -249,8 +251,8 @@ func TestInterruptAsTheRunPauses(t *testing.T) {
 		if last(got).Outcome != provider.OutcomeInterrupted {
 			t.Fatalf("outputs %q", shape(got))
 		}
-		if w.lab.closes() != 1 {
-			t.Fatalf("the paused call's workspace closed %d times", w.lab.closes())
+		if w.lab.opens() != 0 || w.lab.closes() != 0 {
+			t.Fatalf("the call ran after the interrupt: %d workspaces opened, %d closed", w.lab.opens(), w.lab.closes())
 		}
 		if err := s.Err(); err != nil {
 			t.Fatal(err)
