@@ -373,6 +373,8 @@ type fixture struct {
 	closed bool
 	// keepReg leaves the registry open at shutdown, for a next host.
 	keepReg bool
+	// door stands in front of a replica's handler (replica tests only).
+	door *door
 }
 
 type config struct {

@@ -463,7 +463,7 @@ func (r *replicas) forward(w http.ResponseWriter, req *http.Request, o tool.Iden
 	}
 	// A holder that missed a renewal may have stopped: it must answer a
 	// probe before anything is sent to it.
-	if holder.Left < r.ttl/2 && !r.alive(req.Context(), u, r.forwardTimeout) {
+	if holder.Left < r.ttl/2 && !r.alive(req.Context(), u, r.forwardTimeout/2) {
 		r.forwarded.WithLabelValues("unreachable").Inc()
 		writeError(w, unreachableError(holder.Left))
 		return
@@ -517,10 +517,11 @@ func (r *replicas) unreachable(w http.ResponseWriter, req *http.Request, err err
 
 // watched is the forwarding transport: while it waits for the holder's
 // answer (its headers: a stream's come at once, a JSON turn's when the
-// turn ends), it checks that the holder is alive, first after a third of
-// the forward timeout, and gives up when a probe goes unanswered; so a
-// frozen or cut-off holder is answered for within the forward timeout,
-// and a busy one is waited for however long its turn takes.
+// turn ends), it checks that the holder is alive every quarter of the
+// forward timeout, giving each probe half of it, and gives up when one
+// goes unanswered; so a frozen or cut-off holder is answered for within
+// the forward timeout (with room for voiding the request), and a busy
+// one is waited for however long its turn takes.
 type watched struct{ r *replicas }
 
 // errHolderSilent is why a forwarded request was given up.
@@ -562,7 +563,7 @@ func (b *closeCancels) Close() error {
 // watch probes the holder at u until stop, and cancels the forwarded
 // request when it does not answer.
 func (r *replicas) watch(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}, u *url.URL) {
-	every := r.forwardTimeout / 3
+	every := r.forwardTimeout / 4
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -573,7 +574,7 @@ func (r *replicas) watch(ctx context.Context, cancel context.CancelCauseFunc, st
 			return
 		case <-t.C:
 		}
-		if !r.alive(ctx, u, r.forwardTimeout-every) {
+		if !r.alive(ctx, u, r.forwardTimeout/2) {
 			cancel(errHolderSilent)
 			return
 		}

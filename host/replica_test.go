@@ -54,7 +54,58 @@ func (l *flaky) Renew(ctx context.Context, ids []string) ([]string, error) {
 	return l.Leases.Renew(ctx, ids)
 }
 
-const testLease = 600 * time.Millisecond
+const (
+	testLease   = 600 * time.Millisecond
+	testForward = 900 * time.Millisecond
+)
+
+// door stands in front of a replica's HTTP handler: shut, every request
+// (its health check too) waits behind it, as at a replica that is frozen
+// (SIGSTOP) or cut off while its process, and its leases, live on. It
+// tells of each health check it lets through.
+type door struct {
+	next    http.Handler
+	mu      sync.Mutex
+	shut    chan struct{} // nil while open
+	healthy chan struct{}
+}
+
+func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	shut := d.shut
+	d.mu.Unlock()
+	if shut != nil {
+		select {
+		case <-shut:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	d.next.ServeHTTP(w, r)
+	if r.URL.Path == "/healthz" {
+		select {
+		case d.healthy <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *door) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shut == nil {
+		d.shut = make(chan struct{})
+	}
+}
+
+func (d *door) open() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shut != nil {
+		close(d.shut)
+		d.shut = nil
+	}
+}
 
 // newReplica is one replica of a host on a shared PostgreSQL store, on
 // a listener of its own, admitting the tokens given (nil: new ones).
@@ -97,16 +148,18 @@ func newReplica(t *testing.T, dsn string, toks map[string]string) (*fixture, *fl
 	}
 	fl := &flaky{Leases: l}
 	auth, toks := tokensFor(t, toks)
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Bus: bus, Leases: fl, EvictEvery: -1})
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Bus: bus, Leases: fl, EvictEvery: -1, ForwardTimeout: testForward})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(h)
+	d := &door{next: h, healthy: make(chan struct{}, 64)}
+	srv := httptest.NewUnstartedServer(d)
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
-	f := &fixture{t: t, kind: onNative, h: h, reg: reg, bus: bus, store: st, dsn: dsn, ws: ws, gate: g, rec: rec, tokens: toks, url: srv.URL, stop: srv.Close}
+	f := &fixture{t: t, kind: onNative, h: h, reg: reg, bus: bus, store: st, dsn: dsn, ws: ws, gate: g, rec: rec, tokens: toks, url: srv.URL, stop: srv.Close, door: d}
 	t.Cleanup(f.shutdown)
+	t.Cleanup(d.open) // first: a request waiting behind it ends before the server closes
 	return f, fl
 }
 

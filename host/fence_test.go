@@ -1,0 +1,220 @@
+package host_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentry-dev/agentry/host"
+)
+
+// lastTurn is the last entry of a conversation's turn log.
+func lastTurn(t *testing.T, f *fixture, id string) map[string]any {
+	t.Helper()
+	log := turnLog(t, f, "alice", id)
+	if len(log) == 0 {
+		t.Fatal("the turn log is empty")
+	}
+	return log[len(log)-1]
+}
+
+// transcript is a conversation's messages as role: content lines.
+func transcript(t *testing.T, f *fixture, id string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range f.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).json(t)["messages"].([]any) {
+		mm := m.(map[string]any)
+		out = append(out, mm["role"].(string)+": "+mm["content"].(string))
+	}
+	return out
+}
+
+// waitFor answers within d or fails the test.
+func waitFor[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s did not happen within %s", what, d)
+		panic("unreachable")
+	}
+}
+
+// A replica whose lease deadline passes mid-turn (its renewals fail: it
+// lost the store, or hung) stops the turn on its own before another
+// replica could take the conversation over: the tool call in flight is
+// cancelled, the session's tool sessions close, the client is told
+// turn_lost, and the turn is recorded lost — by this replica, as nobody
+// took the conversation over first. The conversation goes on elsewhere.
+func TestReplicaFenceCutsTheTurnOfALostLease(t *testing.T) {
+	dsn := pgDSN(t)
+	a, al := newReplica(t, dsn, nil)
+	b, _ := newReplica(t, dsn, a.tokens)
+	id := a.open("alice")
+
+	done := make(chan resp, 1)
+	go func() { done <- a.say("alice", id, `call gate {}`) }()
+	<-a.gate.entered
+	cut := time.Now()
+	al.cut.Store(true) // A's renewals fail from here on
+	r := waitFor(t, done, 10*testLease, "the cut")
+	want(t, r, http.StatusInternalServerError, string(host.CodeTurnLost))
+	if took := time.Since(cut); took > testLease {
+		t.Fatalf("the turn was cut %s after the renewals stopped, later than the %s lease", took, testLease)
+	}
+	if !strings.Contains(r.json(t)["error"].(map[string]any)["message"].(string), "may have run in part") {
+		t.Fatalf("the client was not told what a lost turn means: %s", r.body)
+	}
+	if open, _, _ := a.ws.stats(); open != 0 {
+		t.Fatalf("A still holds %d workspaces of the lost turn", open)
+	}
+	if e := lastTurn(t, b, id); e["outcome"] != host.TurnLost || e["kind"] != "message" || !strings.Contains(e["error"].(string), "may have run in part") {
+		t.Fatalf("the turn log: %+v", e)
+	}
+	if msgs := transcript(t, b, id); len(msgs) < 2 || msgs[0] != "user: call gate {}" || !strings.Contains(msgs[len(msgs)-1], "may have run in part") {
+		t.Fatalf("the transcript: %q", msgs)
+	}
+
+	// The conversation goes on, through B, once A's lease has lapsed (or
+	// on A, forwarded, if A takes it back first).
+	al.cut.Store(false)
+	obs := mustLeases(t, b)
+	for range 20 {
+		if r = b.say("alice", id, "hello"); r.status != http.StatusServiceUnavailable {
+			break
+		}
+		h, err := obs.Holder(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(h.Left) // zero once it has lapsed
+	}
+	want(t, r, 200, "")
+	if n := countKind(turnLog(t, b, "alice", id), "message"); n != 2 {
+		t.Fatalf("%d message turns in the log, want the lost one and this one", n)
+	}
+}
+
+// A replica that stopped mid-turn (frozen, or dead) cannot record its
+// turn: the replica that takes the conversation over does, from the
+// turn the store shows in flight — here on a read of the turn log, the
+// first request after the holder's lease lapsed — and tells the model.
+func TestReplicaRecordsTheTurnAStoppedHolderLeft(t *testing.T) {
+	dsn := pgDSN(t)
+	a, al := newReplica(t, dsn, nil)
+	b, _ := newReplica(t, dsn, a.tokens)
+	id := a.open("alice")
+	want(t, a.say("alice", id, "hello"), 200, "")
+	ctx := context.Background()
+	c, err := a.store.Info(ctx, owners["alice"], id)
+	if err != nil || c.Epoch == 0 {
+		t.Fatalf("A's conversation: %+v %v", c, err)
+	}
+	// A begins a turn and stops answering (and renewing) at once.
+	al.cut.Store(true)
+	a.door.close()
+	if err := a.store.BeginTurn(ctx, owners["alice"], id, c.Epoch, host.Begun{RunID: "run-left", Kind: "message", Input: "print(2)", Started: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * testLease)
+	var log []map[string]any
+	for {
+		log = turnLog(t, b, "alice", id)
+		if countKind(log, "takeover") == 1 || time.Now().After(deadline) {
+			break
+		}
+		h, err := mustLeases(t, b).Holder(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(h.Left)
+	}
+	var lost map[string]any
+	for _, e := range log {
+		if e["runId"] == "run-left" {
+			lost = e
+		}
+	}
+	if lost == nil || lost["outcome"] != host.TurnLost || countKind(log, "takeover") != 1 {
+		t.Fatalf("the turn log after B took over: %+v", log)
+	}
+	if msgs := transcript(t, b, id); len(msgs) != 4 || msgs[2] != "user: print(2)" || !strings.Contains(msgs[3], "may have run in part") {
+		t.Fatalf("the transcript: %q", msgs)
+	}
+	// The model hears of it with the takeover, as context.
+	out := b.say("alice", id, "what came before?").json(t)["output"].(string)
+	if !strings.HasPrefix(out, "before: user: [agentry: this conversation was taken over") || !strings.Contains(out, "was cut") {
+		t.Fatalf("the model was told: %q", out)
+	}
+}
+
+// A request forwarded to a holder that stopped answering (frozen, cut
+// off) while its lease lives on is answered 503 replica_unavailable with
+// Retry-After within the forward timeout — and is given up for good: when
+// the holder comes back it does not run it.
+func TestReplicaForwardGivesUpOnAHolderThatStoppedAnswering(t *testing.T) {
+	dsn := pgDSN(t)
+	a, _ := newReplica(t, dsn, nil)
+	b, _ := newReplica(t, dsn, a.tokens)
+	id := a.open("alice")
+	want(t, a.say("alice", id, "hello"), 200, "")
+
+	a.door.close()
+	sent := time.Now()
+	r := b.say("alice", id, `call gate {}`)
+	took := time.Since(sent)
+	want(t, r, http.StatusServiceUnavailable, string(host.CodeReplicaUnavailable))
+	if r.header.Get("Retry-After") == "" {
+		t.Fatalf("no Retry-After: %v", r.header)
+	}
+	if took > testForward {
+		t.Fatalf("answered %s after it was sent, past the %s forward timeout", took, testForward)
+	}
+	t.Logf("a holder that stopped answering: 503 after %s (forward timeout %s)", took.Round(time.Millisecond), testForward)
+
+	// A comes back: the request it kept waiting is refused, never run; the
+	// next one runs.
+	a.door.open()
+	for range 50 {
+		if r = a.say("alice", id, "hello again"); r.status != http.StatusConflict {
+			break
+		}
+		time.Sleep(testLease / 10) // the request given up still holds the session
+	}
+	want(t, r, 200, "")
+	select {
+	case <-a.gate.entered:
+		t.Fatal("the request given up ran when its holder came back")
+	default:
+	}
+	log := turnLog(t, a, "alice", id)
+	if n := countKind(log, "message"); n != 2 {
+		t.Fatalf("turn log: %+v", log)
+	}
+}
+
+// A holder that answers its health checks is waited for however long its
+// turn takes, far past the forward timeout.
+func TestReplicaForwardWaitsForABusyHolder(t *testing.T) {
+	dsn := pgDSN(t)
+	a, _ := newReplica(t, dsn, nil)
+	b, _ := newReplica(t, dsn, a.tokens)
+	id := a.open("alice")
+	want(t, a.say("alice", id, "hello"), 200, "")
+
+	done := make(chan resp, 1)
+	go func() { done <- b.say("alice", id, `call gate {}`) }()
+	<-a.gate.entered
+	for range 4 { // B checked four times that A lives: more than the forward timeout has passed
+		waitFor(t, a.door.healthy, 10*testForward, "a health check of A")
+	}
+	close(a.gate.release)
+	r := waitFor(t, done, 10*testForward, "the answer")
+	want(t, r, 200, "")
+	if out := r.json(t)["output"]; out != "tool said: released" {
+		t.Fatalf("the long turn through B: %v", out)
+	}
+}
