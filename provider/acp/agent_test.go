@@ -310,6 +310,14 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 			}
 		}
 		return answer("chose " + chosen)
+	case "blocks": // what the prompt held, one block after another
+		var texts []string
+		for _, b := range p.Prompt {
+			if b.Text != nil {
+				texts = append(texts, b.Text.Text)
+			}
+		}
+		return answer(strings.Join(texts, " | "))
 	case "forever":
 		<-ctx.Done()
 		return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil

@@ -443,6 +443,9 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			blocks = append(blocks, sdk.TextBlock(s.instr))
 			s.instr = ""
 		}
+		if req.Context != "" { // the host's note: a block of its own, before the person's words
+			blocks = append(blocks, sdk.TextBlock(req.Context))
+		}
 		blocks = append(blocks, sdk.TextBlock(req.Input))
 		binding := s.binding
 		s.mu.Unlock()

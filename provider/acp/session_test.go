@@ -52,6 +52,28 @@ func TestTurnMapsUpdatesToOutputs(t *testing.T) {
 	}
 }
 
+// A turn's context (the host's note after a takeover) reaches the agent
+// as a block of its own, before the person's words, which arrive as they
+// were sent.
+func TestTurnContextIsABlockOfItsOwn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	s := r.create(r.instance(r.config(nil, nil)), "s1")
+	var outs []provider.Output
+	for o, err := range s.RunTurn(context.Background(), provider.TurnRequest{TurnID: "t1", Input: "blocks", Context: "[note: the conversation moved]"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, o)
+	}
+	if got := said(outs); got != "[note: the conversation moved] | blocks" {
+		t.Fatalf("the prompt's blocks: %q", got)
+	}
+	if got := said(turn(t, s, "t2", "blocks")); got != "blocks" {
+		t.Fatalf("the next turn's blocks: %q", got)
+	}
+}
+
 func TestStopReasonsAndAgentErrorsEndTheTurn(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)

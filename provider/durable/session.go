@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,8 +68,14 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			return
 		}
 		cfg := s.in.cfg
+		msgs := rec.Conversation.Messages
+		if req.Context != "" {
+			// The host's note for this turn, before the person's words (the
+			// model sees it in this turn; the record keeps what the turn adds).
+			msgs = append(slices.Clip(msgs), llm.Message{Role: llm.RoleUser, Content: req.Context})
+		}
 		in := TurnInput{Binding: string(s.binding), SessionID: s.id, TurnID: req.TurnID, Identity: s.identity,
-			System: cfg.System, Context: s.context, Messages: rec.Conversation.Messages, Input: req.Input, Tools: s.defs,
+			System: cfg.System, Context: s.context, Messages: msgs, Input: req.Input, Tools: s.defs,
 			CheckIns: s.in.checkIns, ToolQueue: s.in.toolQueue, MaxIterations: cfg.MaxIterations,
 			Heartbeat: cfg.Heartbeat, ToolTimeout: cfg.ToolTimeout, ToolStart: cfg.ToolStart, PinnedStart: cfg.PinnedStart,
 			ModelTimeout: cfg.ModelTimeout, ModelAttempts: cfg.ModelAttempts}
