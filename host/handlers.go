@@ -206,6 +206,10 @@ func (h *Host) storeError(err error) *apiError {
 		return notFound()
 	case errors.Is(err, ErrConflict):
 		return newError(http.StatusConflict, CodeConflict, ErrConflict.Error())
+	case errors.Is(err, ErrFenced), errors.Is(err, ErrForwardVoided):
+		e := newError(http.StatusServiceUnavailable, CodeSessionMoved, "host: another replica holds this session now; nothing was changed here; send the request again")
+		e.retryAfter = 1
+		return e
 	}
 	h.metrics.failures.WithLabelValues("store").Inc()
 	h.log.Error("host: store failure", "err", err)

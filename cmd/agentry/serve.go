@@ -41,6 +41,7 @@ type serveOptions struct {
 	temporalNamespace, temporalQueue           string
 	drain, teardown, idleEvict, lease          time.Duration
 	turnTimeout                                time.Duration
+	forwardTimeout                             time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
 	caps                                       sessionCaps
@@ -112,6 +113,7 @@ flushed. A second signal exits at once.
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	f.StringVar(&o.advertise, "advertise", "", "with a postgres:// store: the URL the other replicas reach this one at (default: the listen address; a wildcard host becomes this machine's hostname)")
 	f.DurationVar(&o.lease, "lease", host.DefaultLeaseTTL, "with a postgres:// store: how long a conversation's ownership lease lasts unrenewed (renewed every third of it); a dead replica's conversations are taken over after it")
+	f.DurationVar(&o.forwardTimeout, "forward-timeout", host.DefaultForwardTimeout, "with a postgres:// store: how long a request forwarded to the replica holding its conversation waits once that replica stops answering its health check, before it is answered 503 replica_unavailable (a replica that answers is waited for however long its turn takes)")
 	f.StringVar(&o.temporal, "temporal", "", "run every turn as a durable workflow on the Temporal server at HOST:PORT (model calls retried, tool calls pinned to this replica, check-ins survive restarts); see docs/scale.md")
 	f.StringVar(&o.temporalReplica, "temporal-replica", "", "with --temporal: this replica's name, the same across its restarts (its tool calls' task queue); default: hostname-PORT")
 	f.StringVar(&o.temporalNamespace, "temporal-namespace", "default", "with --temporal: the Temporal namespace")
@@ -155,6 +157,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	if o.lease == 0 {
 		o.lease = host.DefaultLeaseTTL
+	}
+	if o.forwardTimeout < 0 {
+		return usageError("--forward-timeout must be a positive duration (for example 5s)")
 	}
 
 	var auth host.Authenticator
@@ -272,7 +277,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	h, err := host.New(host.Options{
 		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router, Leases: leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
-		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout,
+		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
 	})
 	if err != nil {

@@ -104,9 +104,8 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	// then answers with the last result — or with a failed call's.
 	model := modelwire.NewAnthropic(modelwire.Options{Script: func(tr modelwire.Turn) modelwire.Reply {
 		asked := tr.Asked
-		if strings.HasPrefix(asked, "[agentry:") { // the host's note after a takeover, then the message
-			_, asked, _ = strings.Cut(asked, "]\n")
-			asked = strings.TrimLeft(asked, "\n")
+		if n := len(tr.AskedParts); n > 1 { // the host's note after a takeover: a part of its own, before the message
+			asked = tr.AskedParts[n-1]
 		}
 		steps := strings.Split(asked, "\n# next call\n")
 		if tr.ToolErrors || tr.Answered >= len(steps) {

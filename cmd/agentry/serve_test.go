@@ -223,6 +223,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{func(o *serveOptions) { o.advertise = "10.0.0.5:8080" }, "--advertise"},
 		{func(o *serveOptions) { o.advertise = "http://u:pw@10.0.0.5:8080" }, "--advertise"},
 		{func(o *serveOptions) { o.lease = -time.Second }, "--lease"},
+		{func(o *serveOptions) { o.forwardTimeout = -time.Second }, "--forward-timeout"},
 		{func(o *serveOptions) { o.advertise = "http://10.0.0.5:8080" }, "postgres"}, // a SQLite store has no replicas
 	} {
 		o := serveDefaults(t)

@@ -150,24 +150,24 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 				}
 			}
 		}
-		asked, answered := soFar(len(all), func(i int) (string, int, bool) {
+		asked, answered := soFar(len(all), func(i int) ([]string, int, bool) {
 			if req.Messages[i].Role != "user" {
-				return "", 0, false
+				return nil, 0, false
 			}
-			var said strings.Builder
+			var said []string
 			results := 0
 			for _, b := range all[i] {
 				switch b.Type {
 				case "text":
-					said.WriteString(b.Text)
+					said = append(said, b.Text)
 				case "tool_result":
 					results++
 				}
 			}
-			return said.String(), results, true
+			return said, results, true
 		})
 		sr := s.opt.Script(Turn{N: n, Message: text.String(), ToolResults: results, ToolErrors: failed,
-			Asked: asked, Answered: answered, Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
+			Asked: strings.Join(asked, ""), AskedParts: asked, Answered: answered, Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
 		s.anthropicScripted(w, req.Model, req.Stream, sr)
 		return
 	}

@@ -130,19 +130,24 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, body []byte) {
 			turn.ToolErrors = turn.ToolErrors || strings.Contains(string(p.FunctionResponse.Response), `"error"`)
 		}
 	}
-	turn.Asked, turn.Answered = soFar(len(req.Contents), func(i int) (string, int, bool) {
+	turn.AskedParts, turn.Answered = soFar(len(req.Contents), func(i int) ([]string, int, bool) {
 		c := req.Contents[i]
 		if c.Role != "user" {
-			return "", 0, false
+			return nil, 0, false
 		}
 		results := 0
+		var texts []string
 		for _, p := range c.Parts {
 			if p.FunctionResponse != nil {
 				results++
 			}
+			if p.Text != "" && !p.Thought {
+				texts = append(texts, p.Text)
+			}
 		}
-		return c.text(), results, true
+		return texts, results, true
 	})
+	turn.Asked = strings.Join(turn.AskedParts, "")
 	s.record(Request{Path: r.URL.Path, Stream: turn.Stream, Tools: turn.Tools, ToolResults: turn.ToolResults, Body: body})
 	s.mu.Lock()
 	turn.N = len(s.requests)

@@ -65,6 +65,10 @@ type Turn struct {
 	// gets the same answer.
 	Asked    string
 	Answered int
+	// AskedParts are the text parts of that message, in order (Asked is
+	// them joined): a client that sends a host's note as context of its
+	// own puts it in a part before the person's words.
+	AskedParts []string
 	// Tools names the tools the request offers.
 	Tools []string
 	// System is the request's system prompt, as text.
@@ -157,21 +161,21 @@ func (s *Server) Requests() []Request {
 }
 
 // soFar reads, from the last of n messages back, the person's message a
-// request answers (the last user message with text and no tool results)
-// and how many tool results came after it. user says what message i
-// holds, or ok false when it is not the user's.
-func soFar(n int, user func(i int) (text string, results int, ok bool)) (asked string, answered int) {
+// request answers (the last user message with text and no tool results):
+// its text parts, and how many tool results came after it. user says what
+// message i holds, or ok false when it is not the user's.
+func soFar(n int, user func(i int) (texts []string, results int, ok bool)) (asked []string, answered int) {
 	for i := n - 1; i >= 0; i-- {
-		text, results, ok := user(i)
+		texts, results, ok := user(i)
 		if !ok {
 			continue
 		}
 		answered += results
-		if results == 0 && text != "" {
-			return text, answered
+		if results == 0 && strings.Join(texts, "") != "" {
+			return texts, answered
 		}
 	}
-	return "", answered
+	return nil, answered
 }
 
 // reply is what the model decided: text, or one call of run_code.
