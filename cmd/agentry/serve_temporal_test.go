@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
+	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
 	"github.com/agentry-dev/agentry/internal/modelwire"
 	"github.com/agentry-dev/agentry/internal/pgtest"
@@ -264,8 +265,35 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 		t.Fatalf("the stored conversation: %+v", msgs)
 	}
 
-	// The conversation goes on through B once A's lease lapses: taken
-	// over (the turn log says so), nothing run again.
+	// The host's turn log gets the killed turn's end too: a client polling
+	// it (on B) sees it once A's lease has lapsed — completed, as the
+	// conversation's record shows.
+	var entry map[string]any
+	for entry == nil {
+		code, body := b.call(t, "GET", turns, "")
+		var log struct{ Turns []map[string]any }
+		if code != 200 || json.Unmarshal(body, &log) != nil {
+			t.Fatalf("the turn log: %d %s", code, body)
+		}
+		for _, e := range log.Turns {
+			if e["runId"] == turnID && e["kind"] == "message" {
+				entry = e
+			}
+		}
+		if entry == nil {
+			if time.Since(killed) > 3*lease+time.Minute {
+				t.Fatalf("the killed turn never reached the turn log: %s", body)
+			}
+			time.Sleep(500 * time.Millisecond) // a client's polling
+		}
+	}
+	if entry["outcome"] != host.TurnCompleted {
+		t.Fatalf("the killed turn in the turn log: %+v", entry)
+	}
+	t.Logf("the killed turn reached the turn log (%s) %s after A was killed", entry["outcome"], time.Since(killed).Round(100*time.Millisecond))
+
+	// The conversation goes on through B, which took it over (the turn
+	// log says so), nothing run again.
 	var out string
 	for {
 		code, body := b.call(t, "POST", turns, message(fmt.Sprintf("open(%q, 'a').write('three\\n')\nprint('three')", marks)))
