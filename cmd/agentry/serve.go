@@ -152,14 +152,11 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 			return usageError("--advertise: %v", err)
 		}
 	}
-	if o.lease < 0 {
-		return usageError("--lease must be a positive duration (for example 15s)")
+	if o.lease < 0 || o.forwardTimeout < 0 {
+		return usageError("--lease and --forward-timeout must be positive durations (for example 15s and 5s)")
 	}
 	if o.lease == 0 {
 		o.lease = host.DefaultLeaseTTL
-	}
-	if o.forwardTimeout < 0 {
-		return usageError("--forward-timeout must be a positive duration (for example 5s)")
 	}
 
 	var auth host.Authenticator

@@ -38,6 +38,23 @@ func (m anthropicMessage) blocks() ([]anthropicBlock, error) {
 }
 
 // resultText reads a tool_result's content: a string or text blocks.
+// userParts reads a message for soFar: a user message's text blocks and
+// how many tool results it carries.
+func userParts(role string, blocks []anthropicBlock) (texts []string, results int, ok bool) {
+	if role != "user" {
+		return nil, 0, false
+	}
+	for _, b := range blocks {
+		switch b.Type {
+		case "text":
+			texts = append(texts, b.Text)
+		case "tool_result":
+			results++
+		}
+	}
+	return texts, results, true
+}
+
 func resultText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -150,22 +167,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 				}
 			}
 		}
-		asked, answered := soFar(len(all), func(i int) ([]string, int, bool) {
-			if req.Messages[i].Role != "user" {
-				return nil, 0, false
-			}
-			var said []string
-			results := 0
-			for _, b := range all[i] {
-				switch b.Type {
-				case "text":
-					said = append(said, b.Text)
-				case "tool_result":
-					results++
-				}
-			}
-			return said, results, true
-		})
+		asked, answered := soFar(len(all), func(i int) ([]string, int, bool) { return userParts(req.Messages[i].Role, all[i]) })
 		sr := s.opt.Script(Turn{N: n, Message: text.String(), ToolResults: results, ToolErrors: failed,
 			Asked: strings.Join(asked, ""), AskedParts: asked, Answered: answered, Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
 		s.anthropicScripted(w, req.Model, req.Stream, sr)

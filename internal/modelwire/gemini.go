@@ -48,6 +48,23 @@ func (c geminiContent) text() string {
 	return b.String()
 }
 
+// userParts reads a user content for soFar: its text parts (thoughts
+// left out) and how many function responses it carries.
+func (c geminiContent) userParts() (texts []string, results int, ok bool) {
+	if c.Role != "user" {
+		return nil, 0, false
+	}
+	for _, p := range c.Parts {
+		if p.FunctionResponse != nil {
+			results++
+		}
+		if p.Text != "" && !p.Thought {
+			texts = append(texts, p.Text)
+		}
+	}
+	return texts, results, true
+}
+
 func geminiRefuse(w http.ResponseWriter, code int, status, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(code)
@@ -130,23 +147,7 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, body []byte) {
 			turn.ToolErrors = turn.ToolErrors || strings.Contains(string(p.FunctionResponse.Response), `"error"`)
 		}
 	}
-	turn.AskedParts, turn.Answered = soFar(len(req.Contents), func(i int) ([]string, int, bool) {
-		c := req.Contents[i]
-		if c.Role != "user" {
-			return nil, 0, false
-		}
-		results := 0
-		var texts []string
-		for _, p := range c.Parts {
-			if p.FunctionResponse != nil {
-				results++
-			}
-			if p.Text != "" && !p.Thought {
-				texts = append(texts, p.Text)
-			}
-		}
-		return texts, results, true
-	})
+	turn.AskedParts, turn.Answered = soFar(len(req.Contents), func(i int) ([]string, int, bool) { return req.Contents[i].userParts() })
 	turn.Asked = strings.Join(turn.AskedParts, "")
 	s.record(Request{Path: r.URL.Path, Stream: turn.Stream, Tools: turn.Tools, ToolResults: turn.ToolResults, Body: body})
 	s.mu.Lock()
