@@ -27,8 +27,10 @@ import (
 // over. Every write of the conversation carries the lease epoch, and the
 // store refuses an older one, so a replica that lost the conversation
 // changes nothing of it. A turn is recorded as begun (Store.BeginTurn)
-// before it runs, so the replica that takes the conversation over records
-// one that was cut, if the replica that ran it could not.
+// before its first step that may change the world (a tool call, a prompt
+// to an agent process), so the replica that takes the conversation over
+// records one that was cut, if the replica that ran it could not; a turn
+// that only called the model writes nothing more than its end.
 
 // errLeaseLost is why a fenced turn stops.
 var errLeaseLost = errors.New("host: this replica can no longer be sure it holds the conversation (its lease deadline passed, or another replica took the conversation over)")
@@ -145,11 +147,20 @@ func (f *turnFence) release() {
 type fencing struct {
 	scope   *turnScope
 	fence   *turnFence
-	refused *apiError     // the turn was not begun: nothing ran
-	lost    atomic.Bool   // the fence cut the turn
-	closed  atomic.Bool   // the cut closed the provider session
 	forward string        // the forwarding replica's id of the request, if any
 	owner   tool.Identity // the conversation's
+
+	// refused: the turn must not go on (not begun, or its record refused
+	// before its first step that could change anything); nothing that
+	// could ran.
+	refused atomic.Pointer[apiError]
+	lost    atomic.Bool // the fence cut the turn
+	closed  atomic.Bool // the cut closed the provider session
+
+	beginOnce sync.Once
+	beginFn   func() error // records the turn as begun (set by Host.begin)
+	beginErr  error
+	begun     atomic.Bool // the store shows the turn in flight
 }
 
 // newFencing prepares a turn's fencing. With replicas, the turn runs only
@@ -162,7 +173,7 @@ func (h *Host) newFencing(ctx context.Context, lc *liveConv) *fencing {
 	}
 	fz.forward, _ = ctx.Value(forwardIDKey{}).(string)
 	if fz.fence = h.rep.fenceFor(lc.id); fz.fence == nil {
-		fz.refused = movedError()
+		fz.refused.Store(movedError())
 		fz.scope = newTurnScope(h.store, nil, nil)
 		return fz
 	}
@@ -175,9 +186,27 @@ func (h *Host) newFencing(ctx context.Context, lc *liveConv) *fencing {
 func (fz *fencing) context(ctx context.Context) context.Context {
 	ctx = context.WithValue(ctx, turnScopeKey{}, fz.scope)
 	if fz.fence != nil {
-		ctx = provider.WithStepCheck(ctx, fz.fence.check)
+		ctx = provider.WithStepCheck(ctx, fz.check)
 	}
 	return ctx
+}
+
+// check is the provider's step check: the lease's deadline, and before
+// the first step that may change the world, the turn's record in the
+// store (once; every such step waits for it, and none goes on without it).
+func (fz *fencing) check(step provider.Step) error {
+	if err := fz.fence.check(); err != nil {
+		return err
+	}
+	if step == provider.StepModel || fz.beginFn == nil {
+		return nil
+	}
+	fz.beginOnce.Do(func() {
+		if fz.beginErr = fz.beginFn(); fz.beginErr != nil {
+			fz.fence.trip() // the turn stops here
+		}
+	})
+	return fz.beginErr
 }
 
 // epoch is the lease epoch the turn's writes carry (0 without replicas).
@@ -198,31 +227,35 @@ func (fz *fencing) release() {
 // arms the fence. false: the turn must not run (fz.refused says why).
 func (h *Host) begin(ctx context.Context, lc *liveConv, t *turnRun) bool {
 	fz := t.fz
-	if fz.refused != nil {
+	if fz.refused.Load() != nil {
 		return false
 	}
 	if fz.fence == nil {
 		return true
 	}
 	if err := fz.fence.check(); err != nil {
-		fz.refused = movedError()
+		fz.refused.Store(movedError())
 		return false
 	}
 	b := Begun{RunID: t.runID, Kind: t.kind, Input: t.input, Forward: fz.forward, Started: h.now().UTC()}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.rep.ttl/3)
-	defer cancel()
-	if err := h.store.BeginTurn(sctx, lc.owner, lc.id, fz.fence.epoch, b); err != nil {
+	fz.beginFn = func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.rep.ttl/3)
+		defer cancel()
+		err := h.store.BeginTurn(sctx, lc.owner, lc.id, fz.fence.epoch, b)
 		switch {
+		case err == nil:
+			fz.begun.Store(true)
+			return nil
 		case errors.Is(err, ErrFenced), errors.Is(err, ErrForwardVoided):
-			h.log.Warn("host: a turn was not begun: the conversation is no longer this replica's to run", "session", lc.id, "err", err)
-			fz.refused = movedError()
+			h.log.Warn("host: a turn was stopped before it could change anything: the conversation is no longer this replica's to run", "session", lc.id, "err", err)
+			fz.refused.Store(movedError())
 		default:
-			fz.refused = h.storeError(err)
+			fz.refused.Store(h.storeError(err))
 		}
-		return false
+		return err
 	}
 	if t.kind == "message" {
-		h.rep.noteTold(lc.id) // the note went with the turn
+		h.rep.noteTold(lc.id) // the note goes with the turn
 	}
 	sess := lc.sess
 	fz.fence.arm(func(err error) { h.cutLost(lc, t, sess, err) })
@@ -245,7 +278,7 @@ func (h *Host) cutLost(lc *liveConv, t *turnRun, sess *provider.ValidatedSession
 
 func movedError() *apiError {
 	e := newError(http.StatusServiceUnavailable, CodeSessionMoved,
-		"host: this session moved to another replica before the turn began; nothing ran; send it again")
+		"host: this session moved to another replica before the turn could change anything; send it again")
 	e.retryAfter = 1
 	return e
 }
@@ -263,9 +296,14 @@ func (h *Host) settleFenced(r *http.Request, lc *liveConv, t *turnRun, began tim
 	switch {
 	case fz == nil:
 		return "", turnResult{}, false
-	case fz.refused != nil:
-		h.flushCarried(t)
-		return "", turnResult{Error: fz.refused}, true
+	case fz.refused.Load() != nil:
+		// Nothing that could change anything ran: the turn leaves no
+		// trace, not even the agent's record of it.
+		fz.scope.take()
+		if fz.closed.Load() {
+			h.letGo(lc)
+		}
+		return "", turnResult{Error: fz.refused.Load()}, true
 	case !fz.lost.Load() && (fz.fence == nil || fz.fence.check() == nil):
 		if notStarted(t.err) {
 			h.unbegin(r, lc, t) // settle answers it and saves nothing
@@ -284,7 +322,7 @@ func notStarted(err error) bool {
 
 // unbegin takes back the record of a turn begun that did not start.
 func (h *Host) unbegin(r *http.Request, lc *liveConv, t *turnRun) {
-	if t.fz.fence == nil {
+	if !t.fz.begun.Load() {
 		return
 	}
 	ctx, cancel := storeCtx(r)
@@ -312,14 +350,31 @@ func (h *Host) settleLost(r *http.Request, lc *liveConv, t *turnRun, began time.
 	turn := &Turn{RunID: t.runID, Kind: t.kind, Outcome: TurnLost, Error: lostNote, Started: now.Add(-time.Since(began)), Ended: now}
 	_, err := h.store.Save(ctx, Update{Conversation: c, Append: add, Turn: turn, Epoch: t.fz.epoch(), Records: t.fz.scope.take()})
 	switch {
-	case errors.Is(err, ErrFenced):
+	case errors.Is(err, ErrFenced) && t.fz.begun.Load():
 		h.log.Warn("host: a lost turn is recorded by the replica that holds the session now", "session", lc.id, "run", t.runID)
+	case errors.Is(err, ErrFenced):
+		// The replica holding it now cannot know of a turn that changed
+		// nothing yet: its turn log hears of it from here (the transcript
+		// is that replica's to write).
+		if aerr := h.appendTurn(ctx, lc.id, lc.owner, turn); aerr != nil {
+			h.log.Error("host: recording a lost turn in the turn log", "session", lc.id, "run", t.runID, "err", aerr)
+		}
 	case err != nil:
 		h.log.Error("host: recording a lost turn", "session", lc.id, "run", t.runID, "err", err)
 	}
 	if !t.fz.closed.Load() {
 		h.closeSession(ctx, lc, provider.CloseEvicted, "lost")
 	}
+	h.letGo(lc)
+	h.metrics.failures.WithLabelValues("turn").Inc()
+	h.metrics.turns.WithLabelValues(t.kind, TurnLost).Inc()
+	h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: lostNote}, lc.id, lc.owner)
+	return turnResult{RunID: t.runID, Error: turnLostError()}
+}
+
+// letGo forgets a conversation this replica may no longer hold: its
+// provider session (closed already), its place in memory, its lease.
+func (h *Host) letGo(lc *liveConv) {
 	lc.sess = nil
 	h.mu.Lock()
 	if h.live[lc.id] == lc {
@@ -327,10 +382,6 @@ func (h *Host) settleLost(r *http.Request, lc *liveConv, t *turnRun, began time.
 	}
 	h.mu.Unlock()
 	h.rep.forget(lc.id)
-	h.metrics.failures.WithLabelValues("turn").Inc()
-	h.metrics.turns.WithLabelValues(t.kind, TurnLost).Inc()
-	h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: lostNote}, lc.id, lc.owner)
-	return turnResult{RunID: t.runID, Error: turnLostError()}
 }
 
 // flushCarried writes the providers' records a turn left for a save that

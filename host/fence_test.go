@@ -4,10 +4,13 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/host/sqlstore"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // lastTurn is the last entry of a conversation's turn log.
@@ -216,5 +219,42 @@ func TestReplicaForwardWaitsForABusyHolder(t *testing.T) {
 	want(t, r, 200, "")
 	if out := r.json(t)["output"]; out != "tool said: released" {
 		t.Fatalf("the long turn through B: %v", out)
+	}
+}
+
+// beginCounter is the host's store, counting the turns begun in it.
+type beginCounter struct {
+	*sqlstore.Store
+	begins atomic.Int32
+}
+
+func (c *beginCounter) BeginTurn(ctx context.Context, o tool.Identity, id string, epoch int64, b host.Begun) error {
+	c.begins.Add(1)
+	return c.Store.BeginTurn(ctx, o, id, epoch, b)
+}
+
+// A turn is on record in the store before its first tool call runs; one
+// that only calls the model writes nothing before the save of its end (a
+// turn costs one commit, as without replicas).
+func TestReplicaTurnsBeginBeforeTheirFirstToolCall(t *testing.T) {
+	dsn := pgDSN(t)
+	bc := &beginCounter{}
+	a, _ := newReplicaOn(t, dsn, nil, func(st *sqlstore.Store) host.Store { bc.Store = st; return bc })
+	id := a.open("alice")
+	want(t, a.say("alice", id, "hello"), 200, "")
+	if n := bc.begins.Load(); n != 0 {
+		t.Fatalf("a turn without tool calls was begun %d times in the store", n)
+	}
+	done := make(chan resp, 1)
+	go func() { done <- a.say("alice", id, `call gate {}`) }()
+	<-a.gate.entered
+	c, err := bc.Info(context.Background(), owners["alice"], id)
+	if err != nil || c.Begun == nil || c.Begun.Kind != "message" || c.Begun.Input != `call gate {}` || bc.begins.Load() != 1 {
+		t.Fatalf("while its tool call runs: %+v (%d begun) %v", c.Begun, bc.begins.Load(), err)
+	}
+	close(a.gate.release)
+	want(t, waitFor(t, done, 10*testLease, "the answer"), 200, "")
+	if c, _ := bc.Info(context.Background(), owners["alice"], id); c.Begun != nil {
+		t.Fatalf("after the turn's save: %+v", c.Begun)
 	}
 }

@@ -111,6 +111,13 @@ func (d *door) open() {
 // a listener of its own, admitting the tokens given (nil: new ones).
 func newReplica(t *testing.T, dsn string, toks map[string]string) (*fixture, *flaky) {
 	t.Helper()
+	return newReplicaOn(t, dsn, toks, nil)
+}
+
+// newReplicaOn is newReplica with the host's store (and the agent's
+// records in it) seen through wrap.
+func newReplicaOn(t *testing.T, dsn string, toks map[string]string, wrap func(*sqlstore.Store) host.Store) (*fixture, *flaky) {
+	t.Helper()
 	ws := newWorkspaces(t)
 	g := newGate()
 	rec := newRecorder()
@@ -119,9 +126,13 @@ func newReplica(t *testing.T, dsn string, toks map[string]string) (*fixture, *fl
 		t.Fatal(err)
 	}
 	st := openStore(t, dsn)
+	var hs host.Store = st
+	if wrap != nil {
+		hs = wrap(st)
+	}
 	tools := []tool.Tool{ws.filesTool(), ws.deployTool(), g.tool(ws)}
 	nd, err := native.NewDriver(native.Config{TurnRunIDs: true,
-		Store: native.HostStore(st),
+		Store: native.HostStore(hs.(host.Records)),
 		Agent: func(context.Context, provider.Definition) (agent.Options, error) {
 			return agent.Options{ID: "replica-test", Model: cmdModel{}, Tools: tools,
 				Routes: []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}}}, nil
@@ -148,7 +159,7 @@ func newReplica(t *testing.T, dsn string, toks map[string]string) (*fixture, *fl
 	}
 	fl := &flaky{Leases: l}
 	auth, toks := tokensFor(t, toks)
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Bus: bus, Leases: fl, EvictEvery: -1, ForwardTimeout: testForward})
+	h, err := host.New(host.Options{Provider: inst, Store: hs, Auth: auth, Bus: bus, Leases: fl, EvictEvery: -1, ForwardTimeout: testForward})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -419,6 +419,10 @@ func notStarted(format string, args ...any) error {
 
 func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Seq2[provider.Output, error] {
 	return func(yield func(provider.Output, error) bool) {
+		if err := provider.CheckStep(ctx, provider.StepAgent); err != nil { // the host's, before the agent acts
+			yield(provider.Output{}, notStarted("%v", err))
+			return
+		}
 		s.mu.Lock()
 		switch {
 		case s.closing || s.closed:
@@ -486,6 +490,9 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 		t.pending, t.waiting = nil, false
 		t.mu.Unlock()
 		outcome, chosen := choose(p.options, res)
+		if err := provider.CheckStep(ctx, provider.StepAgent); err != nil { // the host's, before the agent goes on
+			outcome, chosen = sdk.RequestPermissionOutcome{Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}}, "cancelled (the host stopped standing behind the turn)"
+		}
 		p.answer <- outcome
 		if !yield(s.output(provider.OutputActivity, t.id, func(o *provider.Output) { o.Text = "answered " + p.id + ": " + chosen }), nil) {
 			s.abandon(t)

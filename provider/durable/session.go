@@ -80,6 +80,10 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			Heartbeat: cfg.Heartbeat, ToolTimeout: cfg.ToolTimeout, ToolStart: cfg.ToolStart, PinnedStart: cfg.PinnedStart,
 			ModelTimeout: cfg.ModelTimeout, ModelAttempts: cfg.ModelAttempts}
 		wid := workflowID(s.binding, req.TurnID)
+		if err := provider.CheckStep(ctx, provider.StepAgent); err != nil { // the host's, before the turn is handed over
+			yield(provider.Output{}, fmt.Errorf("%w: %w", provider.ErrNotStarted, err))
+			return
+		}
 		// Watched before it starts: its first activity may come at once.
 		w, unwatch := s.in.watch(wid)
 		defer unwatch()
@@ -116,6 +120,10 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 		w, unwatch := s.in.watch(wid)
 		defer unwatch()
 		d := Decision{RequestID: res.RequestID, Approve: res.Approve, Note: res.Note}
+		if err := provider.CheckStep(ctx, provider.StepAgent); err != nil { // the host's, before the turn goes on
+			yield(provider.Output{}, fmt.Errorf("%w: %w", provider.ErrNotStarted, err))
+			return
+		}
 		if err := s.in.cfg.Client.SignalWorkflow(ctx, wid, "", signalDecision, d); err != nil {
 			yield(provider.Output{}, fmt.Errorf("durable: sending the decision to the turn's workflow: %w", err))
 			return

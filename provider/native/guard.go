@@ -18,8 +18,8 @@ import (
 // cancellation has reached the run.
 
 // stepAllowed is the guards' check: the host's, then the run's context.
-func stepAllowed(ctx context.Context) error {
-	if err := provider.CheckStep(ctx); err != nil {
+func stepAllowed(ctx context.Context, step provider.Step) error {
+	if err := provider.CheckStep(ctx, step); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -44,7 +44,7 @@ func guardModel(m llm.Model) llm.Model {
 type guardedModel struct{ m llm.Model }
 
 func (g guardedModel) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
-	if err := stepAllowed(ctx); err != nil {
+	if err := stepAllowed(ctx, provider.StepModel); err != nil {
 		return llm.Response{}, err
 	}
 	return g.m.Generate(ctx, req)
@@ -58,7 +58,7 @@ type guardedStreamer struct {
 }
 
 func (g guardedStreamer) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Chunk, error] {
-	if err := stepAllowed(ctx); err != nil {
+	if err := stepAllowed(ctx, provider.StepModel); err != nil {
 		return func(yield func(llm.Chunk, error) bool) { yield(llm.Chunk{}, err) }
 	}
 	return g.s.Stream(ctx, req)
@@ -79,7 +79,7 @@ func guardTools(ts []tool.Tool) []tool.Tool {
 type guardedTool struct{ tool.Tool }
 
 func (g guardedTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage) (tool.Result, error) {
-	if err := stepAllowed(ctx); err != nil {
+	if err := stepAllowed(ctx, provider.StepTool); err != nil {
 		return tool.Result{}, err
 	}
 	return g.Tool.Call(ctx, c, args)
