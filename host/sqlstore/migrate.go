@@ -29,15 +29,39 @@ type rowMark struct {
 	Messages int64  `json:"messages"`
 }
 
+// marksOutOfHead splits a schema-2 native record's head: the head without
+// its turn marks, and the marks.
+func marksOutOfHead(head string) ([]byte, []rowMark, error) {
+	var rec map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(head), &rec); err != nil {
+		return nil, nil, fmt.Errorf("its record is not a JSON object: %w", err)
+	}
+	if rec == nil { // null: a record of nothing
+		rec = map[string]json.RawMessage{}
+	}
+	var marks []rowMark
+	if raw, ok := rec["turns"]; ok {
+		if err := json.Unmarshal(raw, &marks); err != nil {
+			return nil, nil, fmt.Errorf("its turn marks are not a JSON list of marks: %w", err)
+		}
+	}
+	rec["turns"] = json.RawMessage("null")
+	b, err := json.Marshal(rec)
+	return b, marks, err
+}
+
 // nativeHead is the head of a native record made from a schema-1
 // conversation: its transcript head (version and identity; the messages
 // are rows), with no turn marks.
 func nativeHead(transcriptHead sql.NullString) ([]byte, error) {
-	conv := map[string]json.RawMessage{}
+	var conv map[string]json.RawMessage
 	if transcriptHead.Valid {
 		if err := json.Unmarshal([]byte(transcriptHead.String), &conv); err != nil {
 			return nil, fmt.Errorf("the stored transcript is not a JSON object: %w", err)
 		}
+	}
+	if conv == nil { // none, or null
+		conv = map[string]json.RawMessage{}
 	}
 	conv["messages"] = json.RawMessage("null")
 	return json.Marshal(map[string]any{"conversation": conv, "turns": nil})
@@ -191,15 +215,9 @@ func (s *Store) toV3(ctx context.Context, tx *sql.Tx) error {
 	}
 	r := s.rebind
 	for _, h := range heads {
-		rec := map[string]json.RawMessage{}
-		if err := json.Unmarshal([]byte(h.head), &rec); err != nil {
-			return fmt.Errorf("native conversation %s: its record is not a JSON object: %w", h.binding, err)
-		}
-		var marks []rowMark
-		if raw, ok := rec["turns"]; ok {
-			if err := json.Unmarshal(raw, &marks); err != nil {
-				return fmt.Errorf("native conversation %s: its turn marks are not a JSON list: %w", h.binding, err)
-			}
+		b, marks, err := marksOutOfHead(h.head)
+		if err != nil {
+			return fmt.Errorf("native conversation %s: %w", h.binding, err)
 		}
 		if len(marks) == 0 {
 			continue
@@ -210,11 +228,6 @@ func (s *Store) toV3(ctx context.Context, tx *sql.Tx) error {
 			}
 		}
 		n := len(marks)
-		rec["turns"] = json.RawMessage("null")
-		b, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
 		if _, err := tx.ExecContext(ctx, r(`UPDATE agentry_native SET head = ?, turns = ? WHERE binding = ?`), string(b), n, h.binding); err != nil {
 			return err
 		}
