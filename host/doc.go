@@ -35,6 +35,15 @@
 //     their sessions closed with reason evicted. A close that fails is
 //     recorded and retried (RetryCleanup) until it succeeds or the host
 //     stops — never dropped.
+//   - Among replicas ([Options].Leases), a replica never acts for a
+//     conversation it may have lost: each turn runs under its lease's
+//     deadline, checked before every step the provider takes
+//     (provider.CheckStep) and before its store writes, and is cut, its
+//     session closed, when the deadline passes; every write carries the
+//     lease epoch, which the store checks ([ErrFenced]); a turn cut so is
+//     recorded lost and its client told turn_lost. Providers keep their
+//     own records in the host's store through the [Records] port, in the
+//     transaction that saves the turn ([SaveRecord]).
 //   - [Options].HostTools are lent to every session through a host
 //     binding, each call one call with the conversation's identity.
 //   - [Host.Shutdown] refuses new requests (503, /readyz fails), lets

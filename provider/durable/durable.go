@@ -52,7 +52,7 @@ type Config struct {
 	// waits for a person's decision before every call.
 	Tools []tool.Tool
 	// Store keeps the conversations; every replica must share it (the
-	// host's SQL store: NativeStore()).
+	// host's SQL store: native.HostStore(st)).
 	Store native.Store
 	// MaxIterations bounds the model calls of one turn (default 16).
 	MaxIterations int
@@ -108,7 +108,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 	case cfg.Model == nil:
 		return nil, errors.New("durable: Config.Model is nil; pass the model turns call")
 	case cfg.Store == nil:
-		return nil, errors.New("durable: Config.Store is nil; pass the store every replica shares (the host store's NativeStore)")
+		return nil, errors.New("durable: Config.Store is nil; pass the store every replica shares (native.HostStore on the host's store)")
 	}
 	if cfg.TaskQueue == "" {
 		cfg.TaskQueue = DefaultTaskQueue

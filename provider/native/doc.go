@@ -14,7 +14,11 @@
 //     Branch report a new binding; Resume reopens the stored conversation
 //     and keeps its binding. Branch copies the conversation as it stood
 //     after the given completed turn. Conversations are kept in a [Store]
-//     (in memory by default).
+//     (in memory by default; [HostStore] keeps them in the host's store).
+//   - Every model and tool call first runs the host's step check
+//     (provider.CheckStep) and looks at the run's context: a turn whose
+//     host stopped standing behind it, or that was interrupted, takes no
+//     further step.
 //   - Identity is the host's to give, in the session configuration
 //     ([SessionConfig]); absent stays nil. A conversation is resumed or
 //     branched only under the identity it was created with; any other is
