@@ -456,3 +456,21 @@ func (h *Host) epochOf(id string) int64 {
 	}
 	return 0
 }
+
+// dropUnknownPause gives up a pause a resumed provider session comes back
+// waiting on when the conversation holds no such pause: a turn the host
+// never recorded as paused (it was lost, or its replica stopped between
+// the provider storing the pause and the host saving the turn). Left
+// there, it would refuse every turn of the conversation.
+func (h *Host) dropUnknownPause(ctx context.Context, lc *liveConv, vs *provider.ValidatedSession) {
+	turnID, _, waiting := vs.Pending()
+	if !waiting {
+		return
+	}
+	if p := lc.conv.Pending; lc.conv.State == StatePaused && p != nil && p.TurnID == turnID {
+		return
+	}
+	if err := vs.Interrupt(ctx, turnID); err != nil {
+		h.log.Warn("host: giving up a pause the conversation does not hold", "session", lc.id, "err", err)
+	}
+}

@@ -258,3 +258,37 @@ func TestReplicaTurnsBeginBeforeTheirFirstToolCall(t *testing.T) {
 		t.Fatalf("after the turn's save: %+v", c.Begun)
 	}
 }
+
+// A provider session that comes back waiting on a pause the conversation
+// does not hold (the turn was recorded lost, or its replica stopped
+// between the agent storing the pause and the host saving the turn) has
+// that pause given up, so the conversation goes on.
+func TestAPauseTheConversationDoesNotHoldIsGivenUp(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)}
+	f := newFixture(t, config{opt: host.Options{IdleEvict: time.Minute, Now: clock.Now}})
+	id := f.open("alice")
+	want(t, f.say("alice", id, `call migrate {}`), http.StatusAccepted, "")
+	// The host's record loses the pause; the agent's keeps it.
+	ctx := context.Background()
+	c, err := f.store.Info(ctx, owners["alice"], id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.Pending = host.StateOpen, nil
+	if _, err := f.store.Save(ctx, host.Update{Conversation: c}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if n := f.h.EvictIdle(ctx); n != 1 {
+		t.Fatalf("evicted %d", n)
+	}
+	// Re-opened from the binding: the agent's pause is given up.
+	r := f.say("alice", id, "hello")
+	want(t, r, 200, "")
+	if out := r.json(t)["output"]; out != "you said: hello" {
+		t.Fatalf("the turn after: %v", out)
+	}
+	if open, opened, closed := f.ws.stats(); open != 0 || opened != closed {
+		t.Fatalf("workspaces: %d open, %d opened, %d closed", open, opened, closed)
+	}
+}

@@ -249,6 +249,7 @@ func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
 	if err != nil {
 		return h.openError(lc, err)
 	}
+	h.dropUnknownPause(ctx, lc, vs)
 	lc.sess = vs
 	lc.conv.Provider, lc.conv.Binding = h.key, vs.Binding()
 	return nil
