@@ -13,27 +13,6 @@ import (
 	"github.com/agentry-dev/agentry/tool"
 )
 
-// lastTurn is the last entry of a conversation's turn log.
-func lastTurn(t *testing.T, f *fixture, id string) map[string]any {
-	t.Helper()
-	log := turnLog(t, f, "alice", id)
-	if len(log) == 0 {
-		t.Fatal("the turn log is empty")
-	}
-	return log[len(log)-1]
-}
-
-// transcript is a conversation's messages as role: content lines.
-func transcript(t *testing.T, f *fixture, id string) []string {
-	t.Helper()
-	var out []string
-	for _, m := range f.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).json(t)["messages"].([]any) {
-		mm := m.(map[string]any)
-		out = append(out, mm["role"].(string)+": "+mm["content"].(string))
-	}
-	return out
-}
-
 // waitFor answers within d or fails the test.
 func waitFor[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
 	t.Helper()
@@ -74,10 +53,10 @@ func TestReplicaFenceCutsTheTurnOfALostLease(t *testing.T) {
 	if open, _, _ := a.ws.stats(); open != 0 {
 		t.Fatalf("A still holds %d workspaces of the lost turn", open)
 	}
-	if e := lastTurn(t, b, id); e["outcome"] != host.TurnLost || e["kind"] != "message" || !strings.Contains(e["error"].(string), "may have run in part") {
+	if e := lastTurn(t, b, "alice", id); e["outcome"] != host.TurnLost || e["kind"] != "message" || !strings.Contains(e["error"].(string), "may have run in part") {
 		t.Fatalf("the turn log: %+v", e)
 	}
-	if msgs := transcript(t, b, id); len(msgs) < 2 || msgs[0] != "user: call gate {}" || !strings.Contains(msgs[len(msgs)-1], "may have run in part") {
+	if msgs := transcript(t, b, "alice", id); len(msgs) < 2 || msgs[0] != "user: call gate {}" || !strings.Contains(msgs[len(msgs)-1], "may have run in part") {
 		t.Fatalf("the transcript: %q", msgs)
 	}
 
@@ -144,7 +123,7 @@ func TestReplicaRecordsTheTurnAStoppedHolderLeft(t *testing.T) {
 	if lost == nil || lost["outcome"] != host.TurnLost || countKind(log, "takeover") != 1 {
 		t.Fatalf("the turn log after B took over: %+v", log)
 	}
-	if msgs := transcript(t, b, id); len(msgs) != 4 || msgs[2] != "user: print(2)" || !strings.Contains(msgs[3], "may have run in part") {
+	if msgs := transcript(t, b, "alice", id); len(msgs) != 4 || msgs[2] != "user: print(2)" || !strings.Contains(msgs[3], "may have run in part") {
 		t.Fatalf("the transcript: %q", msgs)
 	}
 	// The model hears of it with the takeover, as context.

@@ -450,8 +450,8 @@ func (r *replicas) forward(w http.ResponseWriter, req *http.Request, o tool.Iden
 		return
 	}
 	to := forwardTo{url: u, holder: holder, owner: o, conv: req.PathValue("id")}
-	if req.Method == http.MethodPost {
-		to.turn, to.forward = true, newForwardID()
+	if req.Pattern == "POST /v1/sessions/{id}/turns" || req.Pattern == "POST /v1/sessions/{id}/decision" {
+		to.turn, to.forward = true, newForwardID() // it begins a turn there
 	}
 	if req.ContentLength != 0 { // a body, of known length or not
 		b, ae := r.h.readCapped(w, req)

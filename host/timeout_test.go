@@ -33,7 +33,7 @@ func TestTurnTimeoutBoundsEveryTurn(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := openStore(t, filepath.Join(t.TempDir(), "agentry.db"))
-		nd, err := native.NewDriver(native.Config{TurnRunIDs: true, Store: st.NativeStore(),
+		nd, err := native.NewDriver(native.Config{TurnRunIDs: true, Store: native.HostStore(st),
 			Agent: func(context.Context, provider.Definition) (agent.Options, error) {
 				return agent.Options{ID: "timeout-test", Model: cmdModel{}, Tools: []tool.Tool{g.tool(ws)},
 					Routes: []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}}}, nil
