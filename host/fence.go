@@ -147,8 +147,7 @@ func (f *turnFence) release() {
 type fencing struct {
 	scope   *turnScope
 	fence   *turnFence
-	forward string        // the forwarding replica's id of the request, if any
-	owner   tool.Identity // the conversation's
+	forward string // the forwarding replica's id of the request, if any
 
 	// refused: the turn must not go on (not begun, or its record refused
 	// before its first step that could change anything); nothing that
@@ -166,7 +165,7 @@ type fencing struct {
 // newFencing prepares a turn's fencing. With replicas, the turn runs only
 // on a lease this replica surely holds.
 func (h *Host) newFencing(ctx context.Context, lc *liveConv) *fencing {
-	fz := &fencing{owner: lc.owner}
+	fz := &fencing{}
 	if h.rep == nil {
 		fz.scope = newTurnScope(h.store, nil, nil)
 		return fz
