@@ -222,8 +222,10 @@ func (fz *fencing) release() {
 	}
 }
 
-// begin records the turn as begun before it runs (with replicas), and
-// arms the fence. false: the turn must not run (fz.refused says why).
+// begin readies a turn to run under its fence (with replicas): the record
+// of it in the store, written before its first step that may change the
+// world (fencing.check), and the timer that cuts it at the lease's
+// deadline. false: the turn must not run (fz.refused says why).
 func (h *Host) begin(ctx context.Context, lc *liveConv, t *turnRun) bool {
 	fz := t.fz
 	if fz.refused.Load() != nil {
