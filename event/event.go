@@ -65,8 +65,9 @@ type Sink interface {
 }
 
 // Decode parses one event from its JSON form. A payload of a type this
-// package knows decodes into its payload struct (a pointer, as emitters
-// send it); any other payload stays a json.RawMessage.
+// package defines, or one registered with [Register], decodes into its
+// payload struct (a pointer, as emitters send it); any other payload stays
+// a json.RawMessage.
 func Decode(data []byte) (Event, error) {
 	var raw struct {
 		Type    Type            `json:"type"`
@@ -80,8 +81,8 @@ func Decode(data []byte) (Event, error) {
 		return Event{}, fmt.Errorf("event: the line has no \"type\"")
 	}
 	e := Event{Type: raw.Type, Meta: raw.Meta, Payload: raw.Payload}
-	newPayload, ok := payloads[raw.Type]
-	if !ok || len(raw.Payload) == 0 || string(raw.Payload) == "null" {
+	newPayload := payloadFor(raw.Type)
+	if newPayload == nil || len(raw.Payload) == 0 || string(raw.Payload) == "null" {
 		return e, nil
 	}
 	p := newPayload()

@@ -321,3 +321,35 @@ func TestMs(t *testing.T) {
 		t.Fatalf("Ms = %v", got)
 	}
 }
+
+// A payload type registered by another package decodes into its struct;
+// registering a type twice, or one of this package's, panics.
+func TestRegisterDecodesAnotherPackagesPayload(t *testing.T) {
+	t.Parallel()
+	type sample struct {
+		Label string `json:"label"`
+		Count int    `json:"count"`
+	}
+	const typ event.Type = "agentry.test_register.sample"
+	event.Register(typ, func() any { return new(sample) })
+	if _, ok := event.NewPayload(typ).(*sample); !ok {
+		t.Fatalf("NewPayload(%s) = %T", typ, event.NewPayload(typ))
+	}
+	e, err := event.Decode([]byte(`{"type":"agentry.test_register.sample","payload":{"label":"x","count":3},"meta":{"seq":1,"time":"2026-01-01T00:00:00Z"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := e.Payload.(*sample); !ok || p.Label != "x" || p.Count != 3 {
+		t.Fatalf("decoded payload %#v", e.Payload)
+	}
+	for _, again := range []event.Type{typ, event.TypeToolEnd, ""} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q) did not panic", again)
+				}
+			}()
+			event.Register(again, func() any { return new(sample) })
+		}()
+	}
+}

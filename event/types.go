@@ -1,9 +1,14 @@
 package event
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
-// The events agentry emits. Each has one payload struct below; emitters
-// send a pointer to it.
+// The events this package defines. Each has one payload struct below;
+// emitters send a pointer to it. A package that owns a concern defines its
+// own event types beside it and registers their payloads ([Register]): the
+// jail's and the code runners' live in package jail.
 const (
 	// agent: a turn of the loop.
 	TypeTurnStart Type = "agentry.agent.turn_start"
@@ -61,17 +66,10 @@ const (
 	// door: how a command serves others.
 	TypeUnjailedServing Type = "agentry.door.unjailed"
 
-	// jail: jailed agent processes (provider/acp/jail).
-	TypeJailStarted Type = "agentry.jail.started"
-	TypeJailRefused Type = "agentry.jail.connection_refused"
-	TypeJailStopped Type = "agentry.jail.stopped"
 	// A provider session's close failed (the host retries it), and a
 	// retry that finished the cleanup.
 	TypeHostCleanupFailed Type = "agentry.host.cleanup_failed"
 	TypeHostCleanupDone   Type = "agentry.host.cleanup_done"
-	// Code runners' statements about themselves.
-	TypeRunnerLimits Type = "agentry.runner.limits" // what a runner caps, and what it cannot cap here
-	TypeRunnerSwept  Type = "agentry.runner.swept"  // leftovers of dead processes removed at start
 
 	// acp: external coding agents behind provider/acp — their processes
 	// and the client calls they make.
@@ -308,49 +306,6 @@ type HostTurnFailed struct {
 	Error string `json:"error"`
 }
 
-// JailStarted reports a jailed agent process that started: what confines
-// it and, by name, what does not yet.
-type JailStarted struct {
-	Label string `json:"label,omitempty"`
-	// UID is the unprivileged host user the agent runs as.
-	UID int `json:"uid"`
-	// Applied and NotApplied name the limits, comma-separated
-	// ("seccomp,memory,pids,cpu,disk").
-	Applied    string `json:"applied"`
-	NotApplied string `json:"notApplied,omitempty"`
-	// AllowHosts are the host:port pairs it may reach and Exposed the
-	// names of the host listeners it was given, comma-separated.
-	AllowHosts string  `json:"allowHosts,omitempty"`
-	Exposed    string  `json:"exposed,omitempty"`
-	StartMs    float64 `json:"startMs"`
-}
-
-// JailRefused reports a connection the jail refused: through its egress
-// proxy, or dialled directly to a port nobody is allowed.
-type JailRefused struct {
-	Label string `json:"label,omitempty"`
-	// Target is the host:port asked for.
-	Target string `json:"target"`
-	// Via is "proxy" or "direct".
-	Via    string `json:"via"`
-	Reason string `json:"reason"`
-	// Suppressed counts refusals before this one that the event bound
-	// held back (a port scan); a last event with no Target carries the
-	// remainder when the jail ends.
-	Suppressed int `json:"suppressed,omitempty"`
-}
-
-// JailStopped reports a jailed agent process that ended.
-type JailStopped struct {
-	Label string `json:"label,omitempty"`
-	// How is "exited" (on its own), "terminated" (SIGTERM at Stop) or
-	// "killed" (SIGKILL of the whole jail when Stop's deadline ended).
-	How      string  `json:"how"`
-	ExitCode *int    `json:"exitCode,omitempty"`
-	TookMs   float64 `json:"tookMs"`
-	Error    string  `json:"error,omitempty"`
-}
-
 // HostCleanup is the payload of host cleanup_failed and cleanup_done: a
 // provider session's close that failed, and each retry of it. It names
 // the provider and (in Meta) the conversation; never a key.
@@ -515,46 +470,14 @@ var payloads = map[Type]func() any{
 	TypeHostAdmissionRefused:   func() any { return new(AdmissionRefused) },
 	TypeHostTurnFailed:         func() any { return new(HostTurnFailed) },
 	TypeUnjailedServing:        func() any { return new(UnjailedServing) },
-	TypeJailStarted:            func() any { return new(JailStarted) },
-	TypeJailRefused:            func() any { return new(JailRefused) },
-	TypeJailStopped:            func() any { return new(JailStopped) },
 	TypeHostCleanupFailed:      func() any { return new(HostCleanup) },
 	TypeHostCleanupDone:        func() any { return new(HostCleanup) },
-	TypeRunnerLimits:           func() any { return new(RunnerLimits) },
-	TypeRunnerSwept:            func() any { return new(RunnerSwept) },
 	TypeACPAgentStarted:        func() any { return new(ACPAgentStarted) },
 	TypeACPAgentStopped:        func() any { return new(ACPAgentStopped) },
 	TypeACPFile:                func() any { return new(ACPFile) },
 	TypeACPTerminal:            func() any { return new(ACPTerminal) },
 	TypeACPElicitation:         func() any { return new(ACPElicitation) },
 	TypeACPAgentCutOff:         func() any { return new(ACPAgentCutOff) },
-}
-
-// RunnerLimits is a code runner's statement, once at its start, of the
-// limits its sessions get and of those this machine cannot give them.
-type RunnerLimits struct {
-	RunnerID    string     `json:"runnerId"`
-	Description string     `json:"description"`
-	Applied     []string   `json:"applied"`
-	NotApplied  []LimitGap `json:"notApplied,omitempty"`
-}
-
-// LimitGap is one limit a runner cannot apply, and why.
-type LimitGap struct {
-	Limit string `json:"limit"`
-	Why   string `json:"why"`
-}
-
-// RunnerSwept reports one sweep of what processes that no longer exist
-// left behind: session directories, control groups, remote sessions.
-type RunnerSwept struct {
-	RunnerID string `json:"runnerId"`
-	What     string `json:"what"` // "session-dirs", "cgroups", "remote-sessions"
-	Removed  int    `json:"removed"`
-	// Owners are the pids of the dead processes whose leftovers went.
-	Owners []int  `json:"owners,omitempty"`
-	Failed int    `json:"failed,omitempty"`
-	Error  string `json:"error,omitempty"`
 }
 
 // Types lists every type this package defines, in a stable order.
@@ -571,20 +494,55 @@ func Types() []Type {
 		TypeProviderInteraction, TypeProviderInteractionEnd,
 		TypeHostSessionOpened, TypeHostSessionClosed, TypeHostSessionEvicted, TypeHostAdmissionRefused, TypeHostTurnFailed,
 		TypeUnjailedServing,
-		TypeJailStarted, TypeJailRefused, TypeJailStopped,
 		TypeHostCleanupFailed, TypeHostCleanupDone,
-		TypeRunnerLimits, TypeRunnerSwept,
 		TypeACPAgentStarted, TypeACPAgentStopped, TypeACPFile, TypeACPTerminal, TypeACPElicitation, TypeACPAgentCutOff,
 	}
 }
 
 // NewPayload returns a new zero payload (a pointer) for t, or nil when t
-// is not one of this package's types.
+// is neither one of this package's types nor a registered one.
 func NewPayload(t Type) any {
-	if f, ok := payloads[t]; ok {
+	if f := payloadFor(t); f != nil {
 		return f()
 	}
 	return nil
+}
+
+// The payload types other packages define, by event type ([Register]).
+var (
+	registeredMu sync.RWMutex
+	registered   = map[Type]func() any{}
+)
+
+// Register tells [Decode] and [NewPayload] the payload of an event type
+// another package defines and emits (the jail's, a runner's): newPayload
+// returns a new zero payload, a pointer, as the emitter sends it. Call it
+// from the defining package's init function, so that every program that
+// can emit the type can also read it back. It panics on an empty type, a
+// nil newPayload, or a type already known, as database/sql.Register does.
+func Register(t Type, newPayload func() any) {
+	if t == "" || newPayload == nil {
+		panic("event: Register needs a type and a payload constructor")
+	}
+	registeredMu.Lock()
+	defer registeredMu.Unlock()
+	if _, dup := payloads[t]; dup {
+		panic("event: Register called twice for " + string(t))
+	}
+	if _, dup := registered[t]; dup {
+		panic("event: Register called twice for " + string(t))
+	}
+	registered[t] = newPayload
+}
+
+// payloadFor is the constructor of t's payload, or nil.
+func payloadFor(t Type) func() any {
+	if f, ok := payloads[t]; ok {
+		return f
+	}
+	registeredMu.RLock()
+	defer registeredMu.RUnlock()
+	return registered[t]
 }
 
 // Ms converts a duration to fractional milliseconds, the unit of every

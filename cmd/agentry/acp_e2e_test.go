@@ -18,7 +18,7 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/internal/modelwire"
-	"github.com/agentry-dev/agentry/provider/acp/jail"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // claudeCodeACPEnv names the directory .ci/run installs
@@ -55,7 +55,11 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 	if _, err := os.Stat(path); err != nil {
 		skip("%s is not installed at %s (.ci/run installs it: npm install --prefix %s %s): %v", bin, dir, dir, pkg, err)
 	}
-	if err := jail.New(jail.Options{}).Check(context.Background()); err != nil {
+	a, err := jail.NewAgent(jail.AgentOptions{})
+	if err == nil {
+		err = a.Check(context.Background())
+	}
+	if err != nil {
 		skip("cannot jail the agent here: %v", err)
 	}
 	return path

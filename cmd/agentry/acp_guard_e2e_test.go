@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/host"
-	"github.com/agentry-dev/agentry/provider/acp/jail"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -30,7 +30,11 @@ import (
 // CI=true and skips elsewhere when this machine cannot jail.
 func acpAgentBinary(t *testing.T) string {
 	t.Helper()
-	if err := jail.New(jail.Options{}).Check(context.Background()); err != nil {
+	a, err := jail.NewAgent(jail.AgentOptions{})
+	if err == nil {
+		err = a.Check(context.Background())
+	}
+	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("cannot jail the agent here: %v", err)
 		}

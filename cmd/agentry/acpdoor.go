@@ -13,10 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentry-dev/agentry/event"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
-	"github.com/agentry-dev/agentry/provider/acp/jail"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
 )
@@ -167,10 +166,12 @@ func splitCommand(s string) ([]string, error) {
 }
 
 // acpLauncher is the launcher the doors run agents with: the jail,
-// sandboxed with the session caps. Without a jail it refuses, naming
-// bubblewrap and --allow-unjailed; with allow it warns loudly and returns
-// the unjailed launcher and why.
-func acpLauncher(ctx context.Context, command string, caps sessionCaps, allow bool, warn io.Writer) (l acp.Launcher, unjailed string, closeFn func(), err error) {
+// with the session caps. Checking the jail first sweeps what a killed
+// agentry left (the agents' cells, their tmpfs and control groups),
+// reported to events. Without a jail it refuses, naming bubblewrap and
+// --allow-unjailed; with allow it warns loudly and returns the unjailed
+// launcher and why.
+func acpLauncher(ctx context.Context, command string, caps sessionCaps, allow bool, events func(event.Event), warn io.Writer) (l acp.Launcher, unjailed string, closeFn func(), err error) {
 	var c jail.Caps
 	for _, x := range []struct {
 		flag, v string
@@ -179,24 +180,24 @@ func acpLauncher(ctx context.Context, command string, caps sessionCaps, allow bo
 		if x.v == "" {
 			continue
 		}
-		n, err := sandbox.ParseSize(x.v)
+		n, err := jail.ParseSize(x.v)
 		if err != nil {
 			return nil, "", nil, usageError("%s: %v", x.flag, err)
 		}
 		*x.dst = n
 	}
-	sb, err := jail.NewSandbox(c)
+	j, err := jail.NewAgent(jail.AgentOptions{Caps: &c, Events: events})
 	if err != nil {
 		return nil, "", nil, usageError("%v", err)
 	}
-	j := jail.New(jail.Options{Confiner: sb})
 	jerr := j.Check(ctx)
 	if jerr == nil {
-		for name, why := range sb.Gaps() {
+		for name, why := range j.Gaps() {
 			fmt.Fprintf(warn, "agentry %s: the agent jail cannot apply its %s cap here: %s (every session's jail_started event says so)\n", command, name, why)
 		}
-		return acp.Jailed(j), "", func() { _ = sb.Close() }, nil
+		return acp.Jailed(j), "", func() { _ = j.Close() }, nil
 	}
+	_ = j.Close()
 	if !allow {
 		return nil, "", nil, usageError("refusing to run the agent UNJAILED: %v; "+
 			"install bubblewrap (Debian: apt-get install bubblewrap) and run agentry as root, "+

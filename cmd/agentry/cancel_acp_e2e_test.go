@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/host"
-	"github.com/agentry-dev/agentry/provider/acp/jail"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // neverAnswers is an ACP agent whose model cannot be reached: it takes a
@@ -56,7 +56,11 @@ for line in sys.stdin:
 // of its own (the jail mounts the command's directory read-only).
 func writeNeverAnswers(t *testing.T) string {
 	t.Helper()
-	if err := jail.New(jail.Options{}).Check(context.Background()); err != nil {
+	a, err := jail.NewAgent(jail.AgentOptions{})
+	if err == nil {
+		err = a.Check(context.Background())
+	}
+	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("cannot jail the agent here: %v", err)
 		}

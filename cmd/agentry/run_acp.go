@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/provider"
 )
 
@@ -31,11 +32,6 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 	if err != nil {
 		return err
 	}
-	l, _, closeLauncher, err := acpLauncher(ctx, "run", o.caps, o.allowUnjailed, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeLauncher()
 	bus, err := runACPBus(ctx, o, stderr)
 	if err != nil {
 		return err
@@ -46,6 +42,11 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 		_ = bus.Close(cctx) // closes the sinks
 	}()
 	export := bus.Export
+	l, _, closeLauncher, err := acpLauncher(ctx, "run", o.caps, o.allowUnjailed, export, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLauncher()
 	reg, inst, err := openACP(ctx, l, cfg, export, provider.WithEvents(export))
 	if err != nil {
 		return failure(err)
@@ -126,7 +127,7 @@ func runACPBus(ctx context.Context, o runOptions, stderr io.Writer) (*event.Bus,
 	for _, sk := range sinks {
 		_ = bus.Add(sk, event.Filter{})
 	}
-	_ = bus.Add(newRefusedNotices(stderr), event.Filter{Types: []event.Type{event.TypeJailRefused}})
+	_ = bus.Add(newRefusedNotices(stderr), event.Filter{Types: []event.Type{jail.TypeRefused}})
 	return bus, nil
 }
 
@@ -226,7 +227,7 @@ func (n *refusedNotices) write() {
 
 // Export queues the line for a refused connection.
 func (n *refusedNotices) Export(e event.Event) {
-	p, ok := e.Payload.(*event.JailRefused)
+	p, ok := e.Payload.(*jail.Refused)
 	if !ok {
 		return
 	}
@@ -243,7 +244,7 @@ func (n *refusedNotices) Export(e event.Event) {
 }
 
 // refusedLine is what the person is told about one refusal.
-func refusedLine(p *event.JailRefused) string {
+func refusedLine(p *jail.Refused) string {
 	if p.Target == "" {
 		return fmt.Sprintf("agentry: %d more connections of the agent were refused and not reported one by one", p.Suppressed)
 	}

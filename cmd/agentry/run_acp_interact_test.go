@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/provider"
 )
 
@@ -35,14 +36,14 @@ func TestRunTerminalInteractions(t *testing.T) {
 func TestRefusedNotices(t *testing.T) {
 	var out lockedBuffer
 	n := newRefusedNotices(&out)
-	n.Export(event.Event{Type: event.TypeJailRefused, Payload: &event.JailRefused{Target: "api.example.com:443", Via: "proxy"}})
-	n.Export(event.Event{Type: event.TypeJailRefused, Payload: &event.JailRefused{Target: "a b\n:1", Via: "proxy", Suppressed: 3}})
-	n.Export(event.Event{Type: event.TypeJailRefused, Payload: &event.JailRefused{Suppressed: 12}})
+	n.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Target: "api.example.com:443", Via: "proxy"}})
+	n.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Target: "a b\n:1", Via: "proxy", Suppressed: 3}})
+	n.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Suppressed: 12}})
 	n.Export(event.Event{Type: event.TypeACPFile, Payload: &event.ACPFile{}})
 	if err := n.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	n.Export(event.Event{Type: event.TypeJailRefused, Payload: &event.JailRefused{Target: "late:1"}}) // after Close: dropped quietly
+	n.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Target: "late:1"}}) // after Close: dropped quietly
 	want := "agentry: the jail refused the agent's connection to api.example.com:443: it is not on the allowlist; to allow it, pass --agent-allow-host api.example.com:443\n" +
 		`agentry: the jail refused the agent's connection to "a b\n:1": it is not on the allowlist; to allow it, pass --agent-allow-host "a b\n:1" (3 more were refused before it and not reported)` + "\n" +
 		"agentry: 12 more connections of the agent were refused and not reported one by one\n"
@@ -54,7 +55,7 @@ func TestRefusedNotices(t *testing.T) {
 	block := make(chan struct{})
 	stuck := newRefusedNotices(blockingWriter(block))
 	for range 200 {
-		stuck.Export(event.Event{Type: event.TypeJailRefused, Payload: &event.JailRefused{Target: "x:1"}})
+		stuck.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Target: "x:1"}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

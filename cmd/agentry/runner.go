@@ -11,7 +11,7 @@ import (
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/event"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // sessionCaps are the --session-memory and --session-disk flags of run,
@@ -34,7 +34,7 @@ func (c *sessionCaps) jail() (*local.Jail, error) {
 		if x.v == "" {
 			continue
 		}
-		n, err := sandbox.ParseSize(x.v)
+		n, err := jail.ParseSize(x.v)
 		if err != nil {
 			return nil, usageError("%s: %v", x.flag, err)
 		}

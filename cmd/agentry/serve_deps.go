@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
@@ -30,7 +30,10 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 	if m == nil {
 		m = scripted.Calculator()
 	}
-	d := serveDeps{model: m, close: func() {}}
+	// Runner and jail events (a sweep at start, a runner's limits, each
+	// code_run) go on the bus, which exists only later: held until then.
+	later := &busLater{warn: warn}
+	d := serveDeps{model: m, close: func() {}, bind: later.bind}
 	if o.events != "" {
 		s, err := ndjson.Open(o.events, ndjson.Options{OnError: func(err error) {
 			fmt.Fprintf(warn, "agentry serve: events file: %v\n", err)
@@ -41,7 +44,7 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		d.sinks = append(d.sinks, s)
 	}
 	if o.agent == "acp" {
-		return buildACPDeps(ctx, o, d, warn)
+		return buildACPDeps(ctx, o, d, later.export, warn)
 	}
 	jail, err := o.caps.jail()
 	if err != nil {
@@ -52,14 +55,7 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		closeSinks(d.sinks)
 		return serveDeps{}, usageError("--pool %d: give a count of interpreters, or 0 for none", o.pool)
 	}
-	// code_run and runner events go on the bus, which exists only later.
-	var bus atomic.Pointer[event.Bus]
-	d.bind = bus.Store
-	toBus := func(e event.Event) {
-		if b := bus.Load(); b != nil {
-			b.Export(e)
-		}
-	}
+	toBus := later.export
 	r, unjailed, err := doorRunner(ctx, o.runner, local.Options{Jail: jail, Pool: local.Pool{Size: o.pool}, Events: toBus}, o.reach, o.allowUnjailed, warn)
 	if err != nil {
 		closeSinks(d.sinks)
@@ -98,7 +94,7 @@ func closeSinks(sinks []event.Sink) {
 // with --allow-unjailed, the unjailed one, recorded), the agent's
 // configuration with a workspace per conversation under --workspaces, and
 // the host tools --lend names.
-func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, warn io.Writer) (serveDeps, error) {
+func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(event.Event), warn io.Writer) (serveDeps, error) {
 	fail := func(err error) (serveDeps, error) {
 		closeSinks(d.sinks)
 		return serveDeps{}, err
@@ -111,7 +107,7 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, warn io.Writ
 	if err != nil {
 		return fail(err)
 	}
-	l, why, closeLauncher, err := acpLauncher(ctx, "serve", o.caps, o.allowUnjailed, warn)
+	l, why, closeLauncher, err := acpLauncher(ctx, "serve", o.caps, o.allowUnjailed, toBus, warn)
 	if err != nil {
 		return fail(err)
 	}
@@ -137,7 +133,7 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, warn io.Writ
 			closeLauncher()
 			return fail(err)
 		}
-		r, _, err := doorRunner(ctx, o.runner, local.Options{Jail: jail}, o.reach, o.allowUnjailed, warn)
+		r, _, err := doorRunner(ctx, o.runner, local.Options{Jail: jail, Events: toBus}, o.reach, o.allowUnjailed, warn)
 		if err != nil {
 			closeLauncher()
 			return fail(err)
@@ -167,4 +163,49 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, warn io.Writ
 		closeLauncher()
 	}
 	return d, nil
+}
+
+// busLater forwards events to the bus once serve has made it, holding
+// those sent before (the sweeps and limits of a start), up to a bound.
+type busLater struct {
+	warn io.Writer
+
+	mu      sync.Mutex
+	bus     *event.Bus
+	held    []event.Event
+	dropped int
+}
+
+// maxHeldEvents bounds what busLater holds before the bus exists: a
+// start sends a handful.
+const maxHeldEvents = 256
+
+func (b *busLater) export(e event.Event) {
+	b.mu.Lock()
+	bus := b.bus
+	if bus == nil {
+		if len(b.held) < maxHeldEvents {
+			b.held = append(b.held, e)
+		} else {
+			b.dropped++
+		}
+	}
+	b.mu.Unlock()
+	if bus != nil {
+		bus.Export(e)
+	}
+}
+
+// bind hands over the bus, and the events held for it.
+func (b *busLater) bind(bus *event.Bus) {
+	b.mu.Lock()
+	held, dropped := b.held, b.dropped
+	b.bus, b.held = bus, nil
+	b.mu.Unlock()
+	for _, e := range held {
+		bus.Export(e)
+	}
+	if dropped > 0 {
+		fmt.Fprintf(b.warn, "agentry serve: %d events sent before the event bus existed were dropped\n", dropped)
+	}
 }

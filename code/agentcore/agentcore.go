@@ -44,6 +44,7 @@ import (
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/toolsession"
 )
 
@@ -222,7 +223,7 @@ func (r *Runner) Start(ctx context.Context, req code.StartRequest) (code.Session
 		p := r.ledger.sweep(ctx, r.client)
 		p.RunnerID = r.id
 		if r.events != nil {
-			r.events(event.Event{Type: event.TypeRunnerSwept, Payload: &p, Meta: event.Meta{Time: time.Now()}})
+			r.events(event.Event{Type: jail.TypeRunnerSwept, Payload: &p, Meta: event.Meta{Time: time.Now()}})
 		}
 	})
 	name := SessionName(req.Key)

@@ -13,8 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockagentcore"
 
-	"github.com/agentry-dev/agentry/event"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // DefaultMaxSweep bounds the remote sessions one orphan sweep stops.
@@ -58,12 +57,12 @@ func safeID(id string) bool {
 
 func (l *ledger) note(identifier, id string) error {
 	l.once.Do(func() {
-		l.dir = filepath.Join(l.base, NamePrefix+sandbox.Self().String())
+		l.dir = filepath.Join(l.base, NamePrefix+jail.Self().String())
 		if err := os.MkdirAll(l.dir, 0o700); err != nil {
 			l.err = err
 			return
 		}
-		l.err = sandbox.Claim(l.dir)
+		l.err = jail.Claim(l.dir)
 	})
 	if l.err != nil {
 		return fmt.Errorf("agentcore: noting the session in the ledger %s: %w; set Options.Ledger to a writable directory", l.base, l.err)
@@ -82,8 +81,8 @@ func (l *ledger) forget(id string) {
 
 // sweep stops the remote sessions that dead processes noted, at most
 // l.max of them, each bounded by ctx.
-func (l *ledger) sweep(ctx context.Context, client *bedrockagentcore.Client) event.RunnerSwept {
-	out := event.RunnerSwept{What: "remote-sessions"}
+func (l *ledger) sweep(ctx context.Context, client *bedrockagentcore.Client) jail.RunnerSwept {
+	out := jail.RunnerSwept{What: "remote-sessions"}
 	ents, err := os.ReadDir(l.base)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -97,14 +96,14 @@ func (l *ledger) sweep(ctx context.Context, client *bedrockagentcore.Client) eve
 			continue
 		}
 		dir := filepath.Join(l.base, e.Name())
-		o, err := sandbox.ReadOwner(dir)
+		o, err := jail.ReadOwner(dir)
 		if err != nil || o.Alive() {
 			continue
 		}
 		files, _ := os.ReadDir(dir)
 		left := 0
 		for _, f := range files {
-			if f.Name() == sandbox.OwnerFile {
+			if f.Name() == jail.OwnerFile {
 				continue
 			}
 			if budget == 0 || !safeID(f.Name()) {

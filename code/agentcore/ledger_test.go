@@ -10,7 +10,7 @@ import (
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/agentcore"
 	"github.com/agentry-dev/agentry/event"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // A process killed before it could stop its remote sessions leaves them
@@ -34,20 +34,20 @@ func TestStartStopsSessionsADeadProcessLeft(t *testing.T) {
 	orphan := start(t, a, "t=acme/p=bob/r=1")
 	// Make orphan look like a dead process's: its note moves to the
 	// ledger of a process that no longer exists.
-	me := sandbox.Self()
-	dead := sandbox.Owner{Pid: me.Pid, Start: me.Start + 1}
+	me := jail.Self()
+	dead := jail.Owner{Pid: me.Pid, Start: me.Start + 1}
 	mine := filepath.Join(ledger, agentcore.NamePrefix+me.String())
 	theirs := filepath.Join(ledger, agentcore.NamePrefix+dead.String())
 	if err := os.Mkdir(theirs, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(theirs, sandbox.OwnerFile), []byte(dead.String()), 0o600)
+	os.WriteFile(filepath.Join(theirs, jail.OwnerFile), []byte(dead.String()), 0o600)
 	if err := os.Rename(filepath.Join(mine, orphan.ID()), filepath.Join(theirs, orphan.ID())); err != nil {
 		t.Fatalf("the runner did not note its session: %v", err)
 	}
 
-	var swept []*event.RunnerSwept
-	b := runner(func(e event.Event) { swept = append(swept, e.Payload.(*event.RunnerSwept)) })
+	var swept []*jail.RunnerSwept
+	b := runner(func(e event.Event) { swept = append(swept, e.Payload.(*jail.RunnerSwept)) })
 	third, err := b.Start(context.Background(), code.StartRequest{Key: "t=acme/p=carol/r=1"})
 	if err != nil {
 		t.Fatal(err)

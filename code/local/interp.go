@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 //go:embed driver.py
@@ -141,21 +141,13 @@ func (r *Interpreter) Start(ctx context.Context, req code.StartRequest) (code.Se
 // open starts a new interpreter session for key (prefix names a pool
 // member's directory instead).
 func (r *Interpreter) open(ctx context.Context, key, prefix, prog string) (*interpSession, error) {
-	d, err := newSessionDirs(r.s.dir, key, r.s.jail, prefix)
+	cell, err := openCell(r.s.dir, key, r.s.jail, prefix)
 	if err != nil {
 		return nil, err
 	}
-	var g *sandbox.Group
-	if r.s.jail != nil {
-		if g, err = r.s.jail.group(); err != nil {
-			d.remove()
-			return nil, err
-		}
-	}
-	s, err := r.launch(ctx, d, g, prog)
+	s, err := r.launch(ctx, cell, prog)
 	if err != nil {
-		g.Remove(context.Background())
-		d.remove()
+		cell.Remove(context.Background())
 		return nil, err
 	}
 	return s, nil
@@ -168,12 +160,7 @@ func pythonOnly(lang string) error {
 	return fmt.Errorf("%w %q: the persistent interpreter runs python only; use local.New for other languages", ErrUnknownLanguage, lang)
 }
 
-func (r *Interpreter) launch(ctx context.Context, d sessionDirs, g *sandbox.Group, prog string) (*interpSession, error) {
-	if r.s.jail != nil {
-		if err := r.s.jail.own(d); err != nil {
-			return nil, err
-		}
-	}
+func (r *Interpreter) launch(ctx context.Context, cell *jail.Cell, prog string) (*interpSession, error) {
 	fds, err := socketPair()
 	if err != nil {
 		return nil, fmt.Errorf("local: making the control socket: %w", err)
@@ -181,28 +168,28 @@ func (r *Interpreter) launch(ctx context.Context, d sessionDirs, g *sandbox.Grou
 	ctl := newControl(fds[0])
 	theirs := os.NewFile(uintptr(fds[1]), "agentry-driver")
 	defer theirs.Close()
-	log, err := os.OpenFile(filepath.Join(d.root, "driver.log"), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	log, err := os.OpenFile(filepath.Join(cell.Root(), "driver.log"), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		ctl.close()
 		return nil, fmt.Errorf("local: making the interpreter's log: %w", err)
 	}
 	defer log.Close()
 
-	l, err := r.s.prepare(d, []string{prog, "-u", "-c", driverSource}, r.s.environ("{}"), []*os.File{theirs}, g)
+	l, err := r.s.prepare(cell, []string{prog, "-u", "-c", driverSource}, r.s.environ("{}"), []*os.File{theirs})
 	if err != nil {
 		ctl.close()
 		return nil, err
 	}
-	cmd := l.cmd
+	cmd := l.Cmd
 	cmd.Stderr = log
-	if err := l.start(); err != nil {
+	if err := l.Start(); err != nil {
 		ctl.close()
 		return nil, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
 	s := &interpSession{
-		r: r, id: filepath.Base(d.root), dirs: d, st: newStager(d, r.s.jail), group: g,
+		r: r, id: filepath.Base(cell.Root()), cell: cell, st: newStager(cell),
 		cmd: cmd, ctl: ctl, exited: make(chan struct{}), turn: make(chan struct{}, 1),
-		watch: newDirWatch(d.work),
+		watch: newDirWatch(workDir(cell)),
 	}
 	go func() {
 		_ = reap(cmd)
@@ -257,9 +244,8 @@ func logTail(f *os.File) string {
 type interpSession struct {
 	r      *Interpreter
 	id     string
-	dirs   sessionDirs
+	cell   *jail.Cell
 	st     *stager
-	group  *sandbox.Group // nil: no session caps
 	cmd    *exec.Cmd
 	ctl    *control
 	exited chan struct{} // closed once the interpreter's process is reaped
@@ -280,7 +266,7 @@ type interpSession struct {
 func (s *interpSession) ID() string { return s.id }
 
 // Dir is the session's working directory on the host.
-func (s *interpSession) Dir() string { return s.dirs.work }
+func (s *interpSession) Dir() string { return workDir(s.cell) }
 
 // Pid is the host's process id of the interpreter's outermost process
 // (bwrap when jailed).
@@ -307,7 +293,7 @@ func (s *interpSession) before() map[string]fileStamp {
 	s.mu.Unlock()
 	if snap == nil {
 		var dirs []string
-		snap, dirs = snapshot(s.dirs.work)
+		snap, dirs = snapshot(workDir(s.cell))
 		s.watch.track(dirs)
 	}
 	return snap
@@ -320,7 +306,7 @@ func (s *interpSession) after(before map[string]fileStamp) map[string]fileStamp 
 	if !s.watch.changed() {
 		return before
 	}
-	snap, dirs := snapshot(s.dirs.work)
+	snap, dirs := snapshot(workDir(s.cell))
 	s.watch.track(dirs)
 	return snap
 }
@@ -424,7 +410,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	}
 	defer outs.close()
 	before := s.before()
-	oom := s.group.OOMKills()
+	oom := s.cell.OOMKills()
 
 	// One message: the frame, with the output pipes attached. The
 	// interpreter is idle between executes, so the write does not wait on
@@ -503,8 +489,8 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		Stderr:    outs.stderr.String(),
 		Truncated: truncation(outs.stdout, outs.stderr),
 	}
-	res.Stderr = appendNote(res.Stderr, s.r.s.jail.notes(s.dirs, s.group, oom))
-	res.Artifacts, res.Truncated = artifacts(before, after, s.dirs.work, s.view, res.Truncated)
+	res.Stderr = appendNote(res.Stderr, s.r.s.jail.Notes(s.cell, oom))
+	res.Artifacts, res.Truncated = artifacts(before, after, workDir(s.cell), s.cell.View, res.Truncated)
 	if err2 != nil {
 		return res, err2
 	}
@@ -523,13 +509,6 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		res.Stderr = code.NoteFreshState(res.Stderr)
 	}
 	return res, nil
-}
-
-func (s *interpSession) view(host string) string {
-	if s.r.s.jail != nil {
-		return s.r.s.jail.view(s.dirs, host)
-	}
-	return host
 }
 
 // Stop closes the control socket (the interpreter leaves on EOF), kills
@@ -557,7 +536,7 @@ func (s *interpSession) Stop(ctx context.Context) error {
 		s.ctl.close()
 		s.watch.close()
 		<-s.turn
-		s.stopErr = errors.Join(s.group.Remove(ctx), s.dirs.remove())
+		s.stopErr = s.cell.Remove(ctx)
 	})
 	return s.stopErr
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 func TestJailRefusesWithoutBubblewrap(t *testing.T) {
@@ -291,7 +292,7 @@ func TestJailedProcessRunnerEnvironment(t *testing.T) {
 	t.Setenv("AGENTRY_TEST_SECRET", "hunter2")
 	s := start(t, local.New(jailed(t, options(t))), "python")
 	out := mustOK(t, s, "import os; print(sorted(os.environ.items()))")
-	if strings.Contains(out, "hunter2") || !strings.Contains(out, "('PATH', '"+local.JailPath+"')") {
+	if strings.Contains(out, "hunter2") || !strings.Contains(out, "('PATH', '"+jail.DefaultPath+"')") {
 		t.Fatalf("jail environment: %s", out)
 	}
 }

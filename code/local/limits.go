@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // unjailedGap is what an unjailed runner cannot give its sessions.
-var unjailedGap = Gap{Limit: "jail", Why: "Options.Jail is not set: the code runs as this process's user, with its files and network, and no session caps"}
+var unjailedGap = jail.Gap{Limit: "jail", Why: "Options.Jail is not set: the code runs as this process's user, with its files and network, and no session caps"}
 
 // start readies the runner for its first session: it sweeps what a killed
 // predecessor left, proves the jail (when there is one) and states, once,
@@ -20,34 +19,30 @@ var unjailedGap = Gap{Limit: "jail", Why: "Options.Jail is not set: the code run
 func (s *settings) start(ctx context.Context, runnerID string) error {
 	s.sweep(ctx, runnerID)
 	if s.jail != nil {
-		if err := s.jail.ready(ctx); err != nil {
+		if err := s.jail.Ready(ctx); err != nil {
 			return err
 		}
 	}
 	s.statedOnce.Do(func() {
 		applied, gaps := s.limits()
-		p := &event.RunnerLimits{RunnerID: runnerID, Description: s.describe(), Applied: applied}
-		for _, g := range gaps {
-			p.NotApplied = append(p.NotApplied, event.LimitGap{Limit: g.Limit, Why: g.Why})
-		}
-		s.emit(event.TypeRunnerLimits, p)
+		s.emit(jail.TypeRunnerLimits, &jail.RunnerLimits{RunnerID: runnerID, Description: s.describe(), Applied: applied, NotApplied: gaps})
 	})
 	return nil
 }
 
-func (s *settings) limits() ([]string, []Gap) {
+func (s *settings) limits() ([]string, []jail.Gap) {
 	base := []string{"environment allowlist", fmt.Sprintf("timeout %s per execution", s.timeout), fmt.Sprintf("output cut at %d characters per stream", s.maxChars)}
 	if s.jail == nil {
-		return base, []Gap{unjailedGap}
+		return base, []jail.Gap{unjailedGap}
 	}
-	return append(base, s.jail.applied...), s.jail.gaps
+	return append(base, s.jail.Applied()...), s.jail.Gaps()
 }
 
 func (s *settings) describe() string {
 	if s.jail == nil {
 		return "NOT jailed (" + unjailedGap.Why + ")"
 	}
-	return s.jail.describe()
+	return s.jail.Describe()
 }
 
 // describeRunner is a runner's Describe: its id and the statement, after
@@ -75,42 +70,7 @@ func (s *settings) emit(t event.Type, payload any) {
 // groups), and reports each sweep as an event. It never touches what a
 // live process owns.
 func (s *settings) sweep(ctx context.Context, runnerID string) {
-	s.sweepOnce.Do(func() {
-		report := func(what string, sw sandbox.Swept) {
-			p := &event.RunnerSwept{RunnerID: runnerID, What: what, Removed: len(sw.Paths), Failed: len(sw.Failed)}
-			for _, o := range sw.Owners {
-				p.Owners = append(p.Owners, o.Pid)
-			}
-			if len(sw.Failed) > 0 {
-				p.Error = sw.Failed[0].Error()
-			}
-			s.emit(event.TypeRunnerSwept, p)
-		}
-		report("session-dirs", sandbox.SweepDirs(s.dir, sessionPrefix))
-		if s.jail != nil {
-			report("cgroups", sandbox.SweepCgroups(ctx))
-		}
-	})
-}
-
-// notes are what the session's caps did during one execute, told to the
-// model: processes the kernel killed at the memory cap, a full disk.
-func (j *jailSettings) notes(d sessionDirs, g *sandbox.Group, oomBefore int) string {
-	if j == nil {
-		return ""
-	}
-	var out []string
-	if n := g.OOMKills() - oomBefore; n > 0 {
-		out = append(out, fmt.Sprintf("[the session reached its memory cap (%s for processes, plus what /work and /tmp hold up to %s): the kernel killed %d of its processes; use less memory, or process the data in pieces]",
-			sandbox.FormatSize(j.j.SessionMemory), sandbox.FormatSize(j.disk), n))
-	}
-	if d.fs != "" {
-		var st syscall.Statfs_t
-		if syscall.Statfs(d.fs, &st) == nil && st.Bavail*uint64(st.Bsize) < 64<<10 {
-			out = append(out, fmt.Sprintf("[the session's disk is full: /work and /tmp hold %s together at most; delete files or write less]", sandbox.FormatSize(j.disk)))
-		}
-	}
-	return strings.Join(out, "\n")
+	s.sweepOnce.Do(func() { s.jail.Sweep(ctx, s.dir, runnerID, s.events) })
 }
 
 // appendNote adds a line for the model to the end of stderr.

@@ -14,6 +14,7 @@ import (
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // syscallProbe calls system calls by number through ctypes and prints
@@ -164,10 +165,10 @@ func TestJailStatesItsLimits(t *testing.T) {
 	opt.Events = func(e event.Event) { got = append(got, e) }
 	r := local.NewInterpreter(opt)
 	start(t, r, "python")
-	var limits *event.RunnerLimits
+	var limits *jail.RunnerLimits
 	for _, e := range got {
-		if e.Type == event.TypeRunnerLimits {
-			limits = e.Payload.(*event.RunnerLimits)
+		if e.Type == jail.TypeRunnerLimits {
+			limits = e.Payload.(*jail.RunnerLimits)
 		}
 	}
 	if limits == nil || limits.RunnerID != r.ID() {

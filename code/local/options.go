@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,29 +14,15 @@ import (
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/jail"
 )
 
-// Defaults of [Options] and [Jail].
+// Defaults of [Options].
 const (
 	DefaultTimeout        = 30 * time.Second
 	DefaultMaxOutputChars = 8000
 	DefaultStartTimeout   = 10 * time.Second
-
-	DefaultJailMemory    = 2 << 30 // bytes of address space per process
-	DefaultJailProcesses = 64
-	DefaultJailCPU       = 10 * time.Minute
-	DefaultJailFileSize  = 1 << 30
-	DefaultJailOpenFiles = 1024
-	DefaultJailID        = 65534 // nobody
-
-	DefaultSessionMemory    = 1 << 30 // bytes, for all of a session's processes together
-	DefaultSessionProcesses = 256
-	DefaultSessionCPUs      = 1.0
-	DefaultSessionDisk      = 1 << 30 // bytes, /work and /tmp together
-
-	DefaultPoolRefill = 20 * time.Millisecond
-	// JailPath is the PATH inside a jail unless Options.Path says otherwise.
-	JailPath = "/usr/local/bin:/usr/bin:/bin"
+	DefaultPoolRefill     = 20 * time.Millisecond
 )
 
 // Options configure a runner. Zero values take the defaults.
@@ -44,7 +31,7 @@ type Options struct {
 	// host's environment reaches it.
 	Env map[string]string
 	// Path is the PATH the code sees and interpreters are found on
-	// (default: the host's PATH; JailPath in a jail).
+	// (default: the host's PATH; jail.DefaultPath in a jail).
 	Path string
 	// Dir is where session directories are made (default os.TempDir()).
 	// In a jail started as root it must be traversable by Jail.UID.
@@ -90,58 +77,24 @@ type Pool struct {
 	Refill time.Duration
 }
 
-// Jail configures the bubblewrap jail. Memory, Processes, CPU, FileSize
-// and OpenFiles are rlimits set inside the jail (with prlimit, from
-// util-linux) on each process: they work without root, without cgroup
-// delegation and in containers. The Session fields and Disk cap the
-// session as a whole. Every jail also filters system calls (seccomp).
-type Jail struct {
-	// Bwrap is the bubblewrap program (default "bwrap" on the host's PATH).
-	Bwrap string
-	// Memory is the address-space limit of each process, in bytes
-	// (RLIMIT_AS, default 2 GiB).
-	Memory int64
-	// Processes limits the processes the jail's user may have in the
-	// jail's own user namespace (RLIMIT_NPROC, default 64).
-	Processes int
-	// CPU limits the CPU time of each process (RLIMIT_CPU, default 10m).
-	// For an interpreter it is the whole session's CPU time.
-	CPU time.Duration
-	// FileSize limits the size of any file written (RLIMIT_FSIZE,
-	// default 1 GiB).
-	FileSize int64
-	// OpenFiles limits open descriptors per process (RLIMIT_NOFILE,
-	// default 1024).
-	OpenFiles int
-	// UID and GID are the unprivileged ids the jail runs as when agentry
-	// runs as root (default 65534, "nobody"). As any other user, the jail
-	// runs as that user, which is already unprivileged.
-	UID, GID int
-	// ReadOnly lists extra host paths mounted read-only at the same place
-	// (a virtualenv, a data set). The system (/usr, the libraries, a few
-	// files of /etc) is always mounted read-only.
-	ReadOnly []string
+// Jail configures the bubblewrap jail: the code profile of package jail,
+// whose package comment says what a jailed session can and cannot do.
+// The zero Jail takes every default.
+type Jail = jail.CodeOptions
 
-	// The session's caps, over all of its processes together, enforced
-	// with a control group per session (cgroup v2 where delegated, v1
-	// otherwise). Where this machine cannot enforce one, the runner says
-	// so at start (see Interpreter.Describe); it does not pretend.
-	//
-	// SessionMemory caps the memory of the session's processes
-	// (default 1 GiB). The kernel counts the files in /work and /tmp as
-	// memory (they live in a tmpfs), so the group's limit is
-	// SessionMemory + Disk: a session whose disk is full keeps its memory.
-	SessionMemory int64
-	// SessionProcesses caps the processes and threads alive at once
-	// (default 256).
-	SessionProcesses int
-	// SessionCPUs caps CPU use in cores (default 1).
-	SessionCPUs float64
-	// Disk caps what /work and /tmp hold together (default 1 GiB): they
-	// are one tmpfs of that size, and a write past it fails with ENOSPC.
-	// Mounting needs root (CAP_SYS_ADMIN); without it the cap is a stated
-	// gap.
-	Disk int64
+// ErrNoJail is wrapped by every refusal to run jailed: bwrap or prlimit
+// is missing, or bubblewrap cannot build a jail on this machine.
+var ErrNoJail = jail.ErrNoJail
+
+// CheckJail proves that bubblewrap can build jail j on this machine, the
+// way a jailed runner's first Start does. The error wraps ErrNoJail and
+// names the fix.
+func CheckJail(ctx context.Context, j Jail) error {
+	c, err := jail.NewCode(j)
+	if err != nil {
+		return err
+	}
+	return c.Ready(ctx)
 }
 
 // languages the local runners know, and the programs they run by default.
@@ -166,7 +119,7 @@ type settings struct {
 	maxChars     int
 	commands     map[string]string
 	startTimeout time.Duration
-	jail         *jailSettings
+	jail         *jail.Code // nil: not jailed
 	pool         Pool
 	events       func(event.Event)
 
@@ -248,13 +201,13 @@ func newSettings(o Options) (*settings, error) {
 		s.env = append(s.env, k+"="+o.Env[k])
 	}
 	if o.Jail != nil {
-		j, err := newJailSettings(*o.Jail)
+		j, err := jail.NewCode(*o.Jail)
 		if err != nil {
 			return nil, err
 		}
 		s.jail = j
 		if s.path == "" {
-			s.path = JailPath
+			s.path = jail.DefaultPath
 		}
 	}
 	if s.path == "" {
@@ -292,7 +245,7 @@ func (s *settings) program(language string) (string, error) {
 			ErrInterpreterMissing, lang, prog, s.path, debianPackage(lang), lang)
 	}
 	if s.jail != nil {
-		if err := s.jail.visible(path); err != nil {
+		if err := s.jail.Visible(path); err != nil {
 			return "", err
 		}
 	}

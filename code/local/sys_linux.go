@@ -7,25 +7,11 @@ import (
 	"syscall"
 )
 
-// sysProcAttr puts the child in its own process group (so a timeout kills
-// everything it started), asks the kernel to kill it if this thread dies,
-// and, in a jail started as root, drops to the jail's unprivileged user and
-// clears the supplementary groups before bwrap runs.
-func (j *jailSettings) sysProcAttr() *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if j != nil && j.dropRoot {
-		a.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
-	}
-	return a
-}
-
-// killGroup kills the process group cmd leads. Call it only while cmd's
-// process is alive or an unreaped zombie.
-func killGroup(cmd *exec.Cmd) {
-	if cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+// sysProcAttr puts an unjailed child in its own process group (so a
+// timeout kills everything it started) and asks the kernel to kill it if
+// this thread dies. (A jailed one's is the jail's.)
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
 // exitStatus is the shell's view of how a process ended: its exit code,

@@ -9,15 +9,8 @@ import (
 
 // sysProcAttr: outside Linux there is no parent-death signal and no jail
 // (bubblewrap is Linux-only); the process group still bounds a timeout.
-func (j *jailSettings) sysProcAttr() *syscall.SysProcAttr {
+func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
-}
-
-func killGroup(cmd *exec.Cmd) {
-	if cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
 
 func exitStatus(cmd *exec.Cmd) int {

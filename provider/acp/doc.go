@@ -12,9 +12,9 @@
 //     at Create or Resume and stopped at Close, at eviction and when the
 //     instance is disposed: SIGTERM, then SIGKILL of its process group
 //     after the stop timeout. No agent process outlives Dispose. There is
-//     no default launcher: the jail (provider/acp/jail) confines agents
-//     for hosts that serve several people, and [Unjailed] is the explicit
-//     single-user choice.
+//     no default launcher: [Jailed] (the agent profile of package jail)
+//     confines agents for hosts that serve several people, and [Unjailed]
+//     is the explicit single-user choice.
 //   - initialize advertises fs read/write, terminals and elicitation
 //     (form and URL); an env-var
 //     authentication method the agent lists is used when the definition

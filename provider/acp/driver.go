@@ -49,8 +49,8 @@ type Options struct {
 	// Key is the provider key (default "acp").
 	Key string
 	// Launcher starts the agent processes. Required: the adapter never
-	// runs an agent without an explicit choice of confinement — the jail
-	// (provider/acp/jail), or Unjailed for one person's own machine.
+	// runs an agent without an explicit choice of confinement — Jailed
+	// (package jail), or Unjailed for one person's own machine.
 	Launcher Launcher
 	// Events receives the adapter's and the launcher's events (the acp
 	// domain, and the MCP door's tool events for host tools), each with
@@ -86,7 +86,7 @@ func NewDriver(o Options) (*Driver, error) {
 		return nil, fmt.Errorf("acp: Options.Key is not a provider key: %w", err)
 	}
 	if o.Launcher == nil {
-		return nil, errors.New("acp: Options.Launcher is nil; pass the jail's launcher (provider/acp/jail) to serve several people, or acp.Unjailed for a single-user run on your own machine")
+		return nil, errors.New("acp: Options.Launcher is nil; pass the jail's launcher (acp.Jailed over package jail) to serve several people, or acp.Unjailed for a single-user run on your own machine")
 	}
 	if o.LookupEnv == nil {
 		o.LookupEnv = os.LookupEnv

@@ -9,24 +9,23 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
-	"github.com/agentry-dev/agentry/provider/acp/jail"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // Jailed returns the launcher that runs each agent in a jail of its own
-// (package provider/acp/jail): bubblewrap, an unprivileged user, its own
-// network namespace reaching only LaunchSpec.AllowHosts, and whatever the
-// jail's Confiner adds (jail.NewSandbox: seccomp, per-session memory,
-// process and CPU caps, a disk cap). It is the launcher for hosts that
-// serve several people.
+// (the agent profile of package jail): bubblewrap, an unprivileged user,
+// its own network namespace reaching only LaunchSpec.AllowHosts, and,
+// with jail.AgentOptions.Caps, seccomp and per-agent memory, process, CPU
+// and disk caps. It is the launcher for hosts that serve several people.
 //
 // A launch the jail refuses fails with an error wrapping jail.ErrNoJail
 // (bubblewrap missing, not root, no user namespaces: it names the fix)
 // and never falls back to running the agent unjailed; a command the jail
 // cannot run wraps ErrMissingExecutable, so readiness is
 // missing_executable.
-func Jailed(j *jail.Jail) Launcher { return jailed{j} }
+func Jailed(j *jail.Agent) Launcher { return jailed{j} }
 
-type jailed struct{ j *jail.Jail }
+type jailed struct{ j *jail.Agent }
 
 func (l jailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) {
 	began := time.Now()

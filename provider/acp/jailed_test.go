@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
-	"github.com/agentry-dev/agentry/provider/acp/jail"
 )
 
 // jailedRig is a rig whose launcher is acp.Jailed over a sandboxed jail,
@@ -24,18 +24,18 @@ func jailedRig(t *testing.T) (*rig, []string) { return jailedRigTB(t) }
 
 func jailedRigTB(t testing.TB) (*rig, []string) {
 	t.Helper()
-	if err := jail.New(jail.Options{}).Check(context.Background()); err != nil {
+	a, err := jail.NewAgent(jail.AgentOptions{Caps: &jail.Caps{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if err := a.Check(context.Background()); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("cannot jail here: %v", err)
 		}
 		t.Skipf("cannot jail here: %v", err)
 	}
-	sb, err := jail.NewSandbox(jail.Caps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sb.Close() })
-	r := newRig(t, acp.Jailed(jail.New(jail.Options{Confiner: sb})))
+	r := newRig(t, acp.Jailed(a))
 	for _, d := range []string{filepath.Dir(r.root), r.root} {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -123,8 +123,8 @@ func TestJailedLauncher(t *testing.T) {
 			t.Errorf("agent_stopped %+v; want reason stopped", p)
 		}
 	}
-	for _, e := range r.events.of(event.TypeJailStarted) {
-		if p := e.Payload.(*event.JailStarted); p.NotApplied != "" {
+	for _, e := range r.events.of(jail.TypeStarted) {
+		if p := e.Payload.(*jail.Started); p.NotApplied != "" {
 			t.Logf("this machine cannot apply: %s", p.NotApplied)
 		}
 	}

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agentry-dev/agentry/provider/acp/jail"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // Launcher is the process seam: it starts the agent process of one
 // session, confined however the launcher confines. The adapter refuses to
-// run without one; the jail (package provider/acp/jail) is the launcher
+// run without one; [Jailed] (package jail) is the launcher
 // for hosts that serve several people, and [Unjailed] is the explicit
 // single-user choice.
 type Launcher interface {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
-	"github.com/agentry-dev/agentry/internal/sandbox"
+	"github.com/agentry-dev/agentry/jail"
 )
 
 // ErrMissingExecutable is wrapped by a launcher's error when the agent
@@ -242,7 +242,7 @@ func (p *process) emit(t event.Type, payload any) {
 // reports.
 func (p *process) watch() {
 	pid := p.cmd.Process.Pid
-	observed := sandbox.WaitExit(pid) == nil
+	observed := jail.WaitExit(pid) == nil
 	p.mu.Lock()
 	if observed {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
