@@ -448,36 +448,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		rerr = fmt.Errorf("reply %d to request %d", rep.id, id)
 	}
 
-	var err2 error
-	crashed := -1
-	switch {
-	case rerr == nil:
-	case s.isStopped():
-		err2 = stoppedError(s.id)
-	case ctx.Err() != nil:
-		s.breakWith("an execution was cancelled and the interpreter killed")
-		s.kill()
-		err2 = fmt.Errorf("local: the execution was cancelled and the interpreter killed; session %s is broken: %w", s.id, context.Cause(ctx))
-	case errors.Is(rerr, os.ErrDeadlineExceeded):
-		s.breakWith(fmt.Sprintf("an execution ran past its %s timeout and the interpreter was killed", timeout))
-		s.kill()
-		err2 = fmt.Errorf("local: the code ran past its %s timeout and the interpreter was killed, so session %s is broken: %w", timeout, s.id, code.ErrTimeout)
-	default:
-		// The interpreter went away (or spoke nonsense) while running
-		// this code: the code's result is a failure, and the session is
-		// broken from here on.
-		t := time.NewTimer(stopGrace)
-		select {
-		case <-s.exited:
-		case <-t.C:
-			s.kill()
-			<-s.exited
-		}
-		t.Stop()
-		crashed = exitStatus(s.cmd)
-		s.breakWith(fmt.Sprintf("its interpreter exited with status %d", crashed))
-		s.kill()
-	}
+	crashed, err2 := s.failure(ctx, rerr, timeout)
 	outs.finish(grace)
 
 	after := s.after(before)
@@ -509,6 +480,44 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		res.Stderr = code.NoteFreshState(res.Stderr)
 	}
 	return res, nil
+}
+
+// failure is what a failed read of an execute's reply means: the session
+// was stopped, the execute cancelled or timed out (err), or the
+// interpreter went away while running the code (crashed is its exit
+// status; -1 when it did not crash). Every one but a stop breaks the
+// session.
+func (s *interpSession) failure(ctx context.Context, rerr error, timeout time.Duration) (crashed int, err error) {
+	crashed = -1
+	switch {
+	case rerr == nil:
+	case s.isStopped():
+		err = stoppedError(s.id)
+	case ctx.Err() != nil:
+		s.breakWith("an execution was cancelled and the interpreter killed")
+		s.kill()
+		err = fmt.Errorf("local: the execution was cancelled and the interpreter killed; session %s is broken: %w", s.id, context.Cause(ctx))
+	case errors.Is(rerr, os.ErrDeadlineExceeded):
+		s.breakWith(fmt.Sprintf("an execution ran past its %s timeout and the interpreter was killed", timeout))
+		s.kill()
+		err = fmt.Errorf("local: the code ran past its %s timeout and the interpreter was killed, so session %s is broken: %w", timeout, s.id, code.ErrTimeout)
+	default:
+		// The interpreter went away (or spoke nonsense) while running
+		// this code: the code's result is a failure, and the session is
+		// broken from here on.
+		t := time.NewTimer(stopGrace)
+		select {
+		case <-s.exited:
+		case <-t.C:
+			s.kill()
+			<-s.exited
+		}
+		t.Stop()
+		crashed = exitStatus(s.cmd)
+		s.breakWith(fmt.Sprintf("its interpreter exited with status %d", crashed))
+		s.kill()
+	}
+	return crashed, err
 }
 
 // Stop closes the control socket (the interpreter leaves on EOF), kills
