@@ -31,7 +31,7 @@ func init() { commands = append(commands, newDemoCmd) }
 // where bubblewrap and python3 are looked for.
 type demoOptions struct {
 	sinks  sinkFlags
-	bwrap  string // "" is "bwrap" on PATH
+	bwrap  string // "" is the jail's default (bubblewrap on PATH)
 	python string // "" is "python3" on the runner's PATH
 }
 
