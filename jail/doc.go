@@ -6,7 +6,7 @@
 //
 // There are two profiles, for the two kinds of process agentry jails.
 //
-// # Model-written code ([Code], used by code/local)
+// # Model-written code: Code, used by code/local
 //
 // One cell per session ([Code.Open]); every execute (or the session's
 // one interpreter) runs in it through [Code.Command]:
@@ -44,7 +44,7 @@
 // silent omission; what it cannot jail at all (no bubblewrap, no user
 // namespaces) is refused with [ErrNoJail] and the fix.
 //
-// # A coding agent ([Agent], used by provider/acp)
+// # A coding agent: Agent, used by provider/acp
 //
 // One cell per agent, which also holds its terminals ([Process.Command]):
 //
@@ -56,7 +56,8 @@
 //     HOME at /home/agent (a fresh copy of Spec.Home) and a private /tmp.
 //     The jail writes its own passwd, group, hosts and nsswitch.conf.
 //   - User: host uid AgentOptions.UID (default 65534), uid 1000 "agent"
-//     as it sees itself; agentry must be root to launch it.
+//     as it sees itself, with no user namespaces of its own; agentry must
+//     be root to launch it.
 //   - Environment: exactly Spec.Env, plus HOME, PATH (when Spec.Env has
 //     none), the proxy variables and PWD.
 //   - Network: its own namespace, reaching only Spec.AllowHosts. agentry
