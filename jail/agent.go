@@ -74,7 +74,7 @@ type Spec struct {
 	Env []string
 	// Workspace is an absolute host path: the agent's working directory
 	// and its one writable directory (the jail binds it at the same path
-	// and, when agentry runs as root, hands it to Options.UID).
+	// and, when agentry runs as root, hands it to AgentOptions.UID).
 	Workspace string
 	// Home is a template directory copied into the private HOME ("" =
 	// an empty HOME).
@@ -119,7 +119,7 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	return &Agent{s: s}, nil
 }
 
-// Check sweeps, once, what dead agentry processes left in Options.Dir
+// Check sweeps, once, what dead agentry processes left in AgentOptions.Dir
 // and the control groups, then proves that this machine can jail an agent
 // the way Launch does: bubblewrap is installed, agentry runs as root, and
 // a jail with its own network namespace can be built. Success is cached.
@@ -130,7 +130,7 @@ func (a *Agent) Launch(ctx context.Context, s Spec) (*Process, error) {
 	return a.s.launch(ctx, s)
 }
 
-// Gaps names each cap of Options.Caps this machine cannot apply
+// Gaps names each cap of AgentOptions.Caps this machine cannot apply
 // ("memory", "disk", …) and why; empty when every cap applies, or when
 // there are no Caps.
 func (a *Agent) Gaps() map[string]string { return a.s.caps.Gaps() }

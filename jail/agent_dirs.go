@@ -14,8 +14,8 @@ import (
 // returns them as bwrapView.etc binds.
 func writeEtc(dir, hosts string) ([][2]string, error) {
 	files := [][2]string{
-		{"passwd", fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nagent:x:%d:%d:agent:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", InsideUID, InsideUID, Home)},
-		{"group", fmt.Sprintf("root:x:0:\nagent:x:%d:\nnogroup:x:65534:\n", InsideUID)},
+		{"passwd", fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nagent:x:%d:%d:agent:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", insideUID, insideUID, agentHome)},
+		{"group", fmt.Sprintf("root:x:0:\nagent:x:%d:\nnogroup:x:65534:\n", insideUID)},
 		{"hosts", hosts},
 		// Names come from the jail's hosts file only: there is no DNS.
 		{"nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"},
@@ -111,7 +111,7 @@ func (s *agentSettings) workspacePath(ws string) (string, string, error) {
 		if within(p, s.dir) && strings.HasPrefix(filepath.Base(firstBelow(p, s.dir)), agentPrivatePrefix) {
 			return "", "", fmt.Errorf("jail: Spec.Workspace %q lies in another agent's private directory", ws)
 		}
-		if within(p, Home) || p == "/tmp" {
+		if within(p, agentHome) || p == "/tmp" {
 			return "", "", fmt.Errorf("jail: Spec.Workspace %q would hide or be hidden by the jail's own HOME or /tmp; pick another directory", ws)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 // jail with its own network namespace as the jail's user. Success is
 // cached; a failure is not, so a fixed machine recovers without a restart.
 func (s *agentSettings) ready(ctx context.Context) error {
-	s.sweepOnce.Do(func() { sweep(ctx, s.dir, agentPrivatePrefix, AgentSweeper, true, s.events) })
+	s.sweepOnce.Do(func() { sweep(ctx, s.dir, agentPrivatePrefix, agentSweeper, true, s.events) })
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	if s.probed {
@@ -85,7 +85,7 @@ func (s *agentSettings) probe(ctx context.Context) error {
 		return fmt.Errorf("jail: preparing the probe's directory for uid %d: %w", s.uid, err)
 	}
 	tmp := cell.Dir("tmp")
-	v := bwrapView{net: true, insideID: InsideUID, userns: s.userns, etc: etc, readOnly: s.readOnly,
+	v := bwrapView{net: true, insideID: insideUID, userns: s.userns, etc: etc, readOnly: s.readOnly,
 		binds: append(cell.binds, [2]string{tmp, tmp}), chdir: "/tmp", prlimit: s.prlimit, limits: s.limits, argv: []string{truth}}
 	cmd := exec.CommandContext(ctx, s.bwrap, v.args()...)
 	cmd.Env = []string{"PATH=" + DefaultPath}
@@ -108,7 +108,7 @@ func (s *agentSettings) cellSpec(label string, caps *agentCaps) cellSpec {
 		label = "agent"
 	}
 	spec := cellSpec{parent: s.dir, prefix: agentPrivatePrefix + label + "-", dirs: []string{"home", "tmp", "etc"},
-		binds: map[string]string{"tmp": "/tmp", "home": Home}}
+		binds: map[string]string{"tmp": "/tmp", "home": agentHome}}
 	caps.cell(&spec)
 	return spec
 }
@@ -181,7 +181,7 @@ func (st *starting) makeCell(context.Context) error {
 	if err := chownTree(st.plan.wsReal, s.uid, s.gid); err != nil {
 		return fmt.Errorf("jail: giving the workspace to the agent's uid %d: %w", s.uid, err)
 	}
-	p.view = bwrapView{insideID: InsideUID, userns: s.userns, etc: etc,
+	p.view = bwrapView{insideID: insideUID, userns: s.userns, etc: etc,
 		readOnly: append(append([]string(nil), s.readOnly...), st.plan.install...),
 		binds:    append(append([][2]string(nil), cell.binds...), [2]string{st.plan.wsReal, st.plan.ws}),
 		prlimit:  s.prlimit, limits: s.limits}

@@ -89,7 +89,7 @@ func (p *proc) environ(extra []string) []string {
 		vars["PATH"] = DefaultPath
 	}
 	order = append(order, "HOME")
-	vars["HOME"] = Home
+	vars["HOME"] = agentHome
 	env := make([]string, 0, len(order))
 	for _, name := range order {
 		env = append(env, name+"="+vars[name])

@@ -78,7 +78,7 @@ func (o *AgentOptions) defaults() error {
 	for _, d := range []struct {
 		v   *int
 		def int
-	}{{&o.UID, DefaultUID}, {&o.GID, DefaultUID}, {&o.Processes, agentProcesses}, {&o.OpenFiles, agentOpenFiles}} {
+	}{{&o.UID, defaultUID}, {&o.GID, defaultUID}, {&o.Processes, agentProcesses}, {&o.OpenFiles, agentOpenFiles}} {
 		if *d.v == 0 {
 			*d.v = d.def
 		}

@@ -189,7 +189,7 @@ func TestCheckSweepsWhatAKilledHostLeft(t *testing.T) {
 			dirs = s
 		}
 	}
-	if dirs == nil || dirs.RunnerID != jail.AgentSweeper || dirs.Removed != 1 || !slices.Equal(dirs.Owners, []int{dead.Pid}) {
+	if dirs == nil || dirs.RunnerID != "agent-jail" || dirs.Removed != 1 || !slices.Equal(dirs.Owners, []int{dead.Pid}) {
 		t.Errorf("sweep events: %+v", swept)
 	}
 	// The live agent's cell was left alone.

@@ -177,8 +177,8 @@ func (o *CodeOptions) defaults() error {
 	def(&o.Disk, defaultCellDisk)
 	defInt(&o.Processes, codeProcesses)
 	defInt(&o.OpenFiles, codeOpenFiles)
-	defInt(&o.UID, DefaultUID)
-	defInt(&o.GID, DefaultUID)
+	defInt(&o.UID, defaultUID)
+	defInt(&o.GID, defaultUID)
 	defInt(&o.SessionProcesses, defaultCellProcesses)
 	if o.CPU == 0 {
 		o.CPU = codeCPUTime

@@ -14,7 +14,7 @@ func TestCodeDefaults(t *testing.T) {
 	if strings.Join(c.limits, " ") != strings.Join(want, " ") {
 		t.Fatalf("code jail rlimits %v, want %v", c.limits, want)
 	}
-	if c.caps != (cellLimits{Memory: 2 << 30, Processes: 256, CPUs: 1}) || c.disk != 1<<30 || c.uid != DefaultUID {
+	if c.caps != (cellLimits{Memory: 2 << 30, Processes: 256, CPUs: 1}) || c.disk != 1<<30 || c.uid != defaultUID {
 		t.Fatalf("code jail caps %+v, disk %d, uid %d", c.caps, c.disk, c.uid)
 	}
 	for _, bad := range []CodeOptions{{Memory: -1}, {SessionCPUs: -1}, {Disk: -5}, {ReadOnly: []string{"relative/dir"}}} {
@@ -30,7 +30,7 @@ func TestBwrapArgs(t *testing.T) {
 	code := bwrapView{net: true, fds: fdArg("--seccomp", 4), userns: true, readOnly: []string{"/opt/venv"},
 		binds: [][2]string{{"/tmp/c/fs/work", "/work"}, {"/tmp/c/fs/tmp", "/tmp"}}, chdir: "/work",
 		prlimit: "/usr/bin/prlimit", limits: []string{"--nproc=64"}, argv: []string{"/usr/bin/python3", "-c", "x"}}.args()
-	agent := bwrapView{net: true, insideID: InsideUID, fds: fdArg("--info-fd", 3), etc: [][2]string{{"passwd", "/tmp/a/etc/passwd"}},
+	agent := bwrapView{net: true, insideID: insideUID, fds: fdArg("--info-fd", 3), etc: [][2]string{{"passwd", "/tmp/a/etc/passwd"}},
 		binds: [][2]string{{"/ws", "/ws"}}, chdir: "/ws", prlimit: "/usr/bin/prlimit", argv: []string{"agent"}}.args()
 	terminal := bwrapView{chdir: "/ws", prlimit: "/usr/bin/prlimit", argv: []string{"sh"}}.args()
 	has := func(a []string, seq ...string) bool {

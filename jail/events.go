@@ -96,7 +96,7 @@ type Gap struct {
 // left behind: session directories (and the tmpfs mounted in them),
 // control groups, remote sessions.
 type RunnerSwept struct {
-	// RunnerID names who swept: a code runner's id, or AgentSweeper for
+	// RunnerID names who swept: a code runner's id, or "agent-jail" for
 	// the agent jail.
 	RunnerID string `json:"runnerId"`
 	What     string `json:"what"` // "session-dirs", "cgroups", "remote-sessions"

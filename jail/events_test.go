@@ -21,7 +21,7 @@ func TestEventsReadBackFromAFile(t *testing.T) {
 		{Type: jail.TypeRefused, Payload: &jail.Refused{Label: "abc", Target: "127.0.0.1:9", Via: "direct", Reason: "closed", Suppressed: 4}},
 		{Type: jail.TypeStopped, Payload: &jail.Stopped{Label: "abc", How: "exited", ExitCode: &code, TookMs: 1.5, Error: "x"}},
 		{Type: jail.TypeRunnerLimits, Payload: &jail.RunnerLimits{RunnerID: "r", Description: "d", Applied: []string{"a"}, NotApplied: []jail.Gap{{Limit: "disk cap", Why: "no root"}}}},
-		{Type: jail.TypeRunnerSwept, Payload: &jail.RunnerSwept{RunnerID: jail.AgentSweeper, What: "cgroups", Removed: 2, Owners: []int{7}, Failed: 1, Error: "busy"}},
+		{Type: jail.TypeRunnerSwept, Payload: &jail.RunnerSwept{RunnerID: "agent-jail", What: "cgroups", Removed: 2, Owners: []int{7}, Failed: 1, Error: "busy"}},
 	}
 	path := filepath.Join(t.TempDir(), "events.ndjson")
 	sink, err := ndjson.Open(path, ndjson.Options{})

@@ -10,13 +10,13 @@ var ErrNoJail = errors.New("jail: cannot jail")
 
 // Facts of every jail.
 const (
-	// DefaultUID is the unprivileged host uid (and gid) jailed processes
+	// defaultUID is the unprivileged host uid (and gid) jailed processes
 	// run as unless told otherwise: 65534, "nobody".
-	DefaultUID = 65534
+	defaultUID = 65534
 	// DefaultPath is the PATH inside a jail unless the caller gives one.
 	DefaultPath = "/usr/local/bin:/usr/bin:/bin"
-	// Home is where an agent's private HOME appears inside its jail.
-	Home = "/home/agent"
-	// InsideUID is an agent's uid (and gid) as it sees itself.
-	InsideUID = 1000
+	// agentHome is where an agent's private HOME appears inside its jail.
+	agentHome = "/home/agent"
+	// insideUID is an agent's uid (and gid) as it sees itself.
+	insideUID = 1000
 )

@@ -7,8 +7,8 @@ import (
 	"github.com/agentry-dev/agentry/event"
 )
 
-// AgentSweeper is the RunnerID of the agent profile's sweeps.
-const AgentSweeper = "agent-jail"
+// agentSweeper is the RunnerID of the agent profile's sweeps.
+const agentSweeper = "agent-jail"
 
 // sweep removes what agentry processes that no longer exist left behind —
 // the cells under dir whose names start with prefix, unmounting the tmpfs
