@@ -16,13 +16,15 @@
 //     the next Execute says so rather than quietly starting afresh. The
 //     code's output travels on per-execution pipes, never on the control
 //     channel, so nothing it prints can forge a frame. Also NOT a sandbox.
-//  3. Jailed ([Options.Jail]): either of the above inside bubblewrap — its
-//     own mount namespace with the system read-only and only the session's
-//     private /work and /tmp writable, no network, its own PID namespace,
-//     an unprivileged user, rlimits on memory, processes, CPU time, file
-//     size and open files, and death with its parent. Where bwrap is
-//     missing or cannot build a jail, Start refuses with an error naming
-//     the fix; it never runs the code unjailed.
+//  3. Jailed ([Options.Jail]): either of the above inside bubblewrap,
+//     through the code profile of package jail, whose package comment is
+//     the one statement of what jailed code can do: its own mount
+//     namespace with the system read-only and only the session's private
+//     /work and /tmp writable, no network, its own PID namespace, an
+//     unprivileged user, rlimits and session caps, a seccomp filter, and
+//     death with its parent. Where bwrap is missing or cannot build a
+//     jail, Start refuses with an error naming the fix; it never runs the
+//     code unjailed.
 //
 // In-process evaluation (an interpreter embedded in the host's address
 // space) is refused outright: it shares the host's memory, credentials and
