@@ -146,3 +146,27 @@ func TestSweepCgroups(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseProcCgroup(f *testing.F) {
+	f.Add("4:memory:/process_api/abc\n1:cpu,cpuacct:/\n0::/user.slice\n")
+	f.Add("::\n9:name=systemd:/\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		for k, v := range parseProcCgroup(s) {
+			if !strings.HasPrefix(v, "/") || strings.Contains(k, ",") {
+				t.Fatalf("parseProcCgroup(%q) gave %q → %q", s, k, v)
+			}
+		}
+	})
+}
+
+func FuzzParseCgroupMounts(f *testing.F) {
+	f.Add("35 25 0:30 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n36 25 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
+	f.Add(" - cgroup")
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, m := range parseCgroupMounts(s) {
+			if m.v2 && len(m.controllers) > 0 {
+				t.Fatalf("a cgroup2 mount with v1 controllers: %+v", m)
+			}
+		}
+	})
+}
