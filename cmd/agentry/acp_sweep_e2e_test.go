@@ -84,7 +84,10 @@ func TestServeSweepsWhatAKilledServeLeft(t *testing.T) {
 		t.Fatalf("SIGKILL left no cell with a mounted disk cap to sweep: %v", cells)
 	}
 	if len(groupsOf(t, owner)) == 0 {
-		t.Fatal("SIGKILL left no control groups to sweep")
+		// Any agentry process starting on this machine sweeps dead
+		// processes' groups; one did it first. The cell and its mount
+		// above still prove this sweep.
+		t.Log("another process swept the killed serve's control groups first")
 	}
 
 	second := serve()
