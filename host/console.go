@@ -111,8 +111,8 @@ func (h *Host) consoleRoutes(mux *http.ServeMux) {
 		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { serveConsoleFile(w, r, "index.html") })
 		mux.HandleFunc("GET /console/{name}", func(w http.ResponseWriter, r *http.Request) { serveConsoleFile(w, r, r.PathValue("name")) })
 	}
-	mux.HandleFunc("GET /v1/me", h.authed(func(w http.ResponseWriter, _ *http.Request, o tool.Identity) {
-		writeJSON(w, http.StatusOK, o)
+	mux.HandleFunc("GET /v1/me", h.authed(func(w http.ResponseWriter, r *http.Request, _ tool.Identity) {
+		writeJSON(w, http.StatusOK, callerOf(r))
 	}))
 	mux.HandleFunc("GET /v1/sessions/{id}/tool-sessions", h.authed(func(w http.ResponseWriter, r *http.Request, o tool.Identity) {
 		id, ok := h.ownConversation(w, r, o)

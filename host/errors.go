@@ -13,7 +13,14 @@ type Code string
 // The API's error codes, each with the status it is sent with.
 const (
 	CodeUnauthenticated      Code = "unauthenticated"        // 401: no credentials
-	CodeInvalidToken         Code = "invalid_token"          // 401: credentials refused
+	CodeInvalidToken         Code = "invalid_token"          // 401: credentials refused (unknown, malformed, or a signature that does not verify)
+	CodeTokenExpired         Code = "token_expired"          // 401: a JWT past its expiry (or before its not-before)
+	CodeWrongAudience        Code = "wrong_audience"         // 401: a JWT meant for another service
+	CodeWrongIssuer          Code = "wrong_issuer"           // 401: a JWT from another issuer
+	CodeUnknownKey           Code = "unknown_key"            // 401: a JWT signed with a key the issuer does not publish
+	CodeClaimMissing         Code = "claim_missing"          // 401: a JWT without a claim the host reads identity from (or with one it cannot use)
+	CodeIdentityUnavailable  Code = "identity_unavailable"   // 503: the identity provider cannot be reached; the credentials were not judged
+	CodeForbidden            Code = "forbidden"              // 403: an admin-only path asked by a person of the same tenant
 	CodeNotFound             Code = "not_found"              // 404: no such session for this caller, or no such path
 	CodeMethodNotAllowed     Code = "method_not_allowed"     // 405
 	CodeUnsupportedMedia     Code = "unsupported_media_type" // 415: a body that is not application/json

@@ -105,7 +105,8 @@ func FuzzDecodeCreate(f *testing.F) {
 
 func FuzzParseTokens(f *testing.F) {
 	_, line, _ := host.GenerateToken(alice)
-	for _, s := range []string{line, "# c\n" + line, "sha256:zz a b", "", "\n\n", line + "\n" + line, "sha256: a b"} {
+	for _, s := range []string{line, "# c\n" + line, "sha256:zz a b", "", "\n\n", line + "\n" + line, "sha256: a b",
+		line + " role=admin", line + " role=admin role=admin", line + " role", line + " =x", line + " k=v=w"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, file string) {
@@ -140,7 +141,7 @@ func FuzzAuthorizationHeader(f *testing.F) {
 		r.Header["Authorization"] = []string{h}
 		o, err := auth.Authenticate(r)
 		if err == nil {
-			if o != alice {
+			if o.Identity != alice || o.Role != "" {
 				t.Fatalf("%q proved %+v", h, o)
 			}
 			if !strings.Contains(h, tok) {

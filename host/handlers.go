@@ -17,11 +17,12 @@ import (
 	"github.com/agentry-dev/agentry/tool"
 )
 
-type ownerKey struct{}
+type callerKey struct{}
 
 // authed wraps an API handler: it refuses requests once Shutdown began,
-// proves the caller, and passes the owner on. The owner comes from the
-// authenticator and nothing else.
+// proves the caller, and passes the owner on (and the whole caller in the
+// request's context, for handlers that ask about roles: callerOf). The
+// caller comes from the authenticator and nothing else.
 func (h *Host) authed(next func(http.ResponseWriter, *http.Request, tool.Identity)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.enter() {
@@ -29,25 +30,48 @@ func (h *Host) authed(next func(http.ResponseWriter, *http.Request, tool.Identit
 			return
 		}
 		defer h.leave()
-		o, err := h.auth.Authenticate(r)
+		who, err := h.auth.Authenticate(r)
 		if err != nil {
-			code, msg := CodeInvalidToken, ErrBadCredentials.Error()
-			challenge := `Bearer realm="agentry", error="invalid_token"`
-			if errors.Is(err, ErrNoCredentials) {
-				code, msg, challenge = CodeUnauthenticated, ErrNoCredentials.Error(), `Bearer realm="agentry"`
-			}
-			w.Header().Set("WWW-Authenticate", challenge)
-			writeError(w, newError(http.StatusUnauthorized, code, msg))
+			writeError(w, authError(w, err))
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
 		if h.rep != nil {
 			var answered bool
-			if r, answered = h.rep.route(w, r, o); answered {
+			if r, answered = h.rep.route(w, r, who.Identity); answered {
 				return // answered by the replica holding the session
 			}
 		}
-		next(w, r, o)
+		next(w, r, who.Identity)
 	}
+}
+
+// callerOf is the caller authed proved for this request.
+func callerOf(r *http.Request) Caller {
+	c, _ := r.Context().Value(callerKey{}).(Caller)
+	return c
+}
+
+// authError is the answer to a request the authenticator did not prove:
+// 401 with a challenge, and the refusal's code when it has one; 503 when
+// the identity provider cannot be reached (the credentials may be fine).
+// Nothing the credentials hold is repeated.
+func authError(w http.ResponseWriter, err error) *apiError {
+	if errors.Is(err, ErrIdentityUnavailable) {
+		e := newError(http.StatusServiceUnavailable, CodeIdentityUnavailable, ErrIdentityUnavailable.Error())
+		e.retryAfter = 5
+		return e
+	}
+	if errors.Is(err, ErrNoCredentials) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentry"`)
+		return newError(http.StatusUnauthorized, CodeUnauthenticated, ErrNoCredentials.Error())
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="agentry", error="invalid_token"`)
+	var ce *CredentialError
+	if errors.As(err, &ce) {
+		return newError(http.StatusUnauthorized, ce.Code, ce.Message)
+	}
+	return newError(http.StatusUnauthorized, CodeInvalidToken, ErrBadCredentials.Error())
 }
 
 func shuttingDown() *apiError {

@@ -18,9 +18,12 @@ import (
 // Authenticator proves who is calling from an HTTP request, from its
 // Authorization: Bearer token. It returns (nil, nil) when the request
 // carries no credentials, the identity the credentials prove, or an error
-// when they are present but not accepted. It is called for every HTTP
-// request and must be safe for concurrent use. agentry's tokens file
-// authenticator is host.Tokens: pass its Identity method.
+// when they are present but not accepted. An error with a method
+// IdentityUnavailable() bool that reports true says the credentials could
+// not be checked at all (the identity provider is down): that request is
+// answered 503, not 401. It is called for every HTTP request and must be
+// safe for concurrent use. agentry's authenticators (a tokens file, an
+// OpenID provider) are chained by host.Chain: pass its Identity method.
 //
 // The identity reaches tools as tool.Call.Identity exactly as returned. It
 // never comes from anything else the client sends.
@@ -96,7 +99,12 @@ func (s *Server) HTTPHandler(o HTTPOptions) (http.Handler, error) {
 			return
 		}
 		id, err := o.Authenticate(r)
+		var down interface{ IdentityUnavailable() bool }
 		switch {
+		case errors.As(err, &down) && down.IdentityUnavailable():
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "mcpserve: the identity provider cannot be reached, so the credentials cannot be checked; retry shortly", http.StatusServiceUnavailable)
+			return
 		case err != nil:
 			unauthorized(w, `Bearer realm="agentry", error="invalid_token"`,
 				"mcpserve: the credentials were not accepted; send Authorization: Bearer <token> with a token this server knows")

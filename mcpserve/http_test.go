@@ -171,6 +171,30 @@ func TestHTTPRequiredAuthAnswers401(t *testing.T) {
 	}
 }
 
+// When the authenticator cannot check credentials at all (the identity
+// provider is down), the door answers 503 with Retry-After: the caller's
+// token may be fine, so it is not told it is bad.
+func TestHTTPIdentityUnavailableAnswers503(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, []tool.Tool{probe()}, mcpserve.Options{})
+	down := host.Chain{refuseAll{host.ErrIdentityUnavailable}}
+	srv := serveHTTP(t, s, mcpserve.HTTPOptions{Authenticate: down.Identity, RequireAuth: true})
+	resp := postInitialize(t, srv, "Bearer eyJhbGciOiJSUzI1NiJ9.e30.c2ln", "")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if resp.Header.Get("WWW-Authenticate") != "" || strings.Contains(string(body), "eyJ") || !strings.Contains(string(body), "identity provider") {
+		t.Fatalf("the answer: %s", body)
+	}
+}
+
+// refuseAll is an authenticator that refuses every request with err.
+type refuseAll struct{ err error }
+
+func (r refuseAll) Authenticate(*http.Request) (host.Caller, error) { return host.Caller{}, r.err }
+
 // A session opened by one user cannot be driven by another user, nor by
 // nobody: the session id is caller data, never identity.
 func TestHTTPSessionIsBoundToItsUser(t *testing.T) {
@@ -403,5 +427,5 @@ func tokensOf(t *testing.T, tokens map[string]tool.Identity) mcpserve.Authentica
 	if err != nil {
 		t.Fatal(err)
 	}
-	return toks.Identity
+	return host.Chain{toks}.Identity
 }

@@ -153,7 +153,7 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 			if t.Len() == 0 {
 				return usageError("--tokens %s admits nobody; add a line \"sha256:<hex digest> <tenant> <principal>\" (agentry token makes one)", o.tokens)
 			}
-			auth = t.Identity
+			auth = host.Chain{t}.Identity
 			reach.principals = len(t.Owners())
 		}
 	}
