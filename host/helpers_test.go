@@ -389,6 +389,7 @@ type config struct {
 	keepReg  bool            // leave the registry open at shutdown (the fake's conversations live in it)
 	provider provider.Driver // another driver than native or the fake
 	agentOpt func(*agent.Options)
+	auth     host.Authenticator // beside the tokens file, in a Chain
 }
 
 var owners = map[string]tool.Identity{
@@ -487,6 +488,9 @@ func newFixture(t *testing.T, cfg config) *fixture {
 	auth, toks := tokensFor(t, cfg.tokens)
 	opt := cfg.opt
 	opt.Provider, opt.Store, opt.Auth, opt.Bus = inst, st, auth, bus
+	if cfg.auth != nil {
+		opt.Auth = host.Chain{auth, cfg.auth}
+	}
 	if opt.EvictEvery == 0 {
 		opt.EvictEvery = -1
 	}
