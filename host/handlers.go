@@ -97,20 +97,26 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/decision", h.authed(h.handleDecision))
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", h.authed(h.handleCancel))
 	mux.HandleFunc("GET /v1/sessions/{id}/messages", h.authed(h.handleMessages))
+	// A tenant's admins: its conversations' metadata, and closing them.
+	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions", h.authed(h.handleTenantList))
+	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantGet))
+	mux.HandleFunc("DELETE /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantClose))
 	h.consoleRoutes(mux) // the web console at /, and the endpoints it reads (console.go)
 
 	// Known paths with an unknown method: 405 in JSON, after the caller is
 	// proved (an unproved caller learns nothing about the API's shape).
 	allow := map[string]string{
-		"/healthz":                   "GET, HEAD",
-		"/readyz":                    "GET, HEAD",
-		"/metrics":                   "GET, HEAD",
-		"/v1/sessions":               "GET, HEAD, POST",
-		"/v1/sessions/{id}":          "GET, HEAD, DELETE",
-		"/v1/sessions/{id}/turns":    "GET, HEAD, POST",
-		"/v1/sessions/{id}/decision": "POST",
-		"/v1/sessions/{id}/cancel":   "POST",
-		"/v1/sessions/{id}/messages": "GET, HEAD",
+		"/healthz":                           "GET, HEAD",
+		"/readyz":                            "GET, HEAD",
+		"/metrics":                           "GET, HEAD",
+		"/v1/sessions":                       "GET, HEAD, POST",
+		"/v1/sessions/{id}":                  "GET, HEAD, DELETE",
+		"/v1/sessions/{id}/turns":            "GET, HEAD, POST",
+		"/v1/sessions/{id}/decision":         "POST",
+		"/v1/sessions/{id}/cancel":           "POST",
+		"/v1/sessions/{id}/messages":         "GET, HEAD",
+		"/v1/tenants/{tenant}/sessions":      "GET, HEAD",
+		"/v1/tenants/{tenant}/sessions/{id}": "GET, HEAD, DELETE",
 	}
 	for path, methods := range allow {
 		notAllowed := func(w http.ResponseWriter, _ *http.Request) {
@@ -363,4 +369,88 @@ func (h *Host) handleTurnLog(w http.ResponseWriter, r *http.Request, o tool.Iden
 		ts = []Turn{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessionId": id, "turns": ts})
+}
+
+// adminView is a conversation as a tenant's admin sees it: its metadata
+// and whose it is, never its transcript.
+type adminView struct {
+	sessionView
+	Principal string `json:"principal"`
+}
+
+// adminTenant answers for a path under /v1/tenants/{tenant}: the tenant
+// when the caller is an admin of it; otherwise 403 to a person of that
+// tenant (who knows it exists), 404 to anyone else.
+func (h *Host) adminTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
+	c, tenant := callerOf(r), r.PathValue("tenant")
+	switch {
+	case c.AdminOf(tenant):
+		return tenant, true
+	case c.Tenant == tenant:
+		writeError(w, newError(http.StatusForbidden, CodeForbidden, "host: only an admin of this tenant may read or close its conversations; you reach your own under /v1/sessions"))
+	default:
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "host: no such tenant"))
+	}
+	return "", false
+}
+
+// handleTenantList lists a tenant's conversations for its admin.
+func (h *Host) handleTenantList(w http.ResponseWriter, r *http.Request, _ tool.Identity) {
+	tenant, ok := h.adminTenant(w, r)
+	if !ok {
+		return
+	}
+	cs, err := h.store.ListTenant(r.Context(), tenant, ListOptions{OpenOnly: r.URL.Query().Get("open") == "true"})
+	if err != nil {
+		writeError(w, h.storeError(err))
+		return
+	}
+	views := make([]adminView, len(cs))
+	for i, c := range cs {
+		views[i] = adminView{viewOf(c), c.Owner.Principal}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "sessions": views})
+}
+
+// tenantConversation reads the path's conversation of the admin's tenant
+// (404 when it is another tenant's, or none).
+func (h *Host) tenantConversation(w http.ResponseWriter, r *http.Request) (Conversation, bool) {
+	tenant, ok := h.adminTenant(w, r)
+	if !ok {
+		return Conversation{}, false
+	}
+	id := r.PathValue("id")
+	if !validSessionID(id) {
+		writeError(w, notFound())
+		return Conversation{}, false
+	}
+	c, err := h.store.TenantInfo(r.Context(), tenant, id)
+	if err != nil {
+		writeError(w, h.storeError(err))
+		return Conversation{}, false
+	}
+	return c, true
+}
+
+func (h *Host) handleTenantGet(w http.ResponseWriter, r *http.Request, _ tool.Identity) {
+	if c, ok := h.tenantConversation(w, r); ok {
+		writeJSON(w, http.StatusOK, adminView{viewOf(c), c.Owner.Principal})
+	}
+}
+
+// handleTenantClose closes a conversation of the admin's tenant as its
+// owner's own close would (on the replica holding it).
+func (h *Host) handleTenantClose(w http.ResponseWriter, r *http.Request, _ tool.Identity) {
+	c, ok := h.tenantConversation(w, r)
+	if !ok {
+		return
+	}
+	if h.rep != nil {
+		var answered bool
+		if r, answered = h.rep.routeTo(w, r, c.Owner, c.ID, true); answered {
+			return
+		}
+	}
+	h.log.Info("host: a tenant's admin closes a conversation", "tenant", c.Owner.Tenant, "admin", callerOf(r).Principal, "session", c.ID)
+	h.handleClose(w, r, c.Owner)
 }

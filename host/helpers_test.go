@@ -396,7 +396,12 @@ var owners = map[string]tool.Identity{
 	"alice": {Tenant: "acme", Principal: "alice"},
 	"bob":   {Tenant: "acme", Principal: "bob"},
 	"carol": {Tenant: "globex", Principal: "alice"}, // the same principal name in another tenant
+	"root":  {Tenant: "acme", Principal: "root"},    // an admin of acme (admins)
+	"boss":  {Tenant: "globex", Principal: "boss"},  // an admin of globex
 }
+
+// admins are the owners whose tokens carry role=admin.
+var admins = map[string]bool{"root": true, "boss": true}
 
 // tokensFor admits the given tokens, or new ones for every owner.
 func tokensFor(t *testing.T, toks map[string]string) (*host.Tokens, map[string]string) {
@@ -413,7 +418,11 @@ func tokensFor(t *testing.T, toks map[string]string) (*host.Tokens, map[string]s
 		}
 	}
 	for name, tok := range toks {
-		file.WriteString(host.TokenLine(tok, owners[name]) + "\n")
+		file.WriteString(host.TokenLine(tok, owners[name]))
+		if admins[name] {
+			file.WriteString(" role=admin")
+		}
+		file.WriteString("\n")
 	}
 	auth, err := host.ParseTokens(strings.NewReader(file.String()))
 	if err != nil {

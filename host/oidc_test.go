@@ -190,6 +190,7 @@ func TestOIDCAuthorizationCodeTokenCarriesTenantAndRole(t *testing.T) {
 		c.Tenant, c.TenantClaim, c.RolesClaim = "", "tenant", "groups"
 	})
 	c := p.NewClient(t, hydratest.ClientOptions{Audience: []string{rig.cfg.Audience}, Redirect: "http://127.0.0.1:9/signed-in"})
+	f := newFixture(t, config{auth: rig.auth})
 	for _, tc := range []struct {
 		name, subject string
 		claims        map[string]any
@@ -208,7 +209,20 @@ func TestOIDCAuthorizationCodeTokenCarriesTenantAndRole(t *testing.T) {
 		if who.Tenant != tc.tenant || who.Principal != tc.subject || who.AdminOf(tc.tenant) != tc.admin || who.AdminOf("acme") {
 			t.Fatalf("%s: %+v", tc.name, who)
 		}
+		f.tokens[tc.subject] = tok
 	}
+	// Through the API: dana, globex's admin, reads erin's conversation
+	// there, and nothing of acme's; erin may not read the tenant's.
+	erins := f.open("erin")
+	f.open("alice") // acme, through the tokens file
+	list := f.do("GET", "/v1/tenants/globex/sessions", "dana", nil)
+	want(t, list, http.StatusOK, "")
+	if ss := list.json(t)["sessions"].([]any); len(ss) != 1 || ss[0].(map[string]any)["sessionId"] != erins || ss[0].(map[string]any)["principal"] != "erin" {
+		t.Fatalf("globex's conversations for dana: %s", list.body)
+	}
+	want(t, f.do("GET", "/v1/tenants/acme/sessions", "dana", nil), http.StatusNotFound, "not_found")
+	want(t, f.do("GET", "/v1/tenants/globex/sessions", "erin", nil), http.StatusForbidden, "forbidden")
+	want(t, f.do("GET", "/v1/sessions/"+erins, "dana", nil), http.StatusNotFound, "not_found")
 
 	// A token without the tenant claim, or with one that is no name, is
 	// refused by the claim's name.

@@ -307,7 +307,14 @@ func (r *replicas) route(w http.ResponseWriter, req *http.Request, o tool.Identi
 	default:
 		return req, false
 	}
-	id := req.PathValue("id")
+	return r.routeTo(w, req, o, req.PathValue("id"), claim)
+}
+
+// routeTo forwards the request to the replica holding conversation id of
+// owner o, claiming its lease first when claim is set (a request that
+// changes it); it reports whether it answered, and returns the request to
+// serve here otherwise (with its forwarder's id, when it was forwarded).
+func (r *replicas) routeTo(w http.ResponseWriter, req *http.Request, o tool.Identity, id string, claim bool) (*http.Request, bool) {
 	if !validSessionID(id) {
 		return req, false
 	}

@@ -436,3 +436,29 @@ func TestReplicaShutdownReleases(t *testing.T) {
 		t.Fatalf("%d takeovers after a clean shutdown", n)
 	}
 }
+
+// A tenant's admin closing a conversation through a replica that does not
+// hold it reaches the holder, which closes its live session and frees the
+// lease, as the owner's own close would.
+func TestReplicaAdminCloseReachesTheHolder(t *testing.T) {
+	dsn := pgDSN(t)
+	a, _ := newReplica(t, dsn, nil)
+	b, _ := newReplica(t, dsn, a.tokens)
+
+	id := a.open("bob")
+	want(t, a.say("bob", id, `call files {"op":"write","name":"n.txt","text":"x"}`), 200, "")
+	want(t, b.do("GET", "/v1/tenants/acme/sessions/"+id, "root", nil), 200, "")
+	want(t, b.do("DELETE", "/v1/tenants/acme/sessions/"+id, "root", nil), http.StatusNoContent, "")
+	if open, _, closed := a.ws.stats(); open != 0 || closed != 1 {
+		t.Fatalf("A's workspaces after the admin's close: %d open, %d closed", open, closed)
+	}
+	if _, opened, _ := b.ws.stats(); opened != 0 {
+		t.Fatalf("B opened %d workspaces", opened)
+	}
+	if h, err := mustLeases(t, b).Holder(context.Background(), id); err != nil || h.ID != "" {
+		t.Fatalf("the lease after the close: %+v, %v", h, err)
+	}
+	if st := a.do("GET", "/v1/sessions/"+id, "bob", nil).json(t)["state"]; st != "closed" {
+		t.Fatalf("bob's conversation: %v", st)
+	}
+}

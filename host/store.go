@@ -16,7 +16,9 @@ import (
 // concurrent use; the package host/sqlstore has SQLite and PostgreSQL ones.
 //
 // Every read takes the owner: a conversation of another owner is
-// [ErrNotFound], so no caller can forget to check. An owner is a
+// [ErrNotFound], so no caller can forget to check. The two reads for a
+// tenant's admins (ListTenant, TenantInfo) take the tenant instead: a
+// conversation of another tenant is not found. An owner is a
 // [tool.Identity] with Tenant and Principal set and no ConversationID.
 type Store interface {
 	// Create stores a new conversation (Version 0, no messages). An id
@@ -53,6 +55,13 @@ type Store interface {
 	// List returns the owner's conversations, newest first, without their
 	// transcripts.
 	List(ctx context.Context, owner tool.Identity, opt ListOptions) ([]Conversation, error)
+	// ListTenant returns a tenant's conversations, every principal's,
+	// newest first, without their transcripts: what the tenant's admins
+	// read ([Caller.AdminOf]).
+	ListTenant(ctx context.Context, tenant string, opt ListOptions) ([]Conversation, error)
+	// TenantInfo is Info for the tenant's admins: the conversation, with
+	// its owner, when it belongs to tenant; ErrNotFound otherwise.
+	TenantInfo(ctx context.Context, tenant, id string) (Conversation, error)
 	// CountOpen counts the owner's conversations that are not closed.
 	CountOpen(ctx context.Context, owner tool.Identity) (int, error)
 	// Turns returns a conversation's turn log, oldest first.

@@ -255,6 +255,47 @@ var storeCases = []struct {
 			t.Fatalf("bob's list: %v", ids(b))
 		}
 	}},
+	{"a tenant's admins read every principal's, and no other tenant's", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		carol := tool.Identity{Tenant: "globex", Principal: "alice"} // alice's name, another tenant
+		for i, c := range []host.Conversation{conv("a0", alice), conv("b0", bob), conv("a1", alice), conv("g0", carol)} {
+			c.UpdatedAt = t0.Add(time.Duration(i) * time.Minute)
+			if err := s.Create(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		closed, _ := s.Info(ctx, bob, "b0")
+		closed.State = host.StateClosed
+		if _, err := s.Save(ctx, host.Update{Conversation: closed}); err != nil {
+			t.Fatal(err)
+		}
+		acme, err := s.ListTenant(ctx, "acme", host.ListOptions{})
+		if err != nil || strings.Join(ids(acme), " ") != "a1 b0 a0" {
+			t.Fatalf("acme: %v %v", ids(acme), err)
+		}
+		if acme[1].Owner != bob || acme[0].Owner != alice || acme[0].Transcript != nil {
+			t.Fatalf("acme's owners: %+v", acme)
+		}
+		open, _ := s.ListTenant(ctx, "acme", host.ListOptions{OpenOnly: true, Limit: 1})
+		if strings.Join(ids(open), " ") != "a1" {
+			t.Fatalf("acme's open, one: %v", ids(open))
+		}
+		if g, _ := s.ListTenant(ctx, "globex", host.ListOptions{}); strings.Join(ids(g), " ") != "g0" {
+			t.Fatalf("globex: %v", ids(g))
+		}
+		if none, err := s.ListTenant(ctx, "initech", host.ListOptions{}); err != nil || len(none) != 0 {
+			t.Fatalf("a tenant with none: %v %v", ids(none), err)
+		}
+		c, err := s.TenantInfo(ctx, "acme", "b0")
+		if err != nil || c.Owner != bob || c.State != host.StateClosed {
+			t.Fatalf("acme's b0: %+v %v", c, err)
+		}
+		for _, q := range [][2]string{{"globex", "a0"}, {"acme", "g0"}, {"acme", "missing"}} {
+			if _, err := s.TenantInfo(ctx, q[0], q[1]); !errors.Is(err, host.ErrNotFound) {
+				t.Fatalf("%s's %s: %v, want not found", q[0], q[1], err)
+			}
+		}
+	}},
 	{"survives a reopen", func(t *testing.T, s host.Store, dsn string) {
 		ctx := context.Background()
 		c := conv("c", alice)

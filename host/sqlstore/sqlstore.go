@@ -86,6 +86,7 @@ type queries struct {
 	messages, head, insertMsg, insertMsgs, recordLoad, recordSave, recordAdds             string
 	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear        string
 	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState          string
+	listTenant, listTenantOpen, tenantInfo                                                string // a tenant's admins' reads
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -302,6 +303,11 @@ func (s *Store) prepareQueries() {
 			FROM agentry_conversations WHERE tenant = ? AND principal = ? ORDER BY updated_us DESC, id LIMIT ?`),
 		listOpen: s.rebind(`SELECT ` + cols + `
 			FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
+		listTenant: s.rebind(`SELECT ` + cols + `
+			FROM agentry_conversations WHERE tenant = ? ORDER BY updated_us DESC, id LIMIT ?`),
+		listTenantOpen: s.rebind(`SELECT ` + cols + `
+			FROM agentry_conversations WHERE tenant = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
+		tenantInfo: s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ?`),
 		countOpen: s.rebind(`SELECT COUNT(*) FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed'`),
 		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
@@ -795,15 +801,46 @@ func (s *Store) commitBatch(batch []*saveReq) {
 
 // List returns the owner's conversations, newest first.
 func (s *Store) List(ctx context.Context, owner tool.Identity, opt host.ListOptions) ([]host.Conversation, error) {
-	limit := opt.Limit
-	if limit <= 0 || limit > host.MaxList {
-		limit = host.MaxList
-	}
 	q := s.q.list
 	if opt.OpenOnly {
 		q = s.q.listOpen
 	}
-	rows, err := s.read.QueryContext(ctx, q, owner.Tenant, owner.Principal, limit)
+	return s.listRows(ctx, q, owner.Tenant, owner.Principal, listLimit(opt))
+}
+
+// ListTenant returns a tenant's conversations, every principal's, newest
+// first.
+func (s *Store) ListTenant(ctx context.Context, tenant string, opt host.ListOptions) ([]host.Conversation, error) {
+	q := s.q.listTenant
+	if opt.OpenOnly {
+		q = s.q.listTenantOpen
+	}
+	return s.listRows(ctx, q, tenant, listLimit(opt))
+}
+
+// TenantInfo is Info for the tenant's admins: the conversation, with its
+// owner, when it belongs to tenant.
+func (s *Store) TenantInfo(ctx context.Context, tenant, id string) (host.Conversation, error) {
+	c, err := scanConversation(s.read.QueryRowContext(ctx, s.q.tenantInfo, id, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return host.Conversation{}, host.ErrNotFound
+	}
+	if err != nil {
+		return host.Conversation{}, s.fail("loading a conversation", err)
+	}
+	return c, nil
+}
+
+func listLimit(opt host.ListOptions) int {
+	if opt.Limit <= 0 || opt.Limit > host.MaxList {
+		return host.MaxList
+	}
+	return opt.Limit
+}
+
+// listRows runs a listing query and reads its conversations.
+func (s *Store) listRows(ctx context.Context, q string, args ...any) ([]host.Conversation, error) {
+	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.fail("listing conversations", err)
 	}
