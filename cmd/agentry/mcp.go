@@ -32,6 +32,7 @@ type mcpOptions struct {
 	maxCalls             int
 	allowUnjailed        bool
 	sinks                sinkFlags
+	oidc                 oidcFlags
 
 	// For tests: the transport to serve instead of stdio, and a hook told
 	// the HTTP listener's address once it listens.
@@ -58,11 +59,13 @@ ends, and the close is recorded in the events file.
 By default it speaks MCP on stdin/stdout, the way a client launches a local
 server: stdout carries only protocol messages, and agentry's own messages go
 to stderr. With --http it serves streamable HTTP at http://ADDR/mcp instead.
-Without --tokens, --http listens on loopback only and callers have no
-identity; with --tokens every request needs Authorization: Bearer <token>,
-and the token's tenant and principal reach the tool. The tokens file is the
-one agentry serve reads (docs/host.md): lines of
-"sha256:<hex digest of the token> <tenant> <principal>".
+Without --tokens or --oidc-issuer, --http listens on loopback only and
+callers have no identity; with either, every request needs Authorization:
+Bearer <token>, and the token's tenant and principal reach the tool. The
+tokens file is the one agentry serve reads (docs/host.md): lines of
+"sha256:<hex digest of the token> <tenant> <principal>". With --oidc-issuer
+a JWT from that OpenID provider is accepted too (docs/host.md#identity);
+when the provider cannot be reached to check one, the answer is 503.
 
 SIGINT or SIGTERM: new calls are refused (HTTP answers 503), calls in flight
 may finish within --drain and are then cancelled, every interpreter closes,
@@ -77,6 +80,9 @@ something failed, 2 for a usage error.`,
   claude mcp add agentry -- agentry mcp`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.oidc.check(cmd.Flags()); err != nil {
+				return err
+			}
 			return runMCP(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
@@ -85,6 +91,7 @@ something failed, 2 for a usage error.`,
 	o.caps.add(f)
 	f.StringVar(&o.http, "http", "", "serve streamable HTTP on this host:port (at /mcp) instead of stdio")
 	f.StringVar(&o.tokens, "tokens", "", "with --http: the tokens file whose bearer tokens callers must present (as agentry serve reads it)")
+	o.oidc.add(f, false)
 	f.DurationVar(&o.drain, "drain", 10*time.Second, "on a signal, how long calls in flight may finish before they are cancelled")
 	f.DurationVar(&o.teardown, "teardown", toolsession.DefaultTimeout, "bound on closing each interpreter")
 	f.IntVar(&o.maxCalls, "max-calls", mcpserve.DefaultMaxCalls, "calls served at once; a call past it gets a tool error naming this bound, without running")
@@ -132,30 +139,10 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 	if o.allowUnjailed && o.http == "" {
 		return usageError("--allow-unjailed needs --http: over stdio the client that started agentry is the only caller")
 	}
-	reach := exposure{command: "mcp", addr: o.http, beyond: o.http != "" && !isLoopbackAddr(o.http), tokens: o.tokens, principals: 1}
-	var auth mcpserve.Authenticator
-	switch {
-	case o.tokens != "" && o.http == "":
-		return usageError("--tokens needs --http: over stdio the client that started agentry is the only caller")
-	case o.http != "":
-		if _, _, err := net.SplitHostPort(o.http); err != nil {
-			return usageError("--http %q is not host:port (for example 127.0.0.1:8765)", o.http)
-		}
-		if o.tokens == "" && !isLoopbackAddr(o.http) {
-			return usageError("refusing to serve %s without --tokens: anyone who reaches it could run code here; "+
-				"pass --tokens FILE, or listen on 127.0.0.1", o.http)
-		}
-		if o.tokens != "" {
-			t, err := host.LoadTokens(o.tokens)
-			if err != nil {
-				return usageError("--tokens: %v", err)
-			}
-			if t.Len() == 0 {
-				return usageError("--tokens %s admits nobody; add a line \"sha256:<hex digest> <tenant> <principal>\" (agentry token makes one)", o.tokens)
-			}
-			auth = host.Chain{t}.Identity
-			reach.principals = len(t.Owners())
-		}
+	reach := exposure{command: "mcp", addr: o.http, beyond: o.http != "" && !isLoopbackAddr(o.http), tokens: o.tokens, principals: 1, oidc: o.oidc.issuer}
+	auth, err := mcpAuth(ctx, o, &reach, stderr)
+	if err != nil {
+		return err
 	}
 
 	jail, err := o.caps.jail()
@@ -222,6 +209,49 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 	return nil
 }
 
+// mcpAuth builds the HTTP door's authenticator from --tokens and
+// --oidc-* (both in a chain, the tokens file first): nil over stdio, or
+// on loopback with neither. It counts the tokens file's principals into
+// reach.
+func mcpAuth(ctx context.Context, o mcpOptions, reach *exposure, stderr io.Writer) (mcpserve.Authenticator, error) {
+	if o.http == "" {
+		if o.tokens != "" || o.oidc.set() {
+			return nil, usageError("--tokens and --oidc-issuer need --http: over stdio the client that started agentry is the only caller")
+		}
+		return nil, nil
+	}
+	if _, _, err := net.SplitHostPort(o.http); err != nil {
+		return nil, usageError("--http %q is not host:port (for example 127.0.0.1:8765)", o.http)
+	}
+	if o.tokens == "" && !o.oidc.set() && !isLoopbackAddr(o.http) {
+		return nil, usageError("refusing to serve %s without --tokens or --oidc-issuer: anyone who reaches it could run code here; "+
+			"pass --tokens FILE or --oidc-issuer URL, or listen on 127.0.0.1", o.http)
+	}
+	var chain host.Chain
+	if o.tokens != "" {
+		t, err := host.LoadTokens(o.tokens)
+		if err != nil {
+			return nil, usageError("--tokens: %v", err)
+		}
+		if t.Len() == 0 {
+			return nil, usageError("--tokens %s admits nobody; add a line \"sha256:<hex digest> <tenant> <principal>\" (agentry token makes one)", o.tokens)
+		}
+		chain = append(chain, t)
+		reach.principals = len(t.Owners())
+	}
+	idp, err := o.oidc.open(ctx, stderr, "mcp")
+	if err != nil {
+		return nil, err
+	}
+	if idp != nil {
+		chain = append(chain, idp)
+	}
+	if len(chain) == 0 {
+		return nil, nil
+	}
+	return chain.Identity, nil
+}
+
 // stopMCP refuses new calls, lets calls in flight finish within --drain,
 // cancels the rest and closes every session still held.
 func stopMCP(ctx context.Context, o mcpOptions, srv *mcpserve.Server) error {
@@ -274,11 +304,17 @@ func serveMCPHTTP(ctx context.Context, o mcpOptions, srv *mcpserve.Server, auth 
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	who := "loopback only; callers have no identity"
-	if auth != nil {
-		who = "bearer tokens from " + o.tokens
+	var who []string
+	if o.tokens != "" {
+		who = append(who, "bearer tokens from "+o.tokens)
 	}
-	fmt.Fprintf(stderr, "agentry mcp: serving streamable HTTP at http://%s/mcp (%s)\n", ln.Addr(), who)
+	if o.oidc.set() {
+		who = append(who, o.oidc.describe())
+	}
+	if len(who) == 0 {
+		who = append(who, "loopback only; callers have no identity")
+	}
+	fmt.Fprintf(stderr, "agentry mcp: serving streamable HTTP at http://%s/mcp (%s)\n", ln.Addr(), strings.Join(who, "; "))
 	if o.listening != nil {
 		o.listening(ln.Addr().String())
 	}

@@ -122,15 +122,19 @@ type exposure struct {
 	beyond     bool // addr is reachable from other machines
 	tokens     string
 	principals int
+	oidc       string // the --oidc-issuer whose people it admits, if any
 }
 
 // several reports whether the door admits more than one principal.
-func (x exposure) several() bool { return x.principals > 1 || x.beyond }
+func (x exposure) several() bool { return x.principals > 1 || x.beyond || x.oidc != "" }
 
 func (x exposure) describe() string {
 	var parts []string
 	if x.principals > 1 {
 		parts = append(parts, fmt.Sprintf("%d principals (--tokens %s)", x.principals, x.tokens))
+	}
+	if x.oidc != "" {
+		parts = append(parts, "everyone "+x.oidc+" signs in (--oidc-issuer)")
 	}
 	if x.beyond {
 		parts = append(parts, fmt.Sprintf("%s, beyond loopback", x.addr))

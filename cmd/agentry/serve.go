@@ -51,6 +51,7 @@ type serveOptions struct {
 	acp                                        acpFlags
 	workspaces                                 string
 	lend                                       []string
+	oidc                                       oidcFlags
 	// agentFlagErr is the refusal of --agent-* flags that do not fit
 	// --agent (worked out from which flags were given).
 	agentFlagErr error
@@ -85,6 +86,9 @@ flushed. A second signal exits at once.
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sig)
 			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
+			if err := o.oidc.check(cmd.Flags()); err != nil {
+				return err
+			}
 			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), sig, func() { os.Exit(130) })
 		},
 	}
@@ -95,6 +99,7 @@ flushed. A second signal exits at once.
 	f.StringVar(&o.workspaces, "workspaces", "agentry-workspaces", "with --agent acp: the directory holding each conversation's workspace (kept at close, so a resumed conversation finds its files)")
 	f.StringArrayVar(&o.lend, "lend", nil, "with --agent acp: lend this host tool to every agent over MCP (repeat; run_code is the one there is: agentry's interpreter on --runner)")
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
+	o.oidc.add(f, true)
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.model, "model", defaultModel, "the model: scripted (offline: runs the code in each message), anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
@@ -159,35 +164,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		o.lease = host.DefaultLeaseTTL
 	}
 
-	var auth host.Authenticator
-	var generated string
-	if o.tokens == "" {
-		if !loopback(o.addr) {
-			return usageError("refusing to listen on %s without a tokens file: anyone who reaches it would act as the one generated token's owner; "+
-				"pass --tokens FILE (agentry token --tenant T --principal P --tokens FILE adds a line), or listen on 127.0.0.1", o.addr)
-		}
-		tok, line, err := host.GenerateToken(tool.Identity{Tenant: "local", Principal: "local"})
-		if err != nil {
-			return failure(err)
-		}
-		t, err := host.ParseTokens(strings.NewReader(line))
-		if err != nil {
-			return failure(err)
-		}
-		auth, generated = t, tok
-	} else {
-		t, err := host.LoadTokens(o.tokens)
-		if err != nil {
-			return usageError("--tokens: %v", err)
-		}
-		if t.Len() == 0 {
-			return usageError("--tokens %s admits nobody; add a line with agentry token --tenant T --principal P --tokens %s", o.tokens, o.tokens)
-		}
-		auth = t
-	}
-	o.reach = exposure{command: "serve", addr: o.addr, beyond: !loopback(o.addr), tokens: o.tokens, principals: 1}
-	if t, ok := auth.(*host.Tokens); ok && o.tokens != "" {
-		o.reach.principals = len(t.Owners())
+	auth, generated, err := serveAuth(ctx, &o, stderr)
+	if err != nil {
+		return err
 	}
 
 	if o.agent == "" {
@@ -293,7 +272,14 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		fmt.Fprintf(stdout, ", events %s", o.events)
 	}
 	fmt.Fprintln(stdout, ")")
-	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (sign in with a token)\n", url)
+	signIn := "sign in with a token"
+	if o.oidc.clientID != "" {
+		signIn = "sign in at " + o.oidc.issuer + ", or with a token"
+	}
+	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (%s)\n", url, signIn)
+	if o.oidc.set() {
+		fmt.Fprintf(stdout, "agentry serve: accepting %s\n", o.oidc.describe())
+	}
 	if leases != nil {
 		r := leases.Replica()
 		fmt.Fprintf(stdout, "agentry serve: replica %s, reached by the others at %s; conversation leases of %s in postgres\n", r.ID, r.Address, leases.TTL())
@@ -340,6 +326,49 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	fmt.Fprintln(stderr, "agentry serve: stopped; every tool session is closed")
 	return nil
+}
+
+// serveAuth builds the host's authenticator from --tokens and --oidc-*:
+// the tokens file, the OpenID provider, or both in a chain (the tokens
+// file first). With neither, it makes one token (returned to be shown
+// once), and refuses to listen beyond loopback. It sets o.reach: whom the
+// door admits.
+func serveAuth(ctx context.Context, o *serveOptions, stderr io.Writer) (host.Authenticator, string, error) {
+	o.reach = exposure{command: "serve", addr: o.addr, beyond: !loopback(o.addr), tokens: o.tokens, principals: 1, oidc: o.oidc.issuer}
+	idp, err := o.oidc.open(ctx, stderr, "serve")
+	if err != nil {
+		return nil, "", err
+	}
+	if o.tokens == "" {
+		if idp != nil {
+			return idp, "", nil
+		}
+		if !loopback(o.addr) {
+			return nil, "", usageError("refusing to listen on %s without a tokens file: anyone who reaches it would act as the one generated token's owner; "+
+				"pass --tokens FILE (agentry token --tenant T --principal P --tokens FILE adds a line) or --oidc-issuer, or listen on 127.0.0.1", o.addr)
+		}
+		tok, line, err := host.GenerateToken(tool.Identity{Tenant: "local", Principal: "local"})
+		if err != nil {
+			return nil, "", failure(err)
+		}
+		t, err := host.ParseTokens(strings.NewReader(line))
+		if err != nil {
+			return nil, "", failure(err)
+		}
+		return t, tok, nil
+	}
+	t, err := host.LoadTokens(o.tokens)
+	if err != nil {
+		return nil, "", usageError("--tokens: %v", err)
+	}
+	if t.Len() == 0 {
+		return nil, "", usageError("--tokens %s admits nobody; add a line with agentry token --tenant T --principal P --tokens %s", o.tokens, o.tokens)
+	}
+	o.reach.principals = len(t.Owners())
+	if idp != nil {
+		return host.Chain{t, idp}, "", nil
+	}
+	return t, "", nil
 }
 
 // openStore opens the conversation store a DSN names: a postgres:// (or

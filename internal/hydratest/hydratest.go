@@ -40,7 +40,8 @@ type Provider struct {
 	// Admin is its admin API.
 	Issuer, Admin string
 
-	dsn      string // of a provider of the test's own
+	dsn      string       // of a provider of the test's own
+	http     *http.Client // its own connections, closed when the test ends
 	stopOnce sync.Once
 	stop     func()
 }
@@ -61,7 +62,16 @@ func need(t testing.TB, name string) string {
 // skipped, loudly — and under CI=true it fails instead.
 func Shared(t testing.TB) *Provider {
 	t.Helper()
-	return &Provider{Issuer: need(t, "AGENTRY_TEST_HYDRA"), Admin: strings.TrimSuffix(need(t, "AGENTRY_TEST_HYDRA_ADMIN"), "/")}
+	return withClient(t, &Provider{Issuer: need(t, "AGENTRY_TEST_HYDRA"), Admin: strings.TrimSuffix(need(t, "AGENTRY_TEST_HYDRA_ADMIN"), "/")})
+}
+
+// withClient gives p a client of its own, whose idle connections close
+// when the test ends (no goroutine of it outlives the test).
+func withClient(t testing.TB, p *Provider) *Provider {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	p.http = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	t.Cleanup(tr.CloseIdleConnections)
+	return p
 }
 
 // Options configure an instance of a test's own.
@@ -113,7 +123,7 @@ func Start(t testing.TB, o Options) *Provider {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	p := &Provider{Issuer: issuer, Admin: "http://" + admin, dsn: dsn}
+	p := withClient(t, &Provider{Issuer: issuer, Admin: "http://" + admin, dsn: dsn})
 	p.stop = func() {
 		_ = cmd.Process.Kill()
 		<-exited
@@ -141,7 +151,7 @@ func (p *Provider) ready(exited <-chan struct{}) error {
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if ok(p.Admin+"/health/ready") && ok(p.Issuer+".well-known/openid-configuration") {
+		if p.ok(p.Admin+"/health/ready") && p.ok(p.Issuer+".well-known/openid-configuration") {
 			return nil
 		}
 		select {
@@ -155,8 +165,8 @@ func (p *Provider) ready(exited <-chan struct{}) error {
 	}
 }
 
-func ok(u string) bool {
-	res, err := http.Get(u)
+func (p *Provider) ok(u string) bool {
+	res, err := p.http.Get(u)
 	if err != nil {
 		return false
 	}
@@ -283,7 +293,7 @@ func (p *Provider) AuthorizationCode(t testing.TB, c Client, audience, subject s
 
 func (p *Provider) authorizationCode(c Client, audience, subject string, claims map[string]any) (string, error) {
 	jar, _ := cookiejar.New(nil)
-	browser := &http.Client{Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	browser := &http.Client{Transport: p.http.Transport, Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	verifier := random(32)
 	sum := sha256.Sum256([]byte(verifier))
 	state := random(12)
@@ -377,7 +387,7 @@ func (p *Provider) RotateKeys(t testing.TB) string {
 }
 
 func (p *Provider) token(form url.Values) (string, error) {
-	res, err := http.PostForm(p.Issuer+"oauth2/token", form)
+	res, err := p.http.PostForm(p.Issuer+"oauth2/token", form)
 	if err != nil {
 		return "", err
 	}
@@ -409,7 +419,7 @@ func (p *Provider) admin(method, path string, body, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
+	res, err := p.http.Do(req)
 	if err != nil {
 		return err
 	}
