@@ -5,13 +5,16 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"github.com/agentry-dev/agentry/tool"
 	"io/fs"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // The web console: static files embedded in the binary, served at / under
@@ -24,11 +27,21 @@ var consoleFiles embed.FS
 
 // consolePolicy is the console's Content-Security-Policy: scripts, styles
 // and images only from the host itself, never inline; requests only to
-// the host; no framing, no form submission (a form the script has not
-// taken over must not send a token anywhere), and DOM sinks that take
-// strings refused (the console builds the page with textContent).
-const consolePolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
-	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'"
+// the host (and, when the console signs people in at an OpenID provider,
+// to that provider's token endpoint, exactly); no framing, no form
+// submission (a form the script has not taken over must not send a token
+// anywhere), and DOM sinks that take strings refused (the console builds
+// the page with textContent).
+func consolePolicy(tokenEndpoint string) string {
+	connect := "'self'"
+	if u, err := url.Parse(tokenEndpoint); err == nil && tokenEndpoint != "" {
+		// A source expression is scheme://host/path: no query, and no ;
+		// or , (they separate directives and policies).
+		connect += " " + u.Scheme + "://" + u.Host + strings.NewReplacer(";", "%3B", ",", "%2C").Replace(u.EscapedPath())
+	}
+	return "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src " + connect + "; " +
+		"base-uri 'none'; form-action 'none'; frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'"
+}
 
 // apiPolicy is the API's: its answers are data, never a page to render or
 // frame.
@@ -84,14 +97,14 @@ func consoleAssets() map[string]consoleFile {
 	return consoleIndex
 }
 
-func serveConsoleFile(w http.ResponseWriter, r *http.Request, name string) {
+func serveConsoleFile(w http.ResponseWriter, r *http.Request, name, policy string) {
 	f, ok := consoleAssets()[name]
 	if !ok {
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "host: no such console file"))
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Security-Policy", consolePolicy)
+	h.Set("Content-Security-Policy", policy)
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=(), usb=()")
 	h.Set("Content-Type", f.ctype)
@@ -108,8 +121,18 @@ func (h *Host) consoleRoutes(mux *http.ServeMux) {
 	h.router.record.Store(rec)
 
 	if !h.opt.NoConsole {
-		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { serveConsoleFile(w, r, "index.html") })
-		mux.HandleFunc("GET /console/{name}", func(w http.ResponseWriter, r *http.Request) { serveConsoleFile(w, r, r.PathValue("name")) })
+		signIn := signInOf(h.auth)
+		policy := consolePolicy("")
+		if signIn != nil {
+			policy = consolePolicy(signIn.TokenEndpoint)
+		}
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { serveConsoleFile(w, r, "index.html", policy) })
+		mux.HandleFunc("GET /console/{name}", func(w http.ResponseWriter, r *http.Request) { serveConsoleFile(w, r, r.PathValue("name"), policy) })
+		// How the console signs people in: public, as a provider's
+		// discovery document is (nil: pasted tokens only).
+		mux.HandleFunc("GET /console/sign-in.json", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]any{"oidc": signIn})
+		})
 	}
 	mux.HandleFunc("GET /v1/me", h.authed(func(w http.ResponseWriter, r *http.Request, _ tool.Identity) {
 		writeJSON(w, http.StatusOK, callerOf(r))

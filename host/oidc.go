@@ -340,7 +340,7 @@ func claimStrings(v any, ok bool) []string {
 
 func refuse(code Code, msg string) error { return &CredentialError{Code: code, Message: msg} }
 
-// SignIn is what the console needs to sign people in at the provider:
+// signIn is what the console needs to sign people in at the provider:
 // nil when no ClientID is configured.
 func (o *OIDC) signIn() *oidcSignIn {
 	if o.cfg.ClientID == "" {
@@ -350,7 +350,23 @@ func (o *OIDC) signIn() *oidcSignIn {
 		AuthorizationEndpoint: o.authURL, TokenEndpoint: o.tokenURL}
 }
 
-// oidcSignIn is the console's sign-in configuration (GET /console/sign-in).
+// signInOf finds the console's sign-in in an authenticator: that of the
+// first OIDC link with a ClientID.
+func signInOf(a Authenticator) *oidcSignIn {
+	switch a := a.(type) {
+	case *OIDC:
+		return a.signIn()
+	case Chain:
+		for _, l := range a {
+			if s := signInOf(l); s != nil {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// oidcSignIn is the console's sign-in configuration (GET /console/sign-in.json).
 type oidcSignIn struct {
 	Issuer                string   `json:"issuer"`
 	ClientID              string   `json:"clientId"`

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -19,11 +20,13 @@ type oidcFlags struct {
 	tenant, tenantClaim, principalClaim string
 	rolesClaim, adminRole               string
 	scopes                              []string
-	console                             bool // serve's console signs people in (--oidc-client-id)
+
+	now func() time.Time // for tests: the clock tokens are judged by
 }
 
+// add adds the flags; console adds serve's: how the console signs people
+// in.
 func (o *oidcFlags) add(f *pflag.FlagSet, console bool) {
-	o.console = console
 	f.StringVar(&o.issuer, "oidc-issuer", "", "accept bearer JWTs from this OpenID provider (its issuer URL, exactly as its discovery document names it; https, or http on loopback); see docs/host.md#identity")
 	f.StringVar(&o.audience, "oidc-audience", "", "with --oidc-issuer: the value a token's aud must hold (this service's identifier at the provider)")
 	f.StringVar(&o.tenantClaim, "oidc-tenant-claim", "", "with --oidc-issuer: the claim holding each caller's tenant (dots reach into nested claims: org.id)")
@@ -69,7 +72,7 @@ func (o *oidcFlags) open(ctx context.Context, stderr io.Writer, command string) 
 	a, err := host.NewOIDC(ctx, host.OIDCConfig{
 		Issuer: o.issuer, Audience: o.audience, ClientID: o.clientID, Scopes: o.scopes,
 		Tenant: tenant, TenantClaim: o.tenantClaim, PrincipalClaim: o.principalClaim,
-		RolesClaim: o.rolesClaim, AdminRole: o.adminRole,
+		RolesClaim: o.rolesClaim, AdminRole: o.adminRole, Now: o.now,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil)).With("command", command),
 	})
 	if err != nil {

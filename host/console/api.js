@@ -143,3 +143,99 @@ export async function stream(path, body, onEvent) {
   if (result.error) throw new ApiError(0, result.error.code, result.error.message);
   return result;
 }
+
+// ---- signing in at an OpenID provider ----
+//
+// The authorization code flow with PKCE, as a public client: no secret
+// in the page. The verifier and state live in sessionStorage only while
+// the person is away at the provider; the code comes back in the address
+// and is taken out of it at once; the access token is fetched from the
+// provider's token endpoint (the only other place the page's policy lets
+// it connect to) and kept like a pasted token.
+
+const FLOW = "agentry.signin";
+
+// signInConfig is how this host's console signs people in at an OpenID
+// provider, or null when it takes pasted tokens only.
+export async function signInConfig() {
+  try {
+    const res = await fetch("/console/sign-in.json", { cache: "no-store", credentials: "omit", redirect: "error" });
+    if (!res.ok) return null;
+    const body = await res.json();
+    return body && body.oidc ? body.oidc : null;
+  } catch {
+    return null;
+  }
+}
+
+function b64url(bytes) {
+  let s = "";
+  for (const b of bytes) s += String.fromCharCode(b);
+  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+// redirectURI is where the provider sends the person back: the console.
+export const redirectURI = () => location.origin + "/";
+
+// beginSignIn sends the person to the provider; keep (the conversation
+// shown, an unsent message) is handed back by finishSignIn.
+export async function beginSignIn(cfg, keep) {
+  if (!window.isSecureContext || !crypto.subtle) {
+    throw new ApiError(0, "insecure_context", "Signing in needs https (or a loopback address): without it the browser offers no SHA-256 for PKCE.");
+  }
+  const verifier = b64url(crypto.getRandomValues(new Uint8Array(32)));
+  const state = b64url(crypto.getRandomValues(new Uint8Array(16)));
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier));
+  sessionStorage.setItem(FLOW, JSON.stringify({ verifier, state, keep: keep || {} }));
+  const u = new URL(cfg.authorizationEndpoint);
+  const q = u.searchParams;
+  q.set("response_type", "code");
+  q.set("client_id", cfg.clientId);
+  q.set("redirect_uri", redirectURI());
+  q.set("scope", (cfg.scopes || ["openid"]).join(" "));
+  q.set("audience", cfg.audience);
+  q.set("state", state);
+  q.set("code_challenge", b64url(new Uint8Array(digest)));
+  q.set("code_challenge_method", "S256");
+  location.assign(u.toString());
+}
+
+// finishSignIn completes a sign-in the provider sent the person back
+// from: null when the address holds no answer of the provider's; else
+// {token, keep}. The answer leaves the address before anything else.
+export async function finishSignIn(cfg) {
+  const q = new URLSearchParams(location.search);
+  if (!q.has("code") && !q.has("error")) return null;
+  history.replaceState(null, "", location.pathname);
+  const flow = JSON.parse(sessionStorage.getItem(FLOW) || "null");
+  sessionStorage.removeItem(FLOW);
+  if (!flow || !cfg || q.get("state") !== flow.state) {
+    throw new ApiError(0, "sign_in_state", "This sign-in was not started here (or was started twice); sign in again.");
+  }
+  if (q.has("error")) {
+    throw new ApiError(0, q.get("error"), "The identity provider did not sign you in: " + (q.get("error_description") || q.get("error")));
+  }
+  if (q.has("iss") && q.get("iss") !== cfg.issuer) {
+    throw new ApiError(0, "sign_in_issuer", "The answer came from another identity provider than this host trusts; sign in again.");
+  }
+  const body = new URLSearchParams({
+    grant_type: "authorization_code", code: q.get("code"), redirect_uri: redirectURI(),
+    client_id: cfg.clientId, code_verifier: flow.verifier,
+  });
+  let res;
+  try {
+    res = await fetch(cfg.tokenEndpoint, { method: "POST", body, cache: "no-store", credentials: "omit", redirect: "error", referrerPolicy: "no-referrer" });
+  } catch (e) {
+    throw new ApiError(0, "unreachable", "The identity provider's token endpoint cannot be reached: " + e.message);
+  }
+  let out = {};
+  try {
+    out = await res.json();
+  } catch {
+    // not JSON: said below
+  }
+  if (!res.ok || typeof out.access_token !== "string") {
+    throw new ApiError(res.status, out.error || "sign_in_failed", "The identity provider did not give a token: " + (out.error_description || out.error || res.status));
+  }
+  return { token: out.access_token, keep: flow.keep };
+}

@@ -4,7 +4,7 @@
 // the /v1 API with the caller's token; the page is built with textContent
 // only (the policy refuses HTML from strings).
 
-import { api, stream, token, ApiError } from "./api.js";
+import { api, stream, token, ApiError, signInConfig, beginSignIn, finishSignIn } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -47,10 +47,13 @@ const state = {
   session: null, // its GET /v1/sessions/{id}
   busy: false, // a turn or decision in flight
   interaction: null, // the session interaction shown, if any
+  signIn: null, // how to sign in at the OpenID provider, when the host offers it
 };
 
 // ---- sign in ----
 
+// showSignedOut shows the sign-in card. The conversation in the address
+// and an unsent message stay, for after the next sign-in.
 function showSignedOut(message) {
   token.clear();
   state.me = null;
@@ -61,7 +64,7 @@ function showSignedOut(message) {
   $("signin").hidden = false;
   $("signin-error").textContent = message || "";
   $("token").value = "";
-  $("token").focus();
+  (state.signIn ? $("oidc-signin") : $("token")).focus();
 }
 
 async function signIn(t) {
@@ -69,23 +72,35 @@ async function signIn(t) {
   try {
     state.me = await api("GET", "/v1/me");
   } catch (e) {
-    showSignedOut(e.status === 401 ? "The host did not accept this token." : e.message);
+    showSignedOut(e.status === 401 ? "The host did not accept this token: " + e.message : e.message);
     return;
   }
   $("signin").hidden = true;
   $("app").hidden = false;
   $("signout").hidden = false;
-  $("who").textContent = "Signed in as " + state.me.principal + " (tenant " + state.me.tenant + ")";
+  $("who").textContent = "Signed in as " + state.me.principal + " (tenant " + state.me.tenant + (state.me.role === "admin" ? ", admin" : "") + ")";
   await loadConvs();
   const id = location.hash.slice(1);
   if (/^ses_[0-9a-f]{32}$/.test(id)) await openConv(id);
 }
 
+// signInAtProvider sends the person to the identity provider, keeping the
+// conversation shown and an unsent message for their return.
+async function signInAtProvider() {
+  try {
+    await beginSignIn(state.signIn, { hash: location.hash, draft: $("message").value });
+  } catch (e) {
+    $("signin-error").textContent = e.message;
+  }
+}
+
 // fail shows an error where the person is looking; a refused token signs
-// out.
+// out (an expired one says so: nothing shown is lost by signing in again).
 function fail(e, where) {
   if (e instanceof ApiError && e.status === 401) {
-    showSignedOut("The host no longer accepts this token; sign in again.");
+    showSignedOut(e.code === "token_expired"
+      ? "Your sign-in has expired. Sign in again: this conversation and any message you had not sent are kept."
+      : "The host no longer accepts this token; sign in again.");
     return;
   }
   (where || $("conv-error")).textContent = e.message;
@@ -376,6 +391,8 @@ async function runTurn(path, body) {
       $("live-text").textContent = res.output;
     }
   } catch (e) {
+    // A message refused before it ran goes back where it was typed.
+    if (e instanceof ApiError && e.status === 401 && body.message !== undefined && !$("message").value) $("message").value = body.message;
     if (e.code === "turn_cancelled") $("live-text").textContent = "Stopped: the turn was cancelled before it answered.";
     else fail(e);
   } finally {
@@ -386,8 +403,10 @@ async function runTurn(path, body) {
     $("decline").disabled = false;
     $("send").disabled = false;
     $("message").disabled = false;
-    if (id === state.current) await refreshConv();
-    await loadConvs();
+    if (state.me) {
+      if (id === state.current) await refreshConv();
+      await loadConvs();
+    }
   }
 }
 
@@ -543,8 +562,10 @@ function wire() {
   });
   $("signout").addEventListener("click", () => {
     history.replaceState(null, "", location.pathname);
+    $("message").value = "";
     showSignedOut("Signed out.");
   });
+  $("oidc-signin").addEventListener("click", signInAtProvider);
   $("refresh").addEventListener("click", async () => {
     await loadConvs();
     await refreshConv();
@@ -570,7 +591,32 @@ function wire() {
   });
 }
 
-wire();
-const saved = token.get();
-if (saved) signIn(saved);
-else showSignedOut("");
+// start offers the provider's sign-in when the host has one, completes a
+// sign-in the provider sent the person back from, or signs in again with
+// the token this tab holds.
+async function start() {
+  wire();
+  state.signIn = await signInConfig();
+  if (state.signIn) {
+    $("oidc-box").hidden = false;
+    $("oidc-signin").textContent = "Sign in with " + new URL(state.signIn.issuer).host;
+  }
+  let done;
+  try {
+    done = await finishSignIn(state.signIn);
+  } catch (e) {
+    showSignedOut(e.message);
+    return;
+  }
+  if (done) {
+    if (done.keep.hash) history.replaceState(null, "", location.pathname + done.keep.hash);
+    if (done.keep.draft) $("message").value = done.keep.draft;
+    await signIn(done.token);
+    return;
+  }
+  const saved = token.get();
+  if (saved) signIn(saved);
+  else showSignedOut("");
+}
+
+start();

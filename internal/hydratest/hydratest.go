@@ -133,6 +133,17 @@ func Start(t testing.TB, o Options) *Provider {
 		p.Stop()
 		t.Fatalf("hydra did not start: %v\n%s", err, out.String())
 	}
+	// A new database has no keys yet: Hydra makes them (4096-bit RSA) on
+	// the first request for them, which on a loaded machine takes longer
+	// than a verifier waits. Made here, they are there when the test
+	// begins.
+	warm := &http.Client{Transport: p.http.Transport, Timeout: 2 * time.Minute}
+	res, err := warm.Get(p.Issuer + ".well-known/jwks.json")
+	if err != nil {
+		p.Stop()
+		t.Fatalf("hydra made no keys: %v\n%s", err, out.String())
+	}
+	res.Body.Close()
 	return p
 }
 
