@@ -11,11 +11,16 @@
 //
 // What it promises:
 //
-//   - Identity comes only from the [Authenticator] (bearer tokens from a
-//     tokens file by default: digests only, compared in constant time).
-//     Nothing in a body or a client-controlled header names a tenant or a
-//     principal. A conversation belongs to (tenant, principal); to anyone
-//     else it does not exist (404).
+//   - Identity comes only from the [Authenticator]: bearer tokens from a
+//     tokens file ([Tokens]: digests only, compared in constant time),
+//     bearer JWTs from an OpenID provider ([OIDC]), or both in a [Chain].
+//     Nothing in a body or a client-controlled header names a tenant, a
+//     principal or a role. A conversation belongs to (tenant, principal);
+//     to anyone else it does not exist (404) — except to an admin of its
+//     tenant ([Caller.AdminOf]), who reads its metadata and may close it
+//     under /v1/tenants/{tenant}/sessions. A provider that cannot be
+//     reached to check a token answers 503 identity_unavailable, never
+//     401.
 //   - One turn at a time per conversation (409 for a second); a message to
 //     a conversation waiting for a decision is refused naming the
 //     question. Bounds on turns in flight and open conversations per

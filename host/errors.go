@@ -18,7 +18,7 @@ const (
 	CodeWrongAudience        Code = "wrong_audience"         // 401: a JWT meant for another service
 	CodeWrongIssuer          Code = "wrong_issuer"           // 401: a JWT from another issuer
 	CodeUnknownKey           Code = "unknown_key"            // 401: a JWT signed with a key the issuer does not publish
-	CodeClaimMissing         Code = "claim_missing"          // 401: a JWT without a claim the host reads identity from (or with one it cannot use)
+	CodeClaimMissing         Code = "claim_missing"          // 401: a JWT without a claim the host reads identity from (or without exp)
 	CodeClaimInvalid         Code = "claim_invalid"          // 401: a JWT whose tenant or principal claim is not a usable name
 	CodeIdentityUnavailable  Code = "identity_unavailable"   // 503: the identity provider cannot be reached; the credentials were not judged
 	CodeForbidden            Code = "forbidden"              // 403: an admin-only path asked by a person of the same tenant

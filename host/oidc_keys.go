@@ -100,11 +100,11 @@ func matching(keys []jose.JSONWebKey, kid, alg string) []jose.JSONWebKey {
 	return out
 }
 
-// current returns the keys to verify with: those held while they are
-// younger than maxAge (and, with unknownKid, while a fetch began within
-// the floor); otherwise freshly fetched ones. A fetch that failed is not
-// tried again within the floor: its error stands. Concurrent callers
-// share one fetch.
+// current returns the keys to verify with. Keys younger than maxAge are
+// used as they are; with unknownKid (a token names a key not among them)
+// they are fetched again, unless a fetch began within the floor. A fetch
+// that failed is not tried again within the floor: its error stands.
+// Concurrent callers share one fetch, run by the first of them.
 func (ks *keySet) current(ctx context.Context, unknownKid bool) ([]jose.JSONWebKey, error) {
 	for {
 		ks.mu.Lock()

@@ -534,3 +534,41 @@ func publishedKey(t *testing.T, p *hydratest.Provider, kid string) *rsa.PublicKe
 	t.Fatalf("the provider publishes no RSA key %s", kid)
 	return nil
 }
+
+// With a client id, the console is told how to sign in at the provider,
+// and its policy lets the page reach the provider's token endpoint, that
+// URL exactly, and nothing else of the provider; without one it is told
+// there is no such sign-in, and connects to the host only.
+func TestConsoleSignInConfigAndPolicy(t *testing.T) {
+	p := hydratest.Shared(t)
+	rig := newOIDCRig(t, p, func(c *host.OIDCConfig) { c.ClientID = "console-client" })
+	f := newFixture(t, config{auth: rig.auth})
+	r := f.do("GET", "/console/sign-in.json", "", nil)
+	want(t, r, http.StatusOK, "")
+	var got struct {
+		OIDC map[string]any `json:"oidc"`
+	}
+	decode(t, r, &got)
+	tokenURL := p.Issuer + "oauth2/token"
+	if got.OIDC["clientId"] != "console-client" || got.OIDC["issuer"] != p.Issuer || got.OIDC["tokenEndpoint"] != tokenURL ||
+		got.OIDC["authorizationEndpoint"] != p.Issuer+"oauth2/auth" || got.OIDC["audience"] != rig.cfg.Audience {
+		t.Fatalf("sign-in: %s", r.body)
+	}
+	if strings.Contains(string(r.body), "secret") {
+		t.Fatalf("the sign-in configuration mentions a secret: %s", r.body)
+	}
+	page := f.do("GET", "/", "", nil)
+	if csp := page.header.Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self' "+tokenURL+";") || strings.Contains(csp, "oauth2/auth") {
+		t.Fatalf("the console's policy: %s", csp)
+	}
+
+	plain := newFixture(t, config{})
+	r = plain.do("GET", "/console/sign-in.json", "", nil)
+	want(t, r, http.StatusOK, "")
+	if strings.TrimSpace(string(r.body)) != `{"oidc":null}` {
+		t.Fatalf("sign-in without a provider: %s", r.body)
+	}
+	if csp := plain.do("GET", "/", "", nil).header.Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self';") {
+		t.Fatalf("the console's policy without a provider: %s", csp)
+	}
+}
