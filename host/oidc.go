@@ -48,7 +48,9 @@ type OIDCConfig struct {
 	// service's identifier at the provider.
 	Audience string
 	// TenantClaim names the claim holding the caller's tenant. Leave it
-	// empty to put every caller in Tenant.
+	// empty to put every caller in Tenant. (A claim name with dots that
+	// the token does not hold as such, here and below, is read as a path
+	// into nested objects: "realm_access.roles".)
 	TenantClaim string
 	// Tenant is the one tenant of every caller when TenantClaim is empty.
 	Tenant string
@@ -59,8 +61,6 @@ type OIDCConfig struct {
 	// makes a caller an admin of their tenant when it holds AdminRole
 	// (default "agentry-admin"). Empty: every caller is a person.
 	RolesClaim, AdminRole string
-	// A claim name with dots that the token does not hold as such is
-	// read as a path into nested objects ("realm_access.roles").
 
 	// ClientID is the console's client at the provider, a public client
 	// (no secret) that signs people in with the authorization code flow
