@@ -37,6 +37,15 @@ var oidcAlgorithms = []jose.SignatureAlgorithm{
 	jose.ES256, jose.ES384, jose.ES512, jose.EdDSA,
 }
 
+// oidcAlgorithmNames lists them for a refusal.
+var oidcAlgorithmNames = func() string {
+	names := make([]string, len(oidcAlgorithms))
+	for i, a := range oidcAlgorithms {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
+}()
+
 // OIDCConfig configures [NewOIDC]: which provider issues the tokens, which
 // service they must be meant for, and which claims say who the caller is.
 type OIDCConfig struct {
@@ -93,11 +102,10 @@ type OIDCConfig struct {
 // provider that cannot be reached when its keys are needed is
 // ErrIdentityUnavailable, never a refusal. Safe for concurrent use.
 type OIDC struct {
-	cfg       OIDCConfig
-	keys      *keySet
-	authURL   string
-	tokenURL  string
-	algorithm []string
+	cfg      OIDCConfig
+	keys     *keySet
+	authURL  string
+	tokenURL string
 }
 
 // NewOIDC discovers the provider (its discovery document, then its keys)
@@ -120,16 +128,13 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 		return nil, fmt.Errorf("host: the OpenID provider %s names no jwks_uri in its discovery document", cfg.Issuer)
 	}
 	o := &OIDC{cfg: cfg, authURL: p.Endpoint().AuthURL, tokenURL: p.Endpoint().TokenURL}
-	for name, u := range map[string]string{"jwks_uri": doc.JWKS, "authorization_endpoint": o.authURL, "token_endpoint": o.tokenURL} {
-		if u == "" && name != "jwks_uri" && cfg.ClientID == "" {
+	for _, u := range []struct{ name, url string }{{"jwks_uri", doc.JWKS}, {"authorization_endpoint", o.authURL}, {"token_endpoint", o.tokenURL}} {
+		if u.url == "" && u.name != "jwks_uri" && cfg.ClientID == "" {
 			continue // the console's sign-in needs them; the API does not
 		}
-		if err := checkProviderURL(name, u); err != nil {
+		if err := checkProviderURL(u.name, u.url); err != nil {
 			return nil, fmt.Errorf("host: the OpenID provider %s: %w", cfg.Issuer, err)
 		}
-	}
-	for _, a := range oidcAlgorithms {
-		o.algorithm = append(o.algorithm, string(a))
 	}
 	o.keys = &keySet{url: doc.JWKS, client: cfg.HTTPClient, now: cfg.Now, log: cfg.Logger, maxAge: cfg.KeysMaxAge, floor: cfg.RefreshFloor}
 	if _, err := o.keys.current(ctx, false); err != nil {
@@ -228,7 +233,7 @@ func (o *OIDC) Authenticate(r *http.Request) (Caller, error) {
 	}
 	jws, err := jose.ParseSignedCompact(tok, oidcAlgorithms)
 	if err != nil || len(jws.Signatures) != 1 {
-		return Caller{}, refuse(CodeInvalidToken, "host: the bearer token is not a JWT signed with an algorithm this host accepts ("+strings.Join(o.algorithm, ", ")+")")
+		return Caller{}, refuse(CodeInvalidToken, "host: the bearer token is not a JWT signed with an algorithm this host accepts ("+oidcAlgorithmNames+")")
 	}
 	payload, err := o.keys.verify(r.Context(), jws)
 	var down *providerDown
