@@ -266,28 +266,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	url := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, "agentry serve: listening on %s (store %s", url, describeStore(o.store))
-	if o.events != "" {
-		fmt.Fprintf(stdout, ", events %s", o.events)
-	}
-	fmt.Fprintln(stdout, ")")
-	signIn := "sign in with a token"
-	if o.oidc.clientID != "" {
-		signIn = "sign in at " + o.oidc.issuer + ", or with a token"
-	}
-	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (%s)\n", url, signIn)
-	if o.oidc.set() {
-		fmt.Fprintf(stdout, "agentry serve: accepting %s\n", o.oidc.describe())
-	}
-	if leases != nil {
-		r := leases.Replica()
-		fmt.Fprintf(stdout, "agentry serve: replica %s, reached by the others at %s; conversation leases of %s in postgres\n", r.ID, r.Address, leases.TTL())
-	}
-	if generated != "" {
-		fmt.Fprintf(stdout, "agentry serve: no --tokens file, so this one token admits tenant \"local\", principal \"local\"; it is shown once and kept nowhere:\n\n    %s\n\n", generated)
-		fmt.Fprintf(stdout, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/sessions\n", generated, url)
-	}
+	printServing(stdout, o, "http://"+ln.Addr().String(), leases, generated)
 
 	select {
 	case err := <-served:
@@ -326,6 +305,32 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	fmt.Fprintln(stderr, "agentry serve: stopped; every tool session is closed")
 	return nil
+}
+
+// printServing says where serve listens, what it keeps, whom it admits,
+// and the generated token (once), on stdout.
+func printServing(stdout io.Writer, o serveOptions, url string, leases host.Leases, generated string) {
+	fmt.Fprintf(stdout, "agentry serve: listening on %s (store %s", url, describeStore(o.store))
+	if o.events != "" {
+		fmt.Fprintf(stdout, ", events %s", o.events)
+	}
+	fmt.Fprintln(stdout, ")")
+	signIn := "sign in with a token"
+	if o.oidc.clientID != "" {
+		signIn = "sign in at " + o.oidc.issuer + ", or with a token"
+	}
+	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (%s)\n", url, signIn)
+	if o.oidc.set() {
+		fmt.Fprintf(stdout, "agentry serve: accepting %s\n", o.oidc.describe())
+	}
+	if leases != nil {
+		r := leases.Replica()
+		fmt.Fprintf(stdout, "agentry serve: replica %s, reached by the others at %s; conversation leases of %s in postgres\n", r.ID, r.Address, leases.TTL())
+	}
+	if generated != "" {
+		fmt.Fprintf(stdout, "agentry serve: no --tokens file, so this one token admits tenant \"local\", principal \"local\"; it is shown once and kept nowhere:\n\n    %s\n\n", generated)
+		fmt.Fprintf(stdout, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/sessions\n", generated, url)
+	}
 }
 
 // serveAuth builds the host's authenticator from --tokens and --oidc-*:
