@@ -215,8 +215,13 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 // reach.
 func mcpAuth(ctx context.Context, o mcpOptions, reach *exposure, stderr io.Writer) (mcpserve.Authenticator, error) {
 	if o.http == "" {
-		if o.tokens != "" || o.oidc.set() {
-			return nil, usageError("--tokens and --oidc-issuer need --http: over stdio the client that started agentry is the only caller")
+		for _, f := range []struct {
+			name  string
+			given bool
+		}{{"--tokens", o.tokens != ""}, {"--oidc-issuer", o.oidc.set()}} {
+			if f.given {
+				return nil, usageError("%s needs --http: over stdio the client that started agentry is the only caller", f.name)
+			}
 		}
 		return nil, nil
 	}

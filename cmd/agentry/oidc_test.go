@@ -96,7 +96,7 @@ func TestServeOIDCFlagErrors(t *testing.T) {
 			t.Errorf("%q: %v, want a usage error naming %s", c.args, err, c.want)
 		}
 	}
-	if _, err := execute(t, "mcp", "--oidc-issuer", p.Issuer, "--oidc-audience", "a"); err == nil || !strings.Contains(err.Error(), "need --http") {
+	if _, err := execute(t, "mcp", "--oidc-issuer", p.Issuer, "--oidc-audience", "a"); err == nil || !strings.Contains(err.Error(), "--oidc-issuer needs --http") {
 		t.Errorf("mcp --oidc-issuer over stdio: %v", err)
 	}
 }
