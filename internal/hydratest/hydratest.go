@@ -242,8 +242,6 @@ type ClientOptions struct {
 	Redirect string
 	// CORSOrigins may use it from a browser.
 	CORSOrigins []string
-	// AccessTokenTTL, when set, is how long its access tokens last.
-	AccessTokenTTL time.Duration
 }
 
 // NewClient registers a client whose access tokens are JWTs, removed when
@@ -265,11 +263,6 @@ func (p *Provider) NewClient(t testing.TB, o ClientOptions) Client {
 		body["response_types"] = []string{"code"}
 		body["redirect_uris"] = []string{o.Redirect}
 		body["token_endpoint_auth_method"] = "none"
-	}
-	if o.AccessTokenTTL > 0 {
-		ttl := o.AccessTokenTTL.String()
-		body["client_credentials_grant_access_token_lifespan"] = ttl
-		body["authorization_code_grant_access_token_lifespan"] = ttl
 	}
 	if err := p.admin(http.MethodPost, "/admin/clients", body, nil); err != nil {
 		t.Fatalf("registering a client: %v", err)
