@@ -150,7 +150,8 @@ func (c Chain) Identity(r *http.Request) (*tool.Identity, error) {
 }
 
 // Tokens is the default Authenticator: bearer tokens, each proving one
-// owner. It keeps only the tokens' SHA-256 digests. It is the one tokens
+// caller (an owner, and the admin role when its line says so). It keeps
+// only the tokens' SHA-256 digests. It is the one tokens
 // parser and authenticator of agentry: the MCP door uses it too, through
 // a [Chain] ([Chain.Identity]).
 type Tokens struct {
