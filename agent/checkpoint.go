@@ -221,7 +221,7 @@ func diff(want, have []string) (missing, unexpected []string) {
 
 // pause records the run as paused and returns the Pause for the first
 // waiting call.
-func (r *run) pause(b *batch) *Pause {
+func (r *run) pause(st *State) *Pause {
 	a := r.a
 	cp := Checkpoint{
 		Version:   CheckpointVersion,
@@ -231,10 +231,10 @@ func (r *run) pause(b *batch) *Pause {
 		RunID:     r.id,
 		SessionID: r.session,
 		Identity:  r.identity.Clone(),
-		Iteration: r.iter,
-		Messages:  slices.Clone(r.msgs),
-		Results:   slices.Clone(b.results),
-		Waiting:   slices.Clone(b.waiting),
+		Iteration: st.Iteration,
+		Messages:  slices.Clone(st.Messages),
+		Results:   slices.Clone(st.Results),
+		Waiting:   slices.Clone(st.Waiting),
 	}
 	if cp.Tools == nil {
 		cp.Tools = []string{}
@@ -246,19 +246,20 @@ func (r *run) pause(b *batch) *Pause {
 	if len(a.cpKey) > 0 {
 		cp.MAC = a.mac(cp)
 	}
-	p := pausedRun{runID: r.id, sessionID: r.session, asked: askedIDs(r.id, b.calls, b.waiting)}
+	calls := st.Messages[len(st.Messages)-1].ToolCalls
+	p := pausedRun{runID: r.id, sessionID: r.session, asked: askedIDs(r.id, calls, st.Waiting)}
 	a.mu.Lock()
 	a.paused[cp.ID] = p
 	a.mu.Unlock()
-	w := b.waiting[0]
-	return &Pause{Question: w.Question, ToolName: b.calls[w.Index].Name, Checkpoint: cp}
+	question, name, _ := st.Asking()
+	return &Pause{Question: question, ToolName: name, Checkpoint: cp}
 }
 
 func askedIDs(runID string, calls []llm.ToolCall, waiting []CheckpointWait) []string {
 	var ids []string
 	for _, w := range waiting {
 		if w.Asked {
-			ids = append(ids, runID+":"+calls[w.Index].ID)
+			ids = append(ids, doorID(runID, calls[w.Index].ID))
 		}
 	}
 	return ids
@@ -299,15 +300,10 @@ func (a *Agent) ResumeWith(ctx context.Context, cp Checkpoint, d Decision, opt R
 	if err := a.claim(r, cp.ID); err != nil {
 		return Result{RunID: cp.RunID}, err
 	}
-	r.iter = cp.Iteration
-	r.msgs = make([]llm.Message, len(cp.Messages), len(cp.Messages)+8)
-	copy(r.msgs, cp.Messages)
-	b := &batch{
-		calls:   r.msgs[len(r.msgs)-1].ToolCalls,
-		results: slices.Clone(cp.Results),
-		waiting: slices.Clone(cp.Waiting),
-	}
-	return r.turn(0, b, &d)
+	st := &State{RunID: cp.RunID, Iteration: cp.Iteration, Messages: make([]llm.Message, len(cp.Messages), len(cp.Messages)+8),
+		Results: slices.Clone(cp.Results), Waiting: slices.Clone(cp.Waiting)}
+	copy(st.Messages, cp.Messages)
+	return r.turn(0, st, &d)
 }
 
 // claim marks a checkpoint as resumed, refusing one that was, or whose run

@@ -459,13 +459,13 @@ func askingTool(w *workspaces) tool.Tool {
 		if err != nil {
 			return "", err
 		}
-		if d, ok := agent.DecisionFrom(ctx); ok && d.Approve {
+		if _, ok := tool.ApprovalFrom(ctx); ok {
 			return appendNote(dir, "migrated")
 		}
 		if _, err := appendNote(dir, "planned"); err != nil {
 			return "", err
 		}
-		return "", agent.CheckIn("drop the old table?")
+		return "", tool.CheckIn("drop the old table?")
 	})
 }
 

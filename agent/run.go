@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,7 +55,7 @@ var ProgressTypes = []event.Type{
 }
 
 // Result is how a turn ended: an answer (Output), or a pause (Paused).
-// On an error, only RunID is set.
+// On an error, only RunID and Usage are set.
 type Result struct {
 	RunID  string
 	Output string
@@ -67,6 +65,9 @@ type Result struct {
 	// Conversation is the conversation after an answered turn; nil after a
 	// pause (the checkpoint holds it) or an error.
 	Conversation *Conversation
+	// Usage is what this turn used — a resume counts what the resumed run
+	// used from the pause on — also when it failed or was cancelled.
+	Usage llm.TurnUsage
 }
 
 // Pause asks a person a question on behalf of a tool.
@@ -94,7 +95,8 @@ type Conversation struct {
 	Messages []llm.Message  `json:"messages"`
 }
 
-// run is the state of one run, owned by the goroutine in Run or Resume.
+// run is one run in flight, owned by the goroutine in Run or Resume. It
+// is the in-memory Executor of the run's Loop.
 type run struct {
 	a        *Agent
 	parent   context.Context // the caller's; teardown detaches from it
@@ -106,11 +108,7 @@ type run struct {
 	meta     event.Meta
 	extra    []*toolEntry
 	defs     []llm.ToolDef
-	msgs     []llm.Message
-	iter     int // model calls across the run, pauses included
-	turnIter int // model calls in this turn
-	register tool.Registrar
-	hold     tool.Holder
+	door     *tool.Door
 	progress func(event.Event) // Input.Progress
 }
 
@@ -162,10 +160,10 @@ func (a *Agent) Run(ctx context.Context, in Input) (Result, error) {
 	}
 	defer a.finish(r)
 	r.progress = in.Progress
-	r.msgs = make([]llm.Message, 0, len(prior)+8)
-	r.msgs = append(r.msgs, prior...)
-	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: in.Message})
-	return r.turn(len(in.Message), nil, nil)
+	st := &State{RunID: runID, Messages: make([]llm.Message, 0, len(prior)+8)}
+	st.Messages = append(st.Messages, prior...)
+	st.Messages = append(st.Messages, llm.Message{Role: llm.RoleUser, Content: in.Message})
+	return r.turn(len(in.Message), st, nil)
 }
 
 // ErrRunIDInUse: Input.RunID names a run that is in flight.
@@ -226,8 +224,8 @@ func (a *Agent) begin(ctx context.Context, runID string, named bool, session str
 			r.defs = append(r.defs, llm.ToolDef{Name: e.spec.Name, Description: e.spec.Description, InputSchema: e.spec.InputSchema})
 		}
 	}
-	r.register = r.registerTeardown
-	r.hold = r.holdSession
+	r.door = &tool.Door{Scopes: allScopes, Register: r.registerTeardown, Hold: r.holdSession, Meta: r.meta,
+		Report: r.report, Hears: r.hears, Events: r.toolEvent, Settle: r.settleCall, Asks: true}
 	return r, nil
 }
 
@@ -278,131 +276,79 @@ func (r *run) holdSession(ctx context.Context, o toolsession.Origin, opt toolses
 	return l, err
 }
 
-// turn runs the loop (after settling a resumed batch) and handles how it
-// ended.
-func (r *run) turn(messageChars int, b *batch, d *Decision) (Result, error) {
+// turn runs the loop from st (d answers a resumed pause) and handles how
+// it ended: the run's sessions close at its terminals, a pause becomes a
+// checkpoint, and the turn's events go out.
+func (r *run) turn(messageChars int, st *State, d *Decision) (Result, error) {
 	a := r.a
 	start := time.Now()
 	if r.hears(event.TypeTurnStart) {
 		r.report(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
-			Payload: &event.TurnStart{Resumed: b != nil, MessageChars: messageChars, Tools: len(r.defs)}})
+			Payload: &event.TurnStart{Resumed: d != nil, MessageChars: messageChars, Tools: len(r.defs)}})
 	}
-	if b != nil && d != nil && a.wants(event.TypePauseResume) {
-		c := b.calls[b.waiting[0].Index]
+	if d != nil && a.wants(event.TypePauseResume) {
+		_, name, id := st.Asking()
 		a.bus.Export(event.Event{Type: event.TypePauseResume, Meta: r.meta,
-			Payload: &event.PauseResume{Tool: c.Name, ToolCallID: r.doorID(c.ID), Approved: d.Approve}})
+			Payload: &event.PauseResume{Tool: name, ToolCallID: doorID(r.id, id), Approved: d.Approve}})
 	}
-	out, p, err := r.loop(b, d)
-	end := &event.TurnEnd{Iterations: r.turnIter}
-	switch {
-	case p != nil:
-		end.Outcome = event.OutcomePaused
+	end := Loop(r, st, d, a.maxIter)
+	for _, id := range end.Unsettled {
+		a.fireCall(r.parent, id)
+	}
+	te := &event.TurnEnd{Iterations: end.Iterations, Outcome: end.Outcome}
+	var p *Pause
+	switch end.Outcome {
+	case event.OutcomePaused:
+		p = r.pause(st)
 		if a.wants(event.TypePauseRequest) {
-			w := p.Checkpoint.Waiting[0]
+			_, name, id := st.Asking()
 			a.bus.Export(event.Event{Type: event.TypePauseRequest, Meta: r.meta,
-				Payload: &event.PauseRequest{Tool: p.ToolName, ToolCallID: r.doorID(r.msgs[len(r.msgs)-1].ToolCalls[w.Index].ID)}})
+				Payload: &event.PauseRequest{Tool: name, ToolCallID: doorID(r.id, id)}})
 		}
-	case err != nil:
+	case event.OutcomeAnswer:
+		a.fireRun(r.parent, r.id)
+	default:
 		// A terminal: the run's sessions close, even when it was cancelled.
 		a.fireRun(r.parent, r.id)
-		end.Outcome = event.OutcomeError
-		class := errorClass(err)
-		if r.ctx.Err() != nil {
-			end.Outcome = event.OutcomeCancelled
-			err = fmt.Errorf("agent: run %s was cancelled: %w", r.id, context.Cause(r.ctx))
-			class = "cancelled"
-		}
-		end.Error = err.Error()
-		a.emit(event.TypeFatal, &event.Fatal{Where: "agent", Error: err.Error(), ErrorClass: class}, r.meta)
-	default:
-		a.fireRun(r.parent, r.id)
-		end.Outcome = event.OutcomeAnswer
+		te.Error = end.Err.Error()
+		a.emit(event.TypeFatal, &event.Fatal{Where: "agent", Error: te.Error, ErrorClass: end.Class}, r.meta)
 	}
-	end.DurationMs = event.Ms(time.Since(start))
-	a.emit(event.TypeTurnEnd, end, r.meta)
+	te.DurationMs = event.Ms(time.Since(start))
+	a.emit(event.TypeTurnEnd, te, r.meta)
 	switch {
 	case p != nil:
-		return Result{RunID: r.id, Paused: p}, nil
-	case err != nil:
-		return Result{RunID: r.id}, err
+		return Result{RunID: r.id, Paused: p, Usage: end.Usage}, nil
+	case end.Err != nil:
+		return Result{RunID: r.id, Usage: end.Usage}, end.Err
 	}
-	return Result{RunID: r.id, Output: out, Conversation: &Conversation{
-		Version: ConversationVersion, Identity: r.identity.Clone(), Messages: r.msgs}}, nil
+	return Result{RunID: r.id, Output: end.Output, Usage: end.Usage, Conversation: &Conversation{
+		Version: ConversationVersion, Identity: r.identity.Clone(), Messages: st.Messages}}, nil
 }
 
-func errorClass(err error) string {
-	switch {
-	case errors.Is(err, ErrMaxIterations):
-		return "max_iterations"
-	case errors.Is(err, ErrShutdown):
-		return "shutdown"
-	case errors.Is(err, toolsession.ErrCapacity):
-		return "capacity"
-	}
-	return "model"
-}
-
-// loop calls the model until it answers without tool calls. A resumed run
-// first settles the batch it paused in.
-func (r *run) loop(b *batch, d *Decision) (string, *Pause, error) {
-	if b != nil {
-		if p, err := r.settle(b, d); p != nil || err != nil {
-			return "", p, err
-		}
-	}
-	for {
-		if r.iter >= r.a.maxIter {
-			return "", nil, fmt.Errorf("%w of %d model calls (Options.MaxIterations) without an answer; raise the limit or check why the model keeps calling tools",
-				ErrMaxIterations, r.a.maxIter)
-		}
-		if err := r.ctx.Err(); err != nil {
-			return "", nil, err
-		}
-		r.iter++
-		r.turnIter++
-		resp, err := r.generate()
-		if err != nil {
-			return "", nil, fmt.Errorf("agent: the model failed: %w", err)
-		}
-		calls := normalizeCalls(resp.ToolCalls, r.iter)
-		r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Text, ToolCalls: calls})
-		if len(calls) == 0 {
-			return resp.Text, nil, nil
-		}
-		b := r.start(calls)
-		if b.fatal != nil {
-			return "", nil, b.fatal
-		}
-		if p, err := r.settle(b, nil); p != nil || err != nil {
-			return "", p, err
-		}
-	}
-}
-
-// generate calls the model once, streaming deltas to the bus when the
-// model can stream.
-func (r *run) generate() (llm.Response, error) {
+// Model calls the model once, streaming deltas to the bus when the model
+// can stream.
+func (r *run) Model(c ModelCall) (llm.Response, error) {
 	a := r.a
-	req := llm.Request{System: a.system, Messages: r.msgs[:len(r.msgs):len(r.msgs)], Tools: r.defs[:len(r.defs):len(r.defs)]}
+	req := llm.Request{System: a.system, Messages: c.Messages, Tools: r.defs[:len(r.defs):len(r.defs)]}
 	if a.wants(event.TypeLLMStart) {
 		a.bus.Export(event.Event{Type: event.TypeLLMStart, Meta: r.meta,
-			Payload: &event.LLMStart{Model: a.modelName, Iteration: r.iter, Messages: len(req.Messages), Tools: len(req.Tools)}})
+			Payload: &event.LLMStart{Model: a.modelName, Iteration: c.Iteration, Messages: len(req.Messages), Tools: len(req.Tools)}})
 	}
 	start := time.Now()
 	var resp llm.Response
 	var err error
 	if s, ok := a.model.(llm.Streamer); ok {
-		resp, err = r.stream(s, req)
+		resp, err = r.stream(s, req, c.Iteration)
 	} else {
 		resp, err = a.model.Generate(r.ctx, req)
 	}
+	if resp.Model == "" {
+		resp.Model = a.modelName
+	}
 	if a.wants(event.TypeLLMEnd) {
-		p := &event.LLMEnd{Model: a.modelName, Iteration: r.iter, DurationMs: event.Ms(time.Since(start)),
+		p := &event.LLMEnd{Model: resp.Model, Iteration: c.Iteration, DurationMs: event.Ms(time.Since(start)),
 			InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 			StopReason: string(resp.StopReason), ToolCalls: len(resp.ToolCalls)}
-		if resp.Model != "" {
-			p.Model = resp.Model
-		}
 		if err != nil {
 			p.Error = err.Error()
 		}
@@ -410,12 +356,12 @@ func (r *run) generate() (llm.Response, error) {
 	}
 	if err == nil && resp.Text != "" && r.hears(event.TypeLLMMessage) {
 		r.report(event.Event{Type: event.TypeLLMMessage, Meta: r.meta,
-			Payload: &event.LLMMessage{Iteration: r.iter, Role: string(llm.RoleAssistant), Content: resp.Text}})
+			Payload: &event.LLMMessage{Iteration: c.Iteration, Role: string(llm.RoleAssistant), Content: resp.Text}})
 	}
 	return resp, err
 }
 
-func (r *run) stream(s llm.Streamer, req llm.Request) (llm.Response, error) {
+func (r *run) stream(s llm.Streamer, req llm.Request, iter int) (llm.Response, error) {
 	deltas := r.hears(event.TypeLLMDelta)
 	var text strings.Builder
 	var calls []llm.ToolCall
@@ -430,7 +376,7 @@ func (r *run) stream(s llm.Streamer, req llm.Request) (llm.Response, error) {
 			text.WriteString(c.Text)
 			if deltas {
 				r.report(event.Event{Type: event.TypeLLMDelta, Meta: r.meta,
-					Payload: &event.LLMDelta{Iteration: r.iter, Text: c.Text}})
+					Payload: &event.LLMDelta{Iteration: iter, Text: c.Text}})
 			}
 		}
 		if c.ToolCall != nil {
@@ -450,155 +396,77 @@ func (r *run) stream(s llm.Streamer, req llm.Request) (llm.Response, error) {
 	return resp, nil
 }
 
-// normalizeCalls copies the model's calls, giving every call an id unique
-// within the response and arguments that are at least {}.
-func normalizeCalls(in []llm.ToolCall, iter int) []llm.ToolCall {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]llm.ToolCall, len(in))
-	for i, c := range in {
-		if c.ID == "" || slices.ContainsFunc(out[:i], func(o llm.ToolCall) bool { return o.ID == c.ID }) {
-			id := "call_" + strconv.Itoa(iter) + "_" + strconv.Itoa(i)
-			for taken(in, out[:i], id) {
-				id += "x"
-			}
-			c.ID = id
-		}
-		switch {
-		case len(c.Args) == 0:
-			c.Args = json.RawMessage("{}")
-		case !json.Valid(c.Args):
-			// Kept as a JSON string, so the conversation stays JSON and the
-			// validator tells the model its arguments were not an object.
-			s, _ := json.Marshal(string(c.Args))
-			c.Args = s
-		}
-		out[i] = c
-	}
-	return out
-}
-
-func taken(in, out []llm.ToolCall, id string) bool {
-	has := func(c llm.ToolCall) bool { return c.ID == id }
-	return slices.ContainsFunc(in, has) || slices.ContainsFunc(out, has)
-}
-
-// batch is the tool calls of one model response while they settle.
-type batch struct {
-	calls   []llm.ToolCall
-	results []*CheckpointResult // nil until settled
-	waiting []CheckpointWait    // calls waiting for a person, by index
-	// fatal ends the run: a call found no room for its session.
-	fatal error
-}
-
-// outcome is what one execution of a tool call came to.
-type outcome struct {
-	res      *CheckpointResult
-	asked    bool
-	question string
-	// fatal is an error that ends the run rather than one the model is
-	// told: every live session was busy (toolsession.ErrCapacity).
-	fatal error
-}
-
-// start runs the calls that need nobody's approval, concurrently (bounded),
-// and queues the rest for a person.
-func (r *run) start(calls []llm.ToolCall) *batch {
-	b := &batch{calls: calls, results: make([]*CheckpointResult, len(calls))}
-	var exec []int
-	for i, c := range calls {
-		e := r.lookup(c.Name)
-		switch {
-		case e == nil:
-			b.results[i] = r.refuse(c, unknownTool(c.Name, r.toolNames()), "unknown_tool")
-		case e.spec.CheckIn:
-			b.waiting = append(b.waiting, CheckpointWait{Index: i, Question: checkInQuestion(c)})
-		default:
-			exec = append(exec, i)
-		}
-	}
-	outs := make([]outcome, len(calls))
-	if len(exec) == 1 {
-		i := exec[0]
-		outs[i] = r.exec(r.lookup(calls[i].Name), calls[i], nil)
-	} else if len(exec) > 1 {
-		sem := make(chan struct{}, r.a.maxPar)
-		var wg sync.WaitGroup
-		for _, i := range exec {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				outs[i] = r.exec(r.lookup(calls[i].Name), calls[i], nil)
-			})
-		}
-		wg.Wait()
-	}
-	for _, i := range exec {
-		if outs[i].fatal != nil && b.fatal == nil {
-			b.fatal = outs[i].fatal
-		}
-		if outs[i].asked {
-			b.waiting = append(b.waiting, CheckpointWait{Index: i, Question: outs[i].question, Asked: true})
+// Tools tells of the refused calls first, then runs the others
+// concurrently, at most Options.MaxParallelTools at once.
+func (r *run) Tools(calls []ToolCall) []tool.Outcome {
+	outs := make([]tool.Outcome, len(calls))
+	running := 0
+	for i := range calls {
+		if calls[i].Refused != nil {
+			outs[i] = r.invoke(calls[i])
 		} else {
-			b.results[i] = outs[i].res
+			running++
 		}
 	}
-	slices.SortFunc(b.waiting, func(x, y CheckpointWait) int { return x.Index - y.Index })
-	return b
+	if running == 1 {
+		for i := range calls {
+			if calls[i].Refused == nil {
+				outs[i] = r.invoke(calls[i])
+			}
+		}
+		return outs
+	}
+	sem := make(chan struct{}, r.a.maxPar)
+	var wg sync.WaitGroup
+	for i := range calls {
+		if calls[i].Refused != nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			outs[i] = r.invoke(calls[i])
+		})
+	}
+	wg.Wait()
+	return outs
 }
 
-// settle works through the calls waiting for a person: d answers the
-// first; without an answer, the run pauses. When every call has settled,
-// the results go back to the conversation in the order the model asked.
-func (r *run) settle(b *batch, d *Decision) (*Pause, error) {
-	for len(b.waiting) > 0 {
-		if err := r.ctx.Err(); err != nil {
-			// Cancelled while calls wait: the run ends, and what the calls
-			// that asked mid-call opened is closed with them.
-			for _, w := range b.waiting {
-				if w.Asked {
-					r.a.fireCall(r.parent, r.doorID(b.calls[w.Index].ID))
-				}
-			}
-			return nil, err
-		}
-		if d == nil {
-			return r.pause(b), nil
-		}
-		w := b.waiting[0]
-		c := b.calls[w.Index]
-		if d.Approve {
-			out := r.exec(r.lookup(c.Name), c, d)
-			if out.fatal != nil {
-				return nil, out.fatal
-			}
-			if out.asked {
-				b.waiting[0] = CheckpointWait{Index: w.Index, Question: out.question, Asked: true}
-				d = nil
-				continue
-			}
-			b.results[w.Index] = out.res
-		} else {
-			if w.Asked {
-				r.a.fireCall(r.parent, r.doorID(c.ID))
-			}
-			msg := "A person declined this call; do not retry it without asking."
-			if d.Note != "" {
-				msg = "A person declined this call, with this note: " + d.Note
-			}
-			b.results[w.Index] = r.refuse(c, msg, "declined")
-		}
-		b.waiting = b.waiting[1:]
-		d = nil
+func (r *run) invoke(c ToolCall) tool.Outcome {
+	req := tool.Request{Name: c.Call.Name, ToolCallID: c.DoorID, RunID: r.id, SessionID: r.session, Identity: r.identity,
+		Args: c.Call.Args, Iteration: c.Iteration, Approval: c.Approval, Refused: c.Refused}
+	if e := r.lookup(c.Call.Name); e != nil {
+		req.Tool, req.Valid = e.tool, e.valid
 	}
-	for i, c := range b.calls {
-		res := b.results[i]
-		r.msgs = append(r.msgs, llm.Message{Role: llm.RoleTool, Content: res.Content, ToolCallID: c.ID, ToolName: c.Name, IsError: res.IsError})
-	}
-	return nil, nil
+	return tool.Invoke(r.ctx, r.door, req)
 }
+
+// Lookup finds a tool among the run's extra tools and the agent's.
+func (r *run) Lookup(name string) (checkIn, ok bool) {
+	e := r.lookup(name)
+	return e != nil && e.spec.CheckIn, e != nil
+}
+
+// ToolNames are the agent's tools, then the run's extra ones.
+func (r *run) ToolNames() []string {
+	names := slices.Clone(r.a.toolNames)
+	for _, e := range r.extra {
+		names = append(names, e.spec.Name)
+	}
+	return names
+}
+
+// Stopped is why the run's context ended: the caller's cancellation, a
+// deadline, or Shutdown (ErrShutdown).
+func (r *run) Stopped() error {
+	if r.ctx.Err() != nil {
+		return context.Cause(r.ctx)
+	}
+	return nil
+}
+
+// Now is the agent's clock.
+func (r *run) Now() time.Time { return r.a.now() }
 
 func (r *run) lookup(name string) *toolEntry {
 	for _, e := range r.extra {
@@ -609,118 +477,12 @@ func (r *run) lookup(name string) *toolEntry {
 	return r.a.tools[name]
 }
 
-func (r *run) toolNames() []string {
-	names := slices.Clone(r.a.toolNames)
-	for _, e := range r.extra {
-		names = append(names, e.spec.Name)
-	}
-	return names
-}
+// settleCall closes a settled call's call-scoped sessions.
+func (r *run) settleCall(doorID string) { r.a.fireCall(r.parent, doorID) }
 
-func unknownTool(name string, have []string) string {
-	if len(have) == 0 {
-		return fmt.Sprintf("There is no tool named %q, and no tools are available; answer without tools.", name)
-	}
-	return fmt.Sprintf("There is no tool named %q. The tools are: %s.", name, strings.Join(have, ", "))
-}
-
-func checkInQuestion(c llm.ToolCall) string {
-	return fmt.Sprintf("Allow the tool %q to run with these arguments?\n%s", c.Name, c.Args)
-}
-
-// doorID is the tool-call id tools and the tier see: the run id joined to
-// the model's id, so call-scoped keys never meet across runs even when a
-// model reuses ids.
-func (r *run) doorID(modelID string) string { return r.id + ":" + modelID }
-
-// refuse settles a call that does not run, with a result for the model.
-func (r *run) refuse(c llm.ToolCall, content, class string) *CheckpointResult {
-	id := r.doorID(c.ID)
-	if r.hears(event.TypeToolStart) {
-		r.report(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
-	}
-	if r.hears(event.TypeToolEnd) {
-		r.report(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id, IsError: true, ErrorClass: class}})
-	}
-	return &CheckpointResult{Content: content, IsError: true, ErrorClass: class}
-}
-
-// exec runs one tool call: validate, call (panics recovered), and close
-// its call-scoped sessions when it settles — not when it asks for a
-// person.
-func (r *run) exec(e *toolEntry, c llm.ToolCall, d *Decision) outcome {
-	a := r.a
-	id := r.doorID(c.ID)
-	if r.hears(event.TypeToolStart) {
-		r.report(event.Event{Type: event.TypeToolStart, Meta: r.meta, Payload: &event.ToolStart{Tool: c.Name, ToolCallID: id, Iteration: r.iter}})
-	}
-	start := time.Now()
-	var res *CheckpointResult
-	var capErr error
-	if err := e.valid.Validate(c.Args); err != nil {
-		res = &CheckpointResult{Content: err.Error(), IsError: true, ErrorClass: "invalid_arguments"}
-	} else {
-		ctx := r.ctx
-		if d != nil {
-			ctx = context.WithValue(ctx, decisionKey{}, *d)
-		}
-		call := tool.NewCall(c.Name, id, r.id, r.session, r.identity.Clone(), allScopes(), r.register).
-			WithEvents(r.toolEvent).WithHolder(r.hold)
-		out, err, panicked := invoke(ctx, e.tool, call, c.Args)
-		var ask *CheckInRequest
-		switch {
-		case panicked != nil:
-			res = &CheckpointResult{Content: fmt.Sprintf("The tool %s failed unexpectedly (it panicked): %v", c.Name, panicked), IsError: true, ErrorClass: "panic"}
-			a.emit(event.TypeToolPanic, &event.ToolPanic{Tool: c.Name, ToolCallID: id, Panic: clip(fmt.Sprint(panicked), 500)}, r.meta)
-		case errors.As(err, &ask):
-			return outcome{asked: true, question: fmt.Sprintf("The tool %q asks: %s", c.Name, ask.Question)}
-		case errors.Is(err, toolsession.ErrCapacity):
-			// Not the model's to fix: the run ends, and its caller (a host
-			// answering 429) can tell the person to retry.
-			capErr = fmt.Errorf("agent: tool %s could not open a session: %w", c.Name, err)
-			res = &CheckpointResult{Content: capErr.Error(), IsError: true, ErrorClass: "capacity"}
-		case err != nil:
-			class := "tool_error"
-			if tool.IsArgumentError(err) {
-				class = "invalid_arguments"
-			}
-			res = &CheckpointResult{Content: fmt.Sprintf("The tool %s failed: %v", c.Name, err), IsError: true, ErrorClass: class}
-		default:
-			res = &CheckpointResult{Content: out.Content, IsError: out.IsError}
-			if out.IsError {
-				res.ErrorClass = "tool_error"
-			}
-		}
-	}
-	took := time.Since(start)
-	a.fireCall(r.parent, id)
-	if r.hears(event.TypeToolEnd) {
-		r.report(event.Event{Type: event.TypeToolEnd, Meta: r.meta, Payload: &event.ToolEnd{Tool: c.Name, ToolCallID: id,
-			DurationMs: event.Ms(took), IsError: res.IsError, ErrorClass: res.ErrorClass}})
-	}
-	return outcome{res: res, fatal: capErr}
-}
-
-func invoke(ctx context.Context, t tool.Tool, c *tool.Call, args json.RawMessage) (res tool.Result, err error, panicked any) {
-	defer func() {
-		if v := recover(); v != nil {
-			panicked = v
-		}
-	}()
-	res, err = t.Call(ctx, c, args)
-	return res, err, nil
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
-func allScopes() []toolsession.Scope {
-	return []toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession, toolsession.ScopeShutdown}
-}
+// allScopes is what the agent's door honours. tool.Invoke gives every
+// call its own copy.
+var allScopes = []toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession, toolsession.ScopeShutdown}
 
 // toolEvent carries an event a tool sends through tool.Call.Emit to the
 // bus, stamped with this run's meta where the tool left it empty.

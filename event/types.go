@@ -156,10 +156,36 @@ type ToolEnd struct {
 	ToolCallID string  `json:"toolCallId"`
 	DurationMs float64 `json:"durationMs"`
 	IsError    bool    `json:"isError"`
-	// ErrorClass says why IsError: "invalid_arguments", "tool_error",
-	// "panic", "unknown_tool", "declined".
+	// ErrorClass says why IsError: one of the Class constants.
 	ErrorClass string `json:"errorClass,omitempty"`
 }
+
+// Failure classes: why a tool call's result is an error (ToolEnd.ErrorClass),
+// why a run failed (Fatal.ErrorClass), why a tool session failed to close
+// (ToolSessionClosed.ErrorClass). Each word is defined here once; the
+// doors (tool.Invoke), the loop (agent) and the teardown tier's reports
+// use these names.
+const (
+	// A tool call's result.
+	ClassInvalidArguments = "invalid_arguments" // the arguments failed the tool's schema or decoding
+	ClassToolError        = "tool_error"        // the tool failed, or answered with an error result
+	ClassPanic            = "panic"             // the tool (or a cleanup) panicked and was recovered
+	ClassUnknownTool      = "unknown_tool"      // the model named a tool the run does not offer
+	ClassDeclined         = "declined"          // a person (or a door that cannot ask one) declined the call
+	ClassCapacity         = "capacity"          // every live tool session was busy (also ends the run)
+	ClassLost             = "lost"              // a durable tool call whose worker went away; never re-run
+	ClassCancelled        = "cancelled"         // the call, the run or the cleanup was cancelled
+
+	// A run's failure (besides capacity and cancelled).
+	ClassMaxIterations = "max_iterations" // the run reached its model-call bound
+	ClassShutdown      = "shutdown"       // the agent shut down under the run
+	ClassModel         = "model"          // the model call failed
+	ClassStore         = "store"          // a durable turn could not be saved
+
+	// A cleanup's failure (besides panic and cancelled).
+	ClassTimeout = "timeout" // the cleanup outran its deadline
+	ClassError   = "error"   // the cleanup returned an error
+)
 
 // ToolSession is the payload of session_started and session_reused.
 type ToolSession struct {

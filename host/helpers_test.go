@@ -240,10 +240,10 @@ func (w *workspaces) askTool() tool.Tool {
 		if _, err := w.use(c, toolsession.ScopeRun); err != nil {
 			return "", err
 		}
-		if d, ok := agent.DecisionFrom(ctx); ok && d.Approve {
+		if _, ok := tool.ApprovalFrom(ctx); ok {
 			return "migrated", nil
 		}
-		return "", agent.CheckIn("drop the old table?")
+		return "", tool.CheckIn("drop the old table?")
 	})
 }
 

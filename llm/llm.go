@@ -64,8 +64,21 @@ type Request struct {
 
 // Usage counts tokens.
 type Usage struct {
+	// InputTokens counts every input token, those read from and written
+	// to the provider's prompt cache included.
 	InputTokens  int `json:"inputTokens"`
 	OutputTokens int `json:"outputTokens"`
+	// CacheReadTokens and CacheWriteTokens are the input tokens read from
+	// and written to the prompt cache, when the provider says (0 when it
+	// does not).
+	CacheReadTokens  int `json:"cacheReadTokens,omitempty"`
+	CacheWriteTokens int `json:"cacheWriteTokens,omitempty"`
+}
+
+// Add returns the sum of u and o.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{InputTokens: u.InputTokens + o.InputTokens, OutputTokens: u.OutputTokens + o.OutputTokens,
+		CacheReadTokens: u.CacheReadTokens + o.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens + o.CacheWriteTokens}
 }
 
 // StopReason says why the model stopped.

@@ -72,7 +72,7 @@ func CloseEvent(rep toolsession.Report) event.Event {
 }
 
 // ErrorClass names the kind of a teardown failure: timeout, panic,
-// cancelled, or error.
+// cancelled, or error (event.ClassTimeout and the others).
 func ErrorClass(err error) string {
 	var te *toolsession.TimeoutError
 	var pe *toolsession.PanicError
@@ -80,11 +80,11 @@ func ErrorClass(err error) string {
 	case err == nil:
 		return ""
 	case errors.As(err, &te), errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
+		return event.ClassTimeout
 	case errors.As(err, &pe):
-		return "panic"
+		return event.ClassPanic
 	case errors.Is(err, context.Canceled):
-		return "cancelled"
+		return event.ClassCancelled
 	}
-	return "error"
+	return event.ClassError
 }

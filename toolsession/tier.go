@@ -87,14 +87,26 @@ func (e *TimeoutError) Error() string {
 // Unwrap lets callers match a timeout with errors.Is(err, context.DeadlineExceeded).
 func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
-// PanicError reports a cleanup that panicked. The tier recovered it.
+// PanicError reports tool code that panicked and was recovered: a
+// cleanup (recovered by the tier; Cleanup is true) or a tool call
+// (recovered by the door's tool.Invoke, with the call's id and the stack).
+// It is the one panic error of every tool door.
 type PanicError struct {
-	Tool  string
-	Value any
+	Tool string
+	// ToolCallID is the call that panicked (empty for a cleanup).
+	ToolCallID string
+	// Cleanup is true when a teardown cleanup panicked, not a call.
+	Cleanup bool
+	Value   any
+	// Stack is where it panicked, when the recoverer kept it.
+	Stack []byte
 }
 
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("toolsession: cleanup for tool %q panicked: %v", e.Tool, e.Value)
+	if e.Cleanup {
+		return fmt.Sprintf("toolsession: cleanup for tool %q panicked: %v", e.Tool, e.Value)
+	}
+	return fmt.Sprintf("tool %s panicked in call %s (recovered; the caller got an error result): %v", e.Tool, e.ToolCallID, e.Value)
 }
 
 // Config tunes a Tier. Zero values take the defaults.
@@ -600,7 +612,7 @@ func (t *Tier) close(ctx context.Context, r *registration, reason Reason, closin
 		var err error
 		defer func() {
 			if v := recover(); v != nil {
-				err = &PanicError{Tool: r.origin.Tool, Value: v}
+				err = &PanicError{Tool: r.origin.Tool, Cleanup: true, Value: v}
 			}
 			done <- err
 		}()

@@ -232,7 +232,7 @@ func (l *lab) tools() []tool.Tool {
 	// midway asks a person from inside the call, holding a call-scoped
 	// workspace while it waits.
 	midway := tool.Func("midway", "asks a person halfway through", func(ctx context.Context, c *tool.Call, _ struct{}) (string, error) {
-		if _, ok := agent.DecisionFrom(ctx); ok {
+		if _, ok := tool.ApprovalFrom(ctx); ok {
 			return "went on after the approval", nil
 		}
 		key, err := c.Key(toolsession.ScopeCall)
@@ -251,7 +251,7 @@ func (l *lab) tools() []tool.Tool {
 		l.mu.Lock()
 		l.opened[h]++
 		l.mu.Unlock()
-		return "", agent.CheckIn("go on halfway?")
+		return "", tool.CheckIn("go on halfway?")
 	})
 	return []tool.Tool{approve, who, noop, workspace, midway}
 }
