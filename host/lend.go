@@ -6,9 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"runtime/debug"
 	"sync"
-	"time"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/agentry-dev/agentry/event"
@@ -78,53 +77,47 @@ func (l *lending) binding(owner tool.Identity, sessionID string) *provider.HostB
 	return b
 }
 
-// invoke runs one lent call and maps its result.
-func (l *lending) invoke(ctx context.Context, t tool.Tool, owner tool.Identity, sessionID string, inv provider.HostInvocation) (res provider.HostToolResult, err error) {
+// lentScopes is what the lending door honours: a lent call has no run of
+// the host's, so only the call itself can bound a session.
+var lentScopes = []toolsession.Scope{toolsession.ScopeCall}
+
+// invoke runs one lent call through tool.Invoke and maps its result: a
+// tool that failed (or panicked) is the provider's host_tool_failed, with
+// the error for the binding's OnToolError; an error result is a
+// HostToolError the provider's agent reads.
+func (l *lending) invoke(ctx context.Context, t tool.Tool, owner tool.Identity, sessionID string, inv provider.HostInvocation) (provider.HostToolResult, error) {
 	name := t.Spec().Name
 	// The provider's invocation id is unique only within its binding; the
 	// call gets an id of its own, unique in the process, for the tier.
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	callID := "lent-" + hex.EncodeToString(b[:])
-	id := &tool.Identity{Tenant: owner.Tenant, Principal: owner.Principal, ConversationID: sessionID}
-	meta := event.Meta{SessionID: sessionID, Tenant: owner.Tenant, Principal: owner.Principal}
-	var registered bool
-	var mu sync.Mutex
+	var registered atomic.Bool
 	register := func(o toolsession.Origin, cleanup func(context.Context) error, opt toolsession.Options) toolsession.Outcome {
-		o.Tenant, o.Principal = owner.Tenant, owner.Principal
 		out := l.ensureTier().Register(o, cleanup, opt)
-		mu.Lock()
-		registered = true
-		mu.Unlock()
+		registered.Store(true)
 		l.bus.Export(tool.SessionEvent(o, opt, out))
 		return out
 	}
-	call := tool.NewCall(name, callID, "", sessionID, id, []toolsession.Scope{toolsession.ScopeCall}, register).WithEvents(l.bus.Export)
-	l.bus.Export(event.Event{Type: event.TypeToolStart, Meta: meta, Payload: &event.ToolStart{Tool: name, ToolCallID: callID}})
-	start := time.Now()
-	defer func() {
-		if v := recover(); v != nil {
-			l.bus.Export(event.Event{Type: event.TypeToolPanic, Meta: meta, Payload: &event.ToolPanic{Tool: name, ToolCallID: callID, Panic: fmt.Sprint(v)}})
-			err = &provider.PanicError{Where: "host tool " + name, Value: fmt.Sprintf("%v\n%s", v, debug.Stack())}
-		}
-		l.bus.Export(event.Event{Type: event.TypeToolEnd, Meta: meta, Payload: &event.ToolEnd{Tool: name, ToolCallID: callID,
-			DurationMs: event.Ms(time.Since(start)), IsError: err != nil || res.Error != nil}})
-		mu.Lock()
-		fire := registered
-		mu.Unlock()
-		if fire {
-			l.tier.FireCall(context.WithoutCancel(ctx), callID)
-		}
-	}()
-	out, err := t.Call(ctx, call, inv.Arguments)
-	if err != nil {
-		return provider.HostToolResult{}, err
+	door := &tool.Door{Scopes: lentScopes, Register: register, Report: l.bus.Export, Hears: l.bus.Enabled, Events: l.bus.Export,
+		Meta: event.Meta{SessionID: sessionID, Tenant: owner.Tenant, Principal: owner.Principal},
+		Settle: func(id string) {
+			if registered.Load() {
+				l.tier.FireCall(context.WithoutCancel(ctx), id)
+			}
+		}}
+	// The arguments were checked against the schema by the binding's
+	// facade (provider.HostBinding), so the door checks nothing twice.
+	out := tool.Invoke(ctx, door, tool.Request{Name: name, Tool: t, ToolCallID: callID, SessionID: sessionID, Args: inv.Arguments,
+		Identity: &tool.Identity{Tenant: owner.Tenant, Principal: owner.Principal, ConversationID: sessionID}})
+	switch {
+	case out.Err != nil:
+		return provider.HostToolResult{}, out.Err
+	case out.Result.IsError:
+		text := clipText(out.Result.Content, provider.MaxHostToolErrorMessage)
+		return provider.HostToolResult{Error: &provider.HostToolError{Code: event.ClassToolError, Message: text}}, nil
 	}
-	text := clipText(out.Content, maxLentResult)
-	if out.IsError {
-		return provider.HostToolResult{Error: &provider.HostToolError{Code: "tool_error", Message: clipText(text, provider.MaxHostToolErrorMessage)}}, nil
-	}
-	j, _ := json.Marshal(text)
+	j, _ := json.Marshal(clipText(out.Result.Content, maxLentResult))
 	return provider.HostToolResult{Output: j}, nil
 }
 

@@ -1,7 +1,6 @@
 package mcpserve
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -24,15 +22,6 @@ import (
 // conversation, so only the call itself can bound a session.
 var callScopes = []toolsession.Scope{toolsession.ScopeCall}
 
-// Error classes in the tool_end event.
-const (
-	classInvalidArguments = "invalid_arguments"
-	classToolError        = "tool_error"
-	classPanic            = "panic"
-	classDeclined         = "declined"
-	classCapacity         = "capacity"
-)
-
 // handler adapts one tool to the SDK's low-level tool handler: the door
 // does its own validation and result mapping, so a tool error is always a
 // result with isError, never a protocol error.
@@ -46,8 +35,8 @@ func (s *Server) handler(sv *served) mcp.ToolHandler {
 	}
 }
 
-// serve runs one call from start to settle. id is the identity the
-// transport proved, or nil.
+// serve runs one call from start to settle through tool.Invoke. id is the
+// identity the transport proved, or nil.
 func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id *tool.Identity) tool.Result {
 	if !s.flight.enter() {
 		return tool.Result{IsError: true,
@@ -59,18 +48,20 @@ func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id
 	if id != nil {
 		meta.Tenant, meta.Principal = id.Tenant, id.Principal
 	}
+	c := &callState{s: s, id: newCallID(), meta: meta}
+	door := &tool.Door{Scopes: callScopes, Register: c.register, Hold: c.hold, Meta: meta, Report: s.emit, Events: s.emit,
+		Settle: func(string) { c.settle() }, Now: s.opt.Now}
+	req := tool.Request{Name: sv.spec.Name, Tool: sv.t, Valid: sv.v, ToolCallID: c.id, Identity: id, Args: args}
 	select {
 	case s.calls <- struct{}{}:
 		defer func() { <-s.calls }()
 	default:
 		// Refused before anything runs, so a client may simply retry.
-		callID := newCallID()
-		s.emit(event.Event{Type: event.TypeToolStart, Meta: meta, Payload: &event.ToolStart{Tool: sv.spec.Name, ToolCallID: callID}})
-		s.emit(event.Event{Type: event.TypeToolEnd, Meta: meta,
-			Payload: &event.ToolEnd{Tool: sv.spec.Name, ToolCallID: callID, IsError: true, ErrorClass: classCapacity}})
-		return tool.Result{IsError: true, Content: fmt.Sprintf("tool %s was not called: this server already runs %d calls at once, "+
-			"its bound on concurrent calls (mcpserve Options.MaxCalls; agentry mcp --max-calls); nothing was run, so retry once a call has finished",
-			sv.spec.Name, s.opt.MaxCalls)}
+		req.Refused = &tool.Outcome{Class: event.ClassCapacity, Result: tool.Result{IsError: true, Content: fmt.Sprintf(
+			"tool %s was not called: this server already runs %d calls at once, "+
+				"its bound on concurrent calls (mcpserve Options.MaxCalls; agentry mcp --max-calls); nothing was run, so retry once a call has finished",
+			sv.spec.Name, s.opt.MaxCalls)}}
+		return tool.Invoke(ctx, door, req).Result
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -78,67 +69,14 @@ func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id
 	stopWatching := context.AfterFunc(s.stop, func() { cancel(ErrShutdown) })
 	defer stopWatching()
 
-	c := &callState{s: s, id: newCallID(), meta: meta}
-	call := tool.NewCall(sv.spec.Name, c.id, "", "", id, callScopes, c.register).WithEvents(s.emit).WithHolder(c.hold)
-	s.emit(event.Event{Type: event.TypeToolStart, Meta: meta,
-		Payload: &event.ToolStart{Tool: sv.spec.Name, ToolCallID: c.id}})
-	start := s.opt.Now()
-
-	res, class := s.run(ctx, sv, call, args)
-
-	s.emit(event.Event{Type: event.TypeToolEnd, Meta: meta,
-		Payload: &event.ToolEnd{Tool: sv.spec.Name, ToolCallID: c.id, DurationMs: event.Ms(s.opt.Now().Sub(start)),
-			IsError: res.IsError, ErrorClass: class}})
-	// The call has settled, whichever way: its sessions are over.
-	c.settle()
-	return res
-}
-
-// run validates the arguments and calls the tool, turning an error or a
-// panic into an error result. class names why the result is an error.
-func (s *Server) run(ctx context.Context, sv *served, call *tool.Call, args json.RawMessage) (res tool.Result, class string) {
-	defer func() {
-		v := recover()
-		if v == nil {
-			return
-		}
-		perr := &PanicError{Tool: sv.spec.Name, ToolCallID: call.ToolCallID, Value: v, Stack: debug.Stack()}
-		s.onError(perr)
-		s.emit(event.Event{Type: event.TypeToolPanic,
-			Payload: &event.ToolPanic{Tool: sv.spec.Name, ToolCallID: call.ToolCallID, Panic: fmt.Sprint(v)}})
-		res = tool.Result{IsError: true,
-			Content: fmt.Sprintf("tool %s failed: it panicked and the server recovered; the server's error log has the details", sv.spec.Name)}
-		class = classPanic
-	}()
-
-	args = normalise(args)
-	if err := sv.v.Validate(args); err != nil {
-		return tool.Result{Content: err.Error(), IsError: true}, classInvalidArguments
+	out := tool.Invoke(ctx, door, req)
+	var pe *toolsession.PanicError
+	if errors.As(out.Err, &pe) {
+		// The client's result does not repeat the panic; OnError gets it,
+		// with the stack.
+		s.onError(pe)
 	}
-	out, err := sv.t.Call(ctx, call, args)
-	switch {
-	case err == nil && out.IsError:
-		return out, classToolError
-	case err == nil:
-		return out, ""
-	case tool.IsArgumentError(err):
-		return tool.Result{Content: err.Error(), IsError: true}, classInvalidArguments
-	case isScopeRefusal(err):
-		return tool.Result{Content: err.Error(), IsError: true}, classDeclined
-	case errors.Is(err, toolsession.ErrCapacity):
-		return tool.Result{Content: err.Error(), IsError: true}, classCapacity
-	}
-	return tool.Result{Content: err.Error(), IsError: true}, classToolError
-}
-
-// normalise reads absent and null arguments as an empty object: MCP lets a
-// client omit them for a tool that takes none.
-func normalise(args json.RawMessage) json.RawMessage {
-	t := bytes.TrimSpace(args)
-	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
-		return json.RawMessage("{}")
-	}
-	return args
+	return out.Result
 }
 
 // toMCP maps a tool result to MCP's: the content as one text block, and
@@ -289,24 +227,3 @@ func (e *TeardownError) Error() string {
 
 func (e *TeardownError) Unwrap() error { return e.Report.Err }
 
-// PanicError is a tool that panicked during a served call. The client got
-// an error result that does not repeat the panic value; this error, with
-// the stack, goes to OnError.
-type PanicError struct {
-	Tool       string
-	ToolCallID string
-	Value      any
-	Stack      []byte
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("mcpserve: tool %s panicked in call %s (recovered; the client got an error result): %v", e.Tool, e.ToolCallID, e.Value)
-}
-
-// isScopeRefusal reports whether err is the door refusing a teardown scope
-// (or a key it cannot derive), so the tool_end event can say "declined".
-func isScopeRefusal(err error) bool {
-	var se *tool.ScopeError
-	var me *tool.MissingFactError
-	return errors.As(err, &se) || errors.As(err, &me)
-}

@@ -64,7 +64,7 @@ type Options struct {
 	Report func(toolsession.Report)
 	// OnError hears every failure that is not a tool result: a cleanup that
 	// failed, panicked or timed out (*TeardownError), a tool that panicked
-	// (*PanicError), a sink or hook that panicked. Default: slog's default
+	// (*toolsession.PanicError), a sink or hook that panicked. Default: slog's default
 	// logger at error level. It must not block.
 	OnError func(error)
 

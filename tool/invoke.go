@@ -171,7 +171,7 @@ func (d *Door) call(ctx context.Context, r Request) Outcome {
 	case errors.Is(err, toolsession.ErrCapacity):
 		return failed(fmt.Sprintf("The tool %s could not open a session: %v", r.Name, err), event.ClassCapacity, err)
 	case IsArgumentError(err):
-		return failed(fmt.Sprintf("The tool %s refused its arguments: %v", r.Name, err), event.ClassInvalidArguments, err)
+		return failed(err.Error(), event.ClassInvalidArguments, err)
 	case isScopeRefusal(err):
 		return failed(fmt.Sprintf("The tool %s asked for what this door cannot give: %v", r.Name, err), event.ClassDeclined, err)
 	}
