@@ -226,4 +226,3 @@ func (e *TeardownError) Error() string {
 }
 
 func (e *TeardownError) Unwrap() error { return e.Report.Err }
-
