@@ -49,6 +49,9 @@ func (a activities) model(ctx context.Context, in ModelInput) (llm.Response, err
 		end.Error = err.Error()
 	}
 	in2.emit(event.TypeLLMEnd, end, meta)
+	if resp.Model == "" {
+		resp.Model = name
+	}
 	if err != nil {
 		for _, permanent := range []error{llm.ErrNoAPIKey, llm.ErrAuth, llm.ErrModelNotFound, llm.ErrBadRequest} {
 			if errors.Is(err, permanent) {
@@ -64,95 +67,62 @@ func (a activities) model(ctx context.Context, in ModelInput) (llm.Response, err
 	return resp, nil
 }
 
-// tool runs one tool call on the replica that holds the session's live
-// tool sessions and its lent host tools, heartbeating while it runs so
-// that the worker's death is noticed within the heartbeat timeout. What
-// the tool did wrong is a result for the model; only a call this worker
-// could not finish is an error (the workflow reports it lost).
-func (a activities) tool(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	in2 := a.in
-	doorID := in.RunID + ":" + in.Call.ID
-	meta := in2.meta(in.SessionID, in.RunID, in.Identity)
-	w := in2.watching(ctx)
+// tool runs one tool call (tool.Invoke) on the replica that holds the
+// session's live tool sessions and its lent host tools, heartbeating
+// while it runs so that the worker's death is noticed within the
+// heartbeat timeout. What the tool did wrong is a result for the model;
+// only a call this worker could not finish is an error (the workflow
+// reports it lost). A refused call is only told of, here.
+func (a activities) tool(ctx context.Context, ti ToolInput) (tool.Outcome, error) {
+	in := a.in
+	c := ti.Call
+	meta := in.meta(ti.SessionID, ti.RunID, ti.Identity)
+	w := in.watching(ctx)
 	out := func(text string) provider.Output {
-		return provider.Output{Kind: provider.OutputActivity, SessionID: in.SessionID, TurnID: in.RunID, Text: text}
+		return provider.Output{Kind: provider.OutputActivity, SessionID: ti.SessionID, TurnID: ti.RunID, Text: text}
 	}
-	in2.emit(event.TypeToolStart, &event.ToolStart{Tool: in.Call.Name, ToolCallID: doorID, Iteration: in.Iteration}, meta)
-	w.push(ctx, stepKey("start", in.Iteration, in.Call.ID), out(in2.phrases.Calling(in.Call.Name)))
-	start := time.Now()
-	res, err := beating(ctx, in2.beat, func(ctx context.Context) (ToolOutput, error) {
-		if in.Declined != "" {
-			return ToolOutput{Result: tool.Result{IsError: true, Content: in.Declined}, ErrorClass: "declined"}, nil
-		}
-		return in2.call(ctx, in, doorID, meta), nil
+	w.push(ctx, stepKey("start", c.Iteration, c.Call.ID), out(in.phrases.Calling(c.Call.Name)))
+	req := tool.Request{Name: c.Call.Name, ToolCallID: c.DoorID, RunID: ti.RunID, SessionID: ti.SessionID, Identity: ti.Identity,
+		Args: c.Call.Args, Iteration: c.Iteration, Approval: c.Approval, Refused: c.Refused}
+	if t, ok := in.tools[c.Call.Name]; ok {
+		req.Tool, req.Valid = t.Tool, t.valid
+	} else if c.Refused == nil {
+		// Lent by the session's host binding: the binding's facade checks
+		// the arguments. Not open on this replica: an unknown tool here.
+		req.Tool = in.lent(provider.Binding(ti.Binding), c.Call.Name)
+	}
+	res, err := beating(ctx, in.beat, func(ctx context.Context) (tool.Outcome, error) {
+		return tool.Invoke(ctx, in.door(ctx, meta), req), nil
 	})
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in2.cfg.TeardownTimeout)
-	in2.tier.FireCall(fctx, doorID)
-	cancel()
-	end := &event.ToolEnd{Tool: in.Call.Name, ToolCallID: doorID, DurationMs: event.Ms(time.Since(start)),
-		IsError: res.IsError, ErrorClass: res.ErrorClass}
-	if err == nil && ctx.Err() != nil && res.IsError {
-		// Stopped under the tool (an interrupt, the worker stopping):
-		// the call did not finish here.
+	if err == nil && ctx.Err() != nil && res.Result.IsError {
+		// Stopped under the tool (an interrupt, the worker stopping): the
+		// call did not finish here.
 		err = ctx.Err()
 	}
 	if err != nil {
-		end.IsError, end.ErrorClass = true, "cancelled"
-		in2.emit(event.TypeToolEnd, end, meta)
-		return ToolOutput{}, err
+		return tool.Outcome{}, err
 	}
-	in2.emit(event.TypeToolEnd, end, meta)
-	w.push(ctx, stepKey("end", in.Iteration, in.Call.ID), out(in2.phrases.Ended(end)))
+	if res.Asked == "" {
+		w.push(ctx, stepKey("end", c.Iteration, c.Call.ID), out(in.phrases.Ended(&event.ToolEnd{Tool: c.Call.Name,
+			IsError: res.Result.IsError, ErrorClass: res.Class})))
+	}
 	return res, nil
 }
 
-// call finds the tool (the agent's, or one the session's host binding
-// lends) and calls it.
-func (in *instance) call(ctx context.Context, ti ToolInput, doorID string, meta event.Meta) ToolOutput {
-	name := ti.Call.Name
-	t, ok := in.tools[name]
-	var lent tool.Tool
-	if !ok {
-		lent = in.lent(provider.Binding(ti.Binding), name)
-		if lent == nil {
-			return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("There is no tool named %q on this replica.", name)}, ErrorClass: "unknown_tool"}
-		}
-	}
-	if ok {
-		if err := t.valid.Validate(ti.Call.Args); err != nil {
-			return ToolOutput{Result: tool.Result{IsError: true, Content: err.Error()}, ErrorClass: "invalid_arguments"}
-		}
-		lent = t.Tool
-	}
-	c := tool.NewCall(name, doorID, ti.RunID, ti.SessionID, ti.Identity,
-		[]toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession}, in.registrar(meta)).
-		WithEvents(in.toolEvent(meta)).WithHolder(in.holder(meta))
-	var (
-		r        tool.Result
-		err      error
-		panicked any
-	)
-	func() {
-		defer func() { panicked = recover() }()
-		r, err = lent.Call(ctx, c, ti.Call.Args)
-	}()
-	switch {
-	case panicked != nil:
-		in.emit(event.TypeToolPanic, &event.ToolPanic{Tool: name, ToolCallID: doorID, Panic: clip(fmt.Sprint(panicked), 500)}, meta)
-		return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("The tool %s failed unexpectedly (it panicked): %v", name, panicked)}, ErrorClass: "panic"}
-	case errors.Is(err, toolsession.ErrCapacity):
-		return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("The tool %s could not open a session: every live session is busy; try again later.", name)}, ErrorClass: "capacity"}
-	case err != nil:
-		class := "tool_error"
-		if tool.IsArgumentError(err) {
-			class = "invalid_arguments"
-		}
-		return ToolOutput{Result: tool.Result{IsError: true, Content: fmt.Sprintf("The tool %s failed: %v", name, err)}, ErrorClass: class}
-	case r.IsError:
-		return ToolOutput{Result: r, ErrorClass: "tool_error"}
-	}
-	return ToolOutput{Result: r}
+// door is this replica's door for one tool call: its tier (every scope
+// but shutdown, which a replica's restart would outlive), its events with
+// the turn's meta, and a check-in pauses the turn.
+func (in *instance) door(ctx context.Context, meta event.Meta) *tool.Door {
+	return &tool.Door{Scopes: durableScopes, Register: in.registrar(meta), Hold: in.holder(meta), Meta: meta,
+		Report: in.cfg.Events, Events: in.toolEvent(meta), Asks: true,
+		Settle: func(id string) {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.TeardownTimeout)
+			in.tier.FireCall(fctx, id)
+			cancel()
+		}}
 }
+
+var durableScopes = []toolsession.Scope{toolsession.ScopeCall, toolsession.ScopeRun, toolsession.ScopeSession}
 
 // beating runs fn while heartbeating every interval, so the server
 // notices a dead worker within the heartbeat timeout. A panic of fn is
@@ -230,6 +200,9 @@ func (a activities) mark(ctx context.Context, m MarkInput) error {
 		in.emit(event.TypeTurnEnd, end, meta)
 		return nil
 	}
+	for _, id := range m.Unsettled {
+		in.tier.FireCall(ctx, id)
+	}
 	in.tier.FireRun(ctx, m.TurnID)
 	switch m.Outcome {
 	case "completed":
@@ -239,7 +212,7 @@ func (a activities) mark(ctx context.Context, m MarkInput) error {
 		end.Error = "the turn was interrupted"
 	default:
 		end.Outcome, end.Error = event.OutcomeError, m.Problem
-		in.emit(event.TypeFatal, &event.Fatal{Where: "agent", Error: m.Problem, ErrorClass: "durable"}, meta)
+		in.emit(event.TypeFatal, &event.Fatal{Where: "agent", Error: m.Problem, ErrorClass: m.Class}, meta)
 	}
 	in.emit(event.TypeTurnEnd, end, meta)
 	return nil

@@ -198,7 +198,7 @@ func TestKilledReplica(t *testing.T) {
 	heartbeat := 2 * time.Second
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "agentry/" + string(binding) + "/t1", TaskQueue: queue},
 		durable.WorkflowName, durable.TurnInput{Binding: string(binding), SessionID: "s1", TurnID: "t1",
-			Input: "touch one,hang,three", Tools: nil, ToolQueue: queue + "@r1", MaxIterations: 8,
+			Input: "touch one,hang,three", Tools: touchDefs, ToolQueue: queue + "@r1", MaxIterations: 8,
 			Heartbeat: heartbeat, ToolTimeout: time.Minute, ToolStart: time.Minute, ModelTimeout: time.Minute, ModelAttempts: 3})
 	if err != nil {
 		t.Fatal(err)

@@ -271,3 +271,7 @@ func (g *gate) tool() tool.Tool {
 		}
 	})
 }
+
+// touchDefs offer the tool touch to the model, for the tests that start a
+// turn's workflow themselves.
+var touchDefs = []llm.ToolDef{{Name: "touch", InputSchema: json.RawMessage(`{"type":"object"}`)}}

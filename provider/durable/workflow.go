@@ -1,15 +1,14 @@
 package durable
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -49,8 +48,11 @@ type TurnInput struct {
 	// ToolQueue is the task queue of the replica holding the session:
 	// its live tool sessions, its lent host tools and its caller.
 	ToolQueue     string        `json:"toolQueue"`
-	MaxIterations int           `json:"maxIterations"`
-	Heartbeat     time.Duration `json:"heartbeat"`
+	MaxIterations int `json:"maxIterations"`
+	// MaxParallelTools bounds the tool calls of one model response that
+	// run at once (0: agent.DefaultMaxParallelTools).
+	MaxParallelTools int           `json:"maxParallelTools,omitempty"`
+	Heartbeat        time.Duration `json:"heartbeat"`
 	ToolTimeout   time.Duration `json:"toolTimeout"`
 	ToolStart     time.Duration `json:"toolStart"`
 	// PinnedStart is how long a model call waits for the session's
@@ -78,6 +80,8 @@ type TurnResult struct {
 	AskedAt map[string]int `json:"askedAt,omitempty"`
 	// Added is what the turn added to the conversation.
 	Added []llm.Message `json:"added"`
+	// Usage is what the whole turn used, across its pauses.
+	Usage llm.TurnUsage `json:"usage"`
 }
 
 // Step is one thing a turn did: a model text (Text) or a tool call (Tool,
@@ -127,7 +131,7 @@ type ModelInput struct {
 	Tools     []llm.ToolDef  `json:"tools,omitempty"`
 }
 
-// ToolInput is a tool activity's input.
+// ToolInput is a tool activity's input: one call the loop asks for.
 type ToolInput struct {
 	// Binding names the conversation, whose session on this replica may
 	// lend the tool.
@@ -135,18 +139,10 @@ type ToolInput struct {
 	SessionID string         `json:"sessionId"`
 	RunID     string         `json:"runId"`
 	Identity  *tool.Identity `json:"identity,omitempty"`
-	Iteration int            `json:"iteration,omitempty"`
-	Call      llm.ToolCall   `json:"call"`
-	// Declined, when set, is what the model is told of a call a person
-	// declined: the activity does not run the tool, only tells of it.
-	Declined string `json:"declined,omitempty"`
-}
-
-// ToolOutput is a tool activity's result: the tool's, and why it is an
-// error when it is one (the classes of event.ToolEnd).
-type ToolOutput struct {
-	tool.Result
-	ErrorClass string `json:"errorClass,omitempty"`
+	// Call is the call; when Call.Refused is set (a declined call, an
+	// unknown tool) the activity does not run the tool, only tells of it
+	// on the session's replica.
+	Call agent.ToolCall `json:"call"`
 }
 
 // RecordInput is a record activity's input: a pause to note, or a turn to
@@ -164,14 +160,20 @@ type RecordInput struct {
 // with Outcome. It runs on the session's replica, which closes the
 // turn's run-scoped tool sessions and tells its event sink.
 type MarkInput struct {
-	SessionID  string         `json:"sessionId"`
-	TurnID     string         `json:"turnId"`
-	Identity   *tool.Identity `json:"identity,omitempty"`
-	Ask        *Ask           `json:"ask,omitempty"`
-	Outcome    string         `json:"outcome,omitempty"`
-	Problem    string         `json:"problem,omitempty"`
-	Iterations int            `json:"iterations"`
-	Took       time.Duration  `json:"took"`
+	SessionID string         `json:"sessionId"`
+	TurnID    string         `json:"turnId"`
+	Identity  *tool.Identity `json:"identity,omitempty"`
+	Ask       *Ask           `json:"ask,omitempty"`
+	Outcome   string         `json:"outcome,omitempty"`
+	Problem   string         `json:"problem,omitempty"`
+	// Class is a failed turn's failure class (an event.Class constant).
+	Class string `json:"class,omitempty"`
+	// Unsettled are the door ids of calls that asked a person mid-call
+	// and whose turn ended before the answer: their call-scoped sessions
+	// close with the turn.
+	Unsettled  []string      `json:"unsettled,omitempty"`
+	Iterations int           `json:"iterations"`
+	Took       time.Duration `json:"took"`
 }
 
 // turnState is the workflow's own state, read by its handlers.
@@ -184,18 +186,20 @@ type turnState struct {
 	// pinnedGone: a model call found the session's replica absent, so the
 	// turn's later model calls go to the shared queue.
 	pinnedGone bool
-	// iter counts the turn's model calls; since and segment are when the
-	// current stretch (the start, or the last decision) began and its
-	// model calls, for the turn's marks.
-	iter    int
+	// since and segment are when the current stretch (the start, or the
+	// last decision) began and its model calls, for the turn's marks.
 	since   time.Time
 	segment int
+	// saveProblem says why a pause could not be saved.
+	saveProblem string
 }
 
-// TurnWorkflow is the turn loop: model, tool calls, model … until an
-// answer, an interrupt or the iteration bound; a check-in waits for the
-// decision signal. It is deterministic: everything it learns comes
-// through activities and signals, recorded in the history.
+// TurnWorkflow runs one turn: agentry's turn loop (agent.Loop) over an
+// executor whose model and tool calls are activities, until an answer,
+// an interrupt or a failure; a pause waits for the decision signal, then
+// the loop goes on from where it stood. It is deterministic: everything
+// it learns comes through activities and signals, recorded in the
+// history.
 func TurnWorkflow(ctx workflow.Context, in TurnInput) (TurnResult, error) {
 	st := &turnState{decisions: map[string]Decision{}, askedAt: map[string]int{}, since: workflow.Now(ctx)}
 	tctx, cancel := workflow.WithCancel(ctx)
@@ -224,7 +228,7 @@ func TurnWorkflow(ctx workflow.Context, in TurnInput) (TurnResult, error) {
 		cancel()
 	})
 
-	res := runLoop(tctx, in, st)
+	res, why := runTurn(ctx, tctx, in, st)
 	res.Steps, res.AskedAt = st.steps, st.askedAt
 
 	// The turn is committed to the store even when it was interrupted: a
@@ -232,9 +236,9 @@ func TurnWorkflow(ctx workflow.Context, in TurnInput) (TurnResult, error) {
 	rctx := workflow.WithActivityOptions(ctx, recordOptions())
 	if err := workflow.ExecuteActivity(rctx, recordActivity, RecordInput{Binding: in.Binding, TurnID: in.TurnID,
 		Identity: in.Identity, Added: res.Added, Done: true}).Get(rctx, nil); err != nil {
-		res.Outcome, res.Problem = "failed", "the turn could not be saved: "+err.Error()
+		res.Outcome, res.Problem, why.class = "failed", "the turn could not be saved: "+err.Error(), event.ClassStore
 	}
-	mark(ctx, in, st, MarkInput{Outcome: res.Outcome, Problem: res.Problem})
+	mark(ctx, in, st, MarkInput{Outcome: res.Outcome, Problem: res.Problem, Class: why.class, Unsettled: why.unsettled})
 	st.stop = Stop{Done: true, Result: &res}
 	// Answer every advance in flight before the workflow ends.
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
@@ -270,199 +274,110 @@ func pinnedOnce(ctx workflow.Context, in TurnInput) workflow.Context {
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
 }
 
-// generate runs one model call: on the session's replica while it takes
-// them (so its caller sees the text as it comes), else on any replica.
-func generate(ctx workflow.Context, in TurnInput, st *turnState, req ModelInput) (llm.Response, error) {
-	opts := workflow.ActivityOptions{
-		StartToCloseTimeout: in.ModelTimeout,
-		HeartbeatTimeout:    in.Heartbeat,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
-			MaximumInterval: 30 * time.Second, MaximumAttempts: in.ModelAttempts},
-	}
-	var resp llm.Response
-	if in.PinnedStart > 0 && !st.pinnedGone {
-		pinned := opts
-		pinned.TaskQueue, pinned.ScheduleToStartTimeout = in.ToolQueue, in.PinnedStart
-		pctx := workflow.WithActivityOptions(ctx, pinned)
-		err := workflow.ExecuteActivity(pctx, modelActivity, req).Get(pctx, &resp)
-		var te *temporal.TimeoutError
-		if err == nil || !errors.As(err, &te) || te.TimeoutType() != enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-			return resp, err
-		}
-		st.pinnedGone = true
-	}
-	sctx := workflow.WithActivityOptions(ctx, opts)
-	err := workflow.ExecuteActivity(sctx, modelActivity, req).Get(sctx, &resp)
-	return resp, err
+// ended is what the end of a turn tells its mark besides the result.
+type ended struct {
+	class     string
+	unsettled []string
 }
 
-// runLoop runs the model and tools until the turn ends. Added holds the
-// messages through the last complete exchange, so a stored conversation
-// never ends with a tool call that has no result.
-func runLoop(ctx workflow.Context, in TurnInput, st *turnState) TurnResult {
-	msgs := append(append([]llm.Message(nil), in.Messages...), llm.Message{Role: llm.RoleUser, Content: in.Input})
+// runTurn runs the loop until the turn ends, waiting at each pause for
+// the decision. tctx is the context of the turn's model and tool calls,
+// cancelled by an interrupt; ctx is not. Added holds the messages through
+// the last complete exchange, so a stored conversation never ends with a
+// tool call that has no result.
+func runTurn(ctx, tctx workflow.Context, in TurnInput, st *turnState) (TurnResult, ended) {
+	x := newSteps(ctx, tctx, in, st)
+	state := &agent.State{RunID: in.TurnID, Messages: make([]llm.Message, 0, len(in.Messages)+8)}
+	state.Messages = append(append(state.Messages, in.Messages...), llm.Message{Role: llm.RoleUser, Content: in.Input})
 	base := len(in.Messages)
-	res := TurnResult{Outcome: "failed"}
-	safe := len(msgs)
-	added := func() []llm.Message { return append([]llm.Message(nil), msgs[base:safe]...) }
-	// What the model sees: the binding's instructions first, when there
-	// are some.
-	seen := func() []llm.Message {
-		if in.Context == nil {
-			return msgs
-		}
-		return append([]llm.Message{*in.Context}, msgs...)
-	}
-
-	tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:              in.ToolQueue,
-		ScheduleToStartTimeout: in.ToolStart,
-		StartToCloseTimeout:    in.ToolTimeout,
-		HeartbeatTimeout:       in.Heartbeat,
-		// Never run a tool call again on our own: its side effects may
-		// have happened.
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	asks := 0
-	for range in.MaxIterations {
-		if st.interrupted {
-			res.Outcome, res.Added = "interrupted", added()
-			return res
-		}
-		st.iter++
-		st.segment++
-		resp, err := generate(ctx, in, st, ModelInput{SessionID: in.SessionID, TurnID: in.TurnID, Identity: in.Identity,
-			Iteration: st.iter, System: in.System, Messages: seen(), Tools: in.Tools})
-		switch {
-		case st.interrupted:
-			res.Outcome, res.Added = "interrupted", added()
-			return res
-		case err != nil:
-			res.Problem, res.Added = "the model call failed: "+cause(err), added()
-			return res
-		}
-		msgs = append(msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Text, ToolCalls: resp.ToolCalls})
-		if resp.Text != "" {
-			st.steps = append(st.steps, Step{Iteration: st.iter, Text: resp.Text})
-		}
-		if len(resp.ToolCalls) == 0 {
-			safe = len(msgs)
-			res.Outcome, res.Answer, res.Added = "completed", resp.Text, added()
-			return res
-		}
-		for _, c := range resp.ToolCalls {
-			step := Step{Iteration: st.iter, Tool: c.Name, CallID: c.ID}
-			var r ToolOutput
-			if isCheckIn(in.CheckIns, c.Name) {
-				asks++
-				ask := &Ask{ID: fmt.Sprintf("%s.ask%d", in.TurnID, asks), Tool: c.Name, CallID: c.ID,
-					Prompt: fmt.Sprintf("The agent wants to call %s with %s. Go ahead?", c.Name, clip(string(c.Args), 2000))}
-				rctx := workflow.WithActivityOptions(ctx, recordOptions())
-				if err := workflow.ExecuteActivity(rctx, recordActivity, RecordInput{Binding: in.Binding, TurnID: in.TurnID,
-					Identity: in.Identity, Ask: ask}).Get(rctx, nil); err != nil && !st.interrupted {
-					res.Problem, res.Added = "the pause could not be saved: "+cause(err), added()
-					return res
-				}
-				if !st.interrupted {
-					mark(ctx, in, st, MarkInput{Ask: ask})
-				}
-				st.askedAt[ask.ID] = len(st.steps)
-				st.stop = Stop{Ask: ask, Steps: st.steps, AskedAt: st.askedAt}
-				_ = workflow.Await(ctx, func() bool { _, ok := st.decisions[ask.ID]; return ok || st.interrupted })
-				st.stop = Stop{}
-				st.since, st.segment = workflow.Now(ctx), 0
-				if st.interrupted {
-					res.Outcome, res.Added = "interrupted", added()
-					return res
-				}
-				if d := st.decisions[ask.ID]; !d.Approve {
-					r.IsError, r.ErrorClass = true, "declined"
-					r.Content = "A person declined this call; it did not run."
-					if d.Note != "" {
-						r.Content += " Their note: " + d.Note
-					}
-					// Not run, but told on the session's replica as native
-					// turns tell a declined call (its events, its outputs).
-					_ = workflow.ExecuteActivity(pinnedOnce(ctx, in), toolActivity, ToolInput{Binding: in.Binding, SessionID: in.SessionID,
-						RunID: in.TurnID, Identity: in.Identity, Iteration: st.iter, Call: c, Declined: r.Content}).Get(ctx, nil)
-					step.IsError, step.ErrorClass = true, r.ErrorClass
-					st.steps = append(st.steps, step)
-					msgs = append(msgs, toolMessage(c, r.Result))
-					continue
-				}
+	var res TurnResult
+	var why ended
+	var d *agent.Decision
+	for asks := 1; ; asks++ {
+		end := agent.Loop(x, state, d, in.MaxIterations)
+		res.Usage.Add(end.Usage)
+		if end.Outcome != event.OutcomePaused {
+			res.Outcome, res.Answer = outcomeOf(end.Outcome), end.Output
+			if end.Err != nil {
+				res.Problem, why.class = end.Err.Error(), end.Class
 			}
-			err := workflow.ExecuteActivity(tctx, toolActivity, ToolInput{Binding: in.Binding, SessionID: in.SessionID, RunID: in.TurnID,
-				Identity: in.Identity, Iteration: st.iter, Call: c}).Get(tctx, &r)
-			if err != nil {
-				if st.interrupted {
-					res.Outcome, res.Added = "interrupted", added()
-					return res
-				}
-				r = ToolOutput{Result: tool.Result{IsError: true, Content: lostText(err, in)}, ErrorClass: "lost"}
-				var ae *temporal.ApplicationError
-				if errors.As(err, &ae) {
-					r.ErrorClass = "tool_error"
-				}
+			why.unsettled = end.Unsettled
+			break
+		}
+		var stop string
+		if d, stop = awaitDecision(ctx, in, st, state, asks); stop != "" {
+			res.Outcome, res.Problem, why.class = stop, st.saveProblem, event.ClassStore
+			if stop == "interrupted" {
+				res.Problem, why.class = "", event.ClassCancelled
 			}
-			step.IsError, step.ErrorClass = r.IsError, r.ErrorClass
-			st.steps = append(st.steps, step)
-			msgs = append(msgs, toolMessage(c, r.Result))
-		}
-		safe = len(msgs)
-	}
-	res.Problem = fmt.Sprintf("the turn reached its bound of %d model calls; ask for less, or raise MaxIterations", in.MaxIterations)
-	res.Added = added()
-	return res
-}
-
-func toolMessage(c llm.ToolCall, r tool.Result) llm.Message {
-	return llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Content: r.Content, IsError: r.IsError}
-}
-
-// lostText tells the model what became of a tool call that did not come
-// back, without claiming to know whether it took effect.
-func lostText(err error, in TurnInput) string {
-	var te *temporal.TimeoutError
-	if errors.As(err, &te) {
-		switch te.TimeoutType().String() {
-		case "ScheduleToStart":
-			return fmt.Sprintf("This tool call was lost before it started: the replica holding this conversation's live sessions did not take it within %s. It did not run and will not be retried; its live state (interpreter variables, processes, files) may be gone.", in.ToolStart)
-		case "Heartbeat":
-			return fmt.Sprintf("This tool call was lost while it ran: the worker running it stopped answering (no heartbeat for %s). It may or may not have taken effect and will not be re-run; the live state it used (interpreter variables, processes, files) may be gone. Check before repeating it.", in.Heartbeat)
-		case "StartToClose":
-			return fmt.Sprintf("This tool call did not finish within %s and was abandoned; it may or may not have taken effect and will not be re-run.", in.ToolTimeout)
+			why.unsettled = askedMidCall(state)
+			break
 		}
 	}
-	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) {
-		return "The tool call failed: " + ae.Error()
-	}
-	return "This tool call was lost: " + cause(err) + ". It will not be re-run; it may or may not have taken effect."
+	res.Added = complete(state.Messages[base:])
+	return res, why
 }
 
-// cause is the innermost message of a Temporal error chain.
-func cause(err error) string {
-	for {
-		next := errors.Unwrap(err)
-		if next == nil {
-			return err.Error()
+// awaitDecision records the pause (in the store, and on the session's
+// replica) and waits for its decision. stop is "interrupted" when the
+// turn was interrupted instead, and "failed" when the pause could not be
+// saved (x.saveProblem says why).
+func awaitDecision(ctx workflow.Context, in TurnInput, st *turnState, state *agent.State, n int) (d *agent.Decision, stop string) {
+	question, name, callID := state.Asking()
+	ask := &Ask{ID: fmt.Sprintf("%s.ask%d", in.TurnID, n), Tool: name, CallID: callID, Prompt: question}
+	rctx := workflow.WithActivityOptions(ctx, recordOptions())
+	if err := workflow.ExecuteActivity(rctx, recordActivity, RecordInput{Binding: in.Binding, TurnID: in.TurnID,
+		Identity: in.Identity, Ask: ask}).Get(rctx, nil); err != nil && !st.interrupted {
+		st.saveProblem = "the pause could not be saved: " + cause(err)
+		return nil, "failed"
+	}
+	if !st.interrupted {
+		mark(ctx, in, st, MarkInput{Ask: ask})
+	}
+	st.askedAt[ask.ID] = len(st.steps)
+	st.stop = Stop{Ask: ask, Steps: st.steps, AskedAt: st.askedAt}
+	_ = workflow.Await(ctx, func() bool { _, ok := st.decisions[ask.ID]; return ok || st.interrupted })
+	st.stop = Stop{}
+	st.since, st.segment = workflow.Now(ctx), 0
+	if st.interrupted {
+		return nil, "interrupted"
+	}
+	dec := st.decisions[ask.ID]
+	return &agent.Decision{Approve: dec.Approve, Note: dec.Note}, ""
+}
+
+// outcomeOf names a loop's outcome as a turn's.
+func outcomeOf(o string) string {
+	switch o {
+	case event.OutcomeAnswer:
+		return "completed"
+	case event.OutcomeCancelled:
+		return "interrupted"
+	}
+	return "failed"
+}
+
+// askedMidCall are the door ids of the waiting calls that asked a person
+// mid-call: their call-scoped sessions are open on the session's replica.
+func askedMidCall(st *agent.State) []string {
+	if len(st.Messages) == 0 {
+		return nil
+	}
+	calls := st.Messages[len(st.Messages)-1].ToolCalls
+	var ids []string
+	for _, w := range st.Waiting {
+		if w.Asked {
+			ids = append(ids, st.RunID+":"+calls[w.Index].ID)
 		}
-		err = next
 	}
+	return ids
 }
 
-func isCheckIn(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
+// complete is msgs through the last complete exchange: without a final
+// assistant message whose tool calls have no results.
+func complete(msgs []llm.Message) []llm.Message {
+	if n := len(msgs); n > 0 && msgs[n-1].Role == llm.RoleAssistant && len(msgs[n-1].ToolCalls) > 0 {
+		msgs = msgs[:n-1]
 	}
-	return false
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
+	return append([]llm.Message(nil), msgs...)
 }

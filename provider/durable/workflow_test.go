@@ -27,15 +27,15 @@ func TestWorkflowLostToolCallIsNotRetried(t *testing.T) {
 		return m.Generate(ctx, llm.Request{Messages: in.Messages})
 	}, activity.RegisterOptions{Name: "agentry.model"})
 	calls := 0
-	env.RegisterActivityWithOptions(func(context.Context, durable.ToolInput) (tool.Result, error) {
+	env.RegisterActivityWithOptions(func(context.Context, durable.ToolInput) (tool.Outcome, error) {
 		calls++
-		return tool.Result{}, temporal.NewTimeoutError(enums.TIMEOUT_TYPE_HEARTBEAT, nil)
+		return tool.Outcome{}, temporal.NewTimeoutError(enums.TIMEOUT_TYPE_HEARTBEAT, nil)
 	}, activity.RegisterOptions{Name: "agentry.tool"})
 	env.RegisterActivityWithOptions(func(context.Context, durable.RecordInput) error { return nil },
 		activity.RegisterOptions{Name: "agentry.record"})
 	env.RegisterActivityWithOptions(func(context.Context, durable.MarkInput) error { return nil },
 		activity.RegisterOptions{Name: "agentry.mark"})
-	env.ExecuteWorkflow(durable.TurnWorkflow, durable.TurnInput{TurnID: "t1", Input: "touch a", ToolQueue: "q", MaxIterations: 4,
+	env.ExecuteWorkflow(durable.TurnWorkflow, durable.TurnInput{TurnID: "t1", Input: "touch a", Tools: touchDefs, ToolQueue: "q", MaxIterations: 4,
 		Heartbeat: 2 * time.Second, ToolTimeout: time.Minute, ToolStart: time.Minute, ModelTimeout: time.Minute, ModelAttempts: 3})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -75,9 +75,9 @@ func TestWorkflowModelCallsLeaveAnAbsentReplica(t *testing.T) {
 		}
 		return m.Generate(ctx, llm.Request{Messages: in.Messages})
 	}, activity.RegisterOptions{Name: "agentry.model"})
-	env.RegisterActivityWithOptions(func(ctx context.Context, in durable.ToolInput) (durable.ToolOutput, error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, in durable.ToolInput) (tool.Outcome, error) {
 		queues = append(queues, "tool@"+activity.GetInfo(ctx).TaskQueue)
-		return durable.ToolOutput{Result: tool.Result{Content: "touched " + in.Call.ID}}, nil
+		return tool.Outcome{Result: tool.Result{Content: "touched " + in.Call.Call.ID}}, nil
 	}, activity.RegisterOptions{Name: "agentry.tool"})
 	env.RegisterActivityWithOptions(func(context.Context, durable.RecordInput) error { return nil },
 		activity.RegisterOptions{Name: "agentry.record"})
@@ -85,7 +85,7 @@ func TestWorkflowModelCallsLeaveAnAbsentReplica(t *testing.T) {
 		queues = append(queues, "mark@"+activity.GetInfo(ctx).TaskQueue)
 		return nil
 	}, activity.RegisterOptions{Name: "agentry.mark"})
-	env.ExecuteWorkflow(durable.TurnWorkflow, durable.TurnInput{TurnID: "t1", Input: "touch a", ToolQueue: "replica", MaxIterations: 4,
+	env.ExecuteWorkflow(durable.TurnWorkflow, durable.TurnInput{TurnID: "t1", Input: "touch a", Tools: touchDefs, ToolQueue: "replica", MaxIterations: 4,
 		Heartbeat: 2 * time.Second, ToolTimeout: time.Minute, ToolStart: time.Minute, PinnedStart: 5 * time.Second,
 		ModelTimeout: time.Minute, ModelAttempts: 3})
 	if err := env.GetWorkflowError(); err != nil {
