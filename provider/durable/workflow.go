@@ -47,14 +47,14 @@ type TurnInput struct {
 	CheckIns []string `json:"checkIns,omitempty"`
 	// ToolQueue is the task queue of the replica holding the session:
 	// its live tool sessions, its lent host tools and its caller.
-	ToolQueue     string        `json:"toolQueue"`
-	MaxIterations int `json:"maxIterations"`
+	ToolQueue     string `json:"toolQueue"`
+	MaxIterations int    `json:"maxIterations"`
 	// MaxParallelTools bounds the tool calls of one model response that
 	// run at once (0: agent.DefaultMaxParallelTools).
 	MaxParallelTools int           `json:"maxParallelTools,omitempty"`
 	Heartbeat        time.Duration `json:"heartbeat"`
-	ToolTimeout   time.Duration `json:"toolTimeout"`
-	ToolStart     time.Duration `json:"toolStart"`
+	ToolTimeout      time.Duration `json:"toolTimeout"`
+	ToolStart        time.Duration `json:"toolStart"`
 	// PinnedStart is how long a model call waits for the session's
 	// replica before it goes to any replica, and how long the turn's
 	// marks (its end, a pause) wait before they are skipped. Zero: model
