@@ -472,7 +472,7 @@ func (s *Sink) toolEnd(e event.Event, p *event.ToolEnd) {
 	if p.IsError {
 		class := p.ErrorClass
 		if class == "" {
-			class = "tool_error"
+			class = event.ClassToolError
 		}
 		sp.SetStatus(codes.Error, class)
 		sp.SetAttributes(KeyErrorType.String(class))
@@ -549,7 +549,7 @@ func (s *Sink) metrics(ctx context.Context, e event.Event) {
 		if p.IsError {
 			class := p.ErrorClass
 			if class == "" {
-				class = "tool_error"
+				class = event.ClassToolError
 			}
 			attrs = append(attrs, KeyErrorType.String(class))
 		}

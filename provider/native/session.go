@@ -626,7 +626,7 @@ func (b *Phrasebook) Calling(tool string) string { return b.of(tool).calling }
 func (b *Phrasebook) Ended(e *event.ToolEnd) string {
 	p := b.of(e.Tool)
 	switch {
-	case e.ErrorClass == "declined":
+	case e.ErrorClass == event.ClassDeclined:
 		return p.declined
 	case e.IsError && e.ErrorClass != "":
 		return p.failed + " (" + e.ErrorClass + ")"
