@@ -147,7 +147,7 @@ func TestGenerateText(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := llm.Response{Text: "Hi! I'm Claude.", StopReason: llm.StopEnd, Model: "claude-sonnet-4-5-20250929",
-		Usage: llm.Usage{InputTokens: 2100, OutputTokens: 503}}
+		Usage: llm.Usage{InputTokens: 2100, OutputTokens: 503, CacheWriteTokens: 5}}
 	if resp.Text != want.Text || resp.StopReason != want.StopReason || resp.Model != want.Model || resp.Usage != want.Usage || resp.ToolCalls != nil {
 		t.Fatalf("got %+v\nwant %+v", resp, want)
 	}
@@ -250,7 +250,7 @@ func TestStreamTextAndSplitToolArguments(t *testing.T) {
 				t.Fatalf("text %q calls %s", text, calls)
 			}
 			if done == nil || done.Text != "I'll run both." || !sameCalls(done.ToolCalls, want) ||
-				done.StopReason != llm.StopToolUse || done.Usage != (llm.Usage{InputTokens: 500, OutputTokens: 89}) ||
+				done.StopReason != llm.StopToolUse || done.Usage != (llm.Usage{InputTokens: 500, OutputTokens: 89, CacheReadTokens: 28}) ||
 				done.Model != "claude-sonnet-4-5-20250929" {
 				t.Fatalf("done %+v", done)
 			}

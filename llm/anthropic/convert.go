@@ -109,16 +109,21 @@ func (m *Model) messages(in []llm.Message) ([]anthropic.MessageParam, error) {
 	return out, nil
 }
 
+// usage maps Anthropic's counts: its input_tokens leave out what was
+// written to and read from the prompt cache; llm.Usage.InputTokens counts
+// every input token, with the cache's share also apart.
+func usage(input, cacheWrite, cacheRead, output int64) llm.Usage {
+	return llm.Usage{InputTokens: int(input + cacheWrite + cacheRead), OutputTokens: int(output),
+		CacheReadTokens: int(cacheRead), CacheWriteTokens: int(cacheWrite)}
+}
+
 // response maps a whole message.
 func response(msg *anthropic.Message) (llm.Response, error) {
 	var text strings.Builder
 	r := llm.Response{
 		Model:      string(msg.Model),
 		StopReason: stopReason(string(msg.StopReason)),
-		Usage: llm.Usage{
-			InputTokens:  int(msg.Usage.InputTokens + msg.Usage.CacheCreationInputTokens + msg.Usage.CacheReadInputTokens),
-			OutputTokens: int(msg.Usage.OutputTokens),
-		},
+		Usage: usage(msg.Usage.InputTokens, msg.Usage.CacheCreationInputTokens, msg.Usage.CacheReadInputTokens, msg.Usage.OutputTokens),
 	}
 	for _, b := range msg.Content {
 		switch b.Type {
@@ -166,10 +171,7 @@ func (s *streamState) event(ev anthropic.MessageStreamEventUnion) (*llm.Chunk, e
 	case "message_start":
 		u := ev.Message.Usage
 		s.resp.Model = string(ev.Message.Model)
-		s.resp.Usage = llm.Usage{
-			InputTokens:  int(u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens),
-			OutputTokens: int(u.OutputTokens),
-		}
+		s.resp.Usage = usage(u.InputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, u.OutputTokens)
 	case "content_block_start":
 		b := ev.ContentBlock
 		switch b.Type {
@@ -213,8 +215,10 @@ func (s *streamState) event(ev anthropic.MessageStreamEventUnion) (*llm.Chunk, e
 			s.resp.StopReason = stopReason(string(ev.Delta.StopReason))
 		}
 		// The counts in message_delta are running totals.
-		if in := ev.Usage.InputTokens + ev.Usage.CacheCreationInputTokens + ev.Usage.CacheReadInputTokens; in > 0 {
-			s.resp.Usage.InputTokens = int(in)
+		if u := ev.Usage; u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens > 0 {
+			out := s.resp.Usage.OutputTokens
+			s.resp.Usage = usage(u.InputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, 0)
+			s.resp.Usage.OutputTokens = out
 		}
 		if ev.Usage.OutputTokens > 0 {
 			s.resp.Usage.OutputTokens = int(ev.Usage.OutputTokens)

@@ -95,13 +95,21 @@ func (m *Model) requestError(format string, a ...any) error {
 		Message: fmt.Sprintf(format, a...), Fix: "fix the request before sending it"}
 }
 
+// usage maps OpenAI's counts: prompt_tokens include the ones read from the
+// prompt cache (prompt_tokens_details.cached_tokens); OpenAI does not
+// count cache writes.
+func usage(u openai.CompletionUsage) llm.Usage {
+	return llm.Usage{InputTokens: int(u.PromptTokens), OutputTokens: int(u.CompletionTokens),
+		CacheReadTokens: int(u.PromptTokensDetails.CachedTokens)}
+}
+
 // response maps a whole completion's first choice.
 func response(cc *openai.ChatCompletion) (llm.Response, error) {
 	ch := cc.Choices[0]
 	r := llm.Response{
 		Model: cc.Model,
 		Text:  ch.Message.Content,
-		Usage: llm.Usage{InputTokens: int(cc.Usage.PromptTokens), OutputTokens: int(cc.Usage.CompletionTokens)},
+		Usage: usage(cc.Usage),
 	}
 	refusal := false
 	if r.Text == "" && ch.Message.Refusal != "" {
@@ -154,7 +162,7 @@ func (s *streamState) chunk(ck openai.ChatCompletionChunk) ([]llm.Chunk, error) 
 		s.resp.Model = ck.Model
 	}
 	if ck.JSON.Usage.Valid() {
-		s.resp.Usage = llm.Usage{InputTokens: int(ck.Usage.PromptTokens), OutputTokens: int(ck.Usage.CompletionTokens)}
+		s.resp.Usage = usage(ck.Usage)
 	}
 	var out []llm.Chunk
 	for _, ch := range ck.Choices {

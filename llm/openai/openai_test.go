@@ -76,7 +76,7 @@ func oaiError(msg, typ, code string) string {
 }
 
 func completion(message string, finish string) string {
-	return fmt.Sprintf(`{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion","created":1741570283,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],"usage":{"prompt_tokens":1117,"completion_tokens":46,"total_tokens":1163,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},"service_tier":"default","system_fingerprint":"fp_fc9f1d7035"}`, message, finish)
+	return fmt.Sprintf(`{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion","created":1741570283,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],"usage":{"prompt_tokens":1117,"completion_tokens":46,"total_tokens":1163,"prompt_tokens_details":{"cached_tokens":1024,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},"service_tier":"default","system_fingerprint":"fp_fc9f1d7035"}`, message, finish)
 }
 
 func text(s string) string {
@@ -138,7 +138,7 @@ func TestGenerateText(t *testing.T) {
 		t.Fatal(err)
 	}
 	if resp.Text != "Hello there." || resp.StopReason != llm.StopEnd || resp.Model != "gpt-4o-mini-2024-07-18" ||
-		resp.Usage != (llm.Usage{InputTokens: 1117, OutputTokens: 46}) || resp.ToolCalls != nil {
+		resp.Usage != (llm.Usage{InputTokens: 1117, OutputTokens: 46, CacheReadTokens: 1024}) || resp.ToolCalls != nil {
 		t.Fatalf("got %+v", resp)
 	}
 	wiretest.Golden(t, "generate_text", srv.Requests()[0].Body)
