@@ -123,7 +123,7 @@ func response(msg *anthropic.Message) (llm.Response, error) {
 	r := llm.Response{
 		Model:      string(msg.Model),
 		StopReason: stopReason(string(msg.StopReason)),
-		Usage: usage(msg.Usage.InputTokens, msg.Usage.CacheCreationInputTokens, msg.Usage.CacheReadInputTokens, msg.Usage.OutputTokens),
+		Usage:      usage(msg.Usage.InputTokens, msg.Usage.CacheCreationInputTokens, msg.Usage.CacheReadInputTokens, msg.Usage.OutputTokens),
 	}
 	for _, b := range msg.Content {
 		switch b.Type {
