@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
@@ -354,8 +355,20 @@ func unknownTool(name string, have []string) string {
 	return fmt.Sprintf("There is no tool named %q. The tools are: %s.", name, strings.Join(have, ", "))
 }
 
+// maxQuestionArgs bounds the arguments a check-in question shows: the
+// model writes them, and the question is stored and shown to a person.
+const maxQuestionArgs = 2000
+
 func checkInQuestion(c llm.ToolCall) string {
-	return fmt.Sprintf("Allow the tool %q to run with these arguments?\n%s", c.Name, c.Args)
+	args := string(c.Args)
+	if len(args) > maxQuestionArgs {
+		cut := maxQuestionArgs
+		for cut > 0 && !utf8.RuneStart(args[cut]) {
+			cut--
+		}
+		args = fmt.Sprintf("%s… (%d of %d bytes shown)", args[:cut], cut, len(c.Args))
+	}
+	return fmt.Sprintf("Allow the tool %q to run with these arguments?\n%s", c.Name, args)
 }
 
 // doorID is the tool call id tools and the tier see.

@@ -3,12 +3,14 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"errors"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
@@ -36,6 +38,23 @@ func deployTool(ran *atomic.Int32) tool.Tool {
 		ran.Add(1)
 		return "deployed to " + in.Target, nil
 	}))
+}
+
+// The question shows the model's arguments up to a bound: the model
+// writes them, and the question is stored and shown to a person.
+func TestACheckInQuestionIsBounded(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int32
+	long := `{"target":"` + strings.Repeat("é", 3000) + `"}`
+	a, _ := newAgent(t, agent.Options{Model: scripted.New(calls(call("deploy", long)), answer("done")), Tools: []tool.Tool{deployTool(&ran)}})
+	res, err := a.Run(bg(), agent.Input{Message: "ship it"})
+	if err != nil || res.Paused == nil {
+		t.Fatalf("%+v %v", res, err)
+	}
+	q := res.Paused.Question
+	if len(q) > 2200 || !utf8.ValidString(q) || !strings.Contains(q, fmt.Sprintf("of %d bytes shown", len(long))) || !strings.Contains(q, `"deploy"`) {
+		t.Fatalf("question of %d bytes: %.200q…", len(q), q)
+	}
 }
 
 func TestACheckInPausesBeforeTheToolRuns(t *testing.T) {
