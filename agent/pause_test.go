@@ -3,8 +3,8 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
