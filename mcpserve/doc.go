@@ -18,8 +18,13 @@
 // failure or timeout also to OnError. Nothing that goes wrong is silent.
 //
 // The door builds no teardown tier until a tool registers a cleanup.
-// Arguments are validated against the tool's input schema before the tool
-// runs, and a panicking tool becomes an error result. [Server.Shutdown]
+// Each call goes through [tool.Invoke], as in every door: arguments are
+// validated against the tool's input schema before the tool runs, a
+// failure is an error result of its class, a panicking tool becomes an
+// error result (the panic, a *toolsession.PanicError with the stack, goes
+// to OnError, never to the client), and a tool that asks a person
+// ([tool.CheckIn]) is answered as declined: nobody can be asked here.
+// [Server.Shutdown]
 // stops serving, waits (bounded) for calls in flight and fires everything
 // still held. A [Server] is safe for concurrent use.
 package mcpserve

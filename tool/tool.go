@@ -7,6 +7,14 @@
 // through which a tool that holds a live session learns when it is over.
 // [Func] builds a typed tool whose input JSON Schema comes from a Go type
 // and whose arguments are validated before the function runs.
+//
+// [Invoke] is the one way a door calls a tool: every door (the agent
+// loop, a durable turn's tool activity, the MCP server, a host lending
+// its tools) describes itself as a [Door] and calls through it, so
+// validation, panic recovery, failure classes, the closing of call-scoped
+// sessions and the call's events happen the same way everywhere. A tool
+// that needs a person's approval mid-call returns [CheckIn]'s error; when
+// the call runs again once a person approved, [ApprovalFrom] says so.
 package tool
 
 import (

@@ -1,17 +1,28 @@
 // Package durable runs agentry's turn loop as Temporal workflows behind the
 // provider contract, so a turn outlives the process that started it.
 //
-// Each turn is one workflow (official SDK, go.temporal.io/sdk). Tool calls
-// are activities on the task queue of the replica that holds the
-// session (its live tool sessions, its lent host tools, its caller), with
-// no automatic retry and a heartbeat timeout of seconds: a tool call in
-// flight when its worker died is reported to the model as lost, never run
-// again. Model calls are activities with a retry policy and a heartbeat;
-// each first waits up to Config.PinnedStart for the session's replica to
-// take it, and goes to the shared task queue (any replica) when it does
-// not. A check-in pause is the workflow waiting for a signal, which
-// Resolve sends, so a pause survives any restart. A replica that restarts
-// (or another one on the same queues) continues a turn from the
+// It is an executor of the one loop, not a loop of its own: each turn is
+// one workflow (official SDK, go.temporal.io/sdk) that runs agent.Loop
+// over an agent.Executor whose steps are activities, whose clock is the
+// workflow's and whose tool calls fan out as activity futures — so the
+// loop is deterministic under replay, and a durable turn behaves as an
+// in-memory one: tool calls of one response run side by side and answer
+// in order, a tool may ask a person mid-call (tool.CheckIn), failures
+// have the loop's classes, and the turn's result carries its usage. The
+// package's tests run agent/agenttest against it on a real Temporal
+// server.
+//
+// Tool calls are activities (each through tool.Invoke) on the task queue
+// of the replica that holds the session (its live tool sessions, its lent
+// host tools, its caller), with no automatic retry and a heartbeat
+// timeout of seconds: a tool call in flight when its worker died is
+// reported to the model as lost, never run again. Model calls are
+// activities with a retry policy and a heartbeat; each first waits up to
+// Config.PinnedStart for the session's replica to take it, and goes to
+// the shared task queue (any replica) when it does not. A pause is the
+// workflow waiting for a signal, which Resolve sends, so a pause survives
+// any restart; the loop then goes on from where it stood. A replica that
+// restarts (or another one on the same queues) continues a turn from the
 // workflow's history, so a tool call that completed is not repeated.
 //
 // Outputs are streamed as the turn runs, as a live view: an activity that
