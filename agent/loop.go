@@ -225,7 +225,6 @@ func (l *looper) start(calls []llm.ToolCall) error {
 	st.Results = make([]*CheckpointResult, len(calls))
 	st.Waiting = nil
 	reqs := make([]ToolCall, 0, len(calls))
-	at := make([]int, 0, len(calls))
 	for i, c := range calls {
 		checkIn, ok := l.x.Lookup(c.Name)
 		switch {
@@ -233,19 +232,23 @@ func (l *looper) start(calls []llm.ToolCall) error {
 			reqs = append(reqs, l.call(c, nil, refusal(unknownTool(c.Name, l.x.ToolNames()), event.ClassUnknownTool)))
 		case checkIn:
 			st.Waiting = append(st.Waiting, CheckpointWait{Index: i, Question: checkInQuestion(c)})
-			continue
 		default:
 			reqs = append(reqs, l.call(c, nil, nil))
 		}
-		at = append(at, i)
 	}
 	if len(reqs) == 0 {
 		return nil
 	}
 	outs := l.x.Tools(reqs)
 	var fatal error
-	for j, i := range at {
+	held := len(st.Waiting) // the calls waiting for approval, in order
+	for i, j, w := 0, 0, 0; i < len(calls); i++ {
+		if w < held && st.Waiting[w].Index == i {
+			w++
+			continue
+		}
 		o := l.count(reqs[j], outs[j])
+		j++
 		if o.Asked != "" {
 			st.Waiting = append(st.Waiting, CheckpointWait{Index: i, Question: asks(calls[i].Name, o.Asked), Asked: true})
 			continue

@@ -108,7 +108,7 @@ type run struct {
 	meta     event.Meta
 	extra    []*toolEntry
 	defs     []llm.ToolDef
-	door     *tool.Door
+	door     tool.Door
 	progress func(event.Event) // Input.Progress
 }
 
@@ -224,7 +224,7 @@ func (a *Agent) begin(ctx context.Context, runID string, named bool, session str
 			r.defs = append(r.defs, llm.ToolDef{Name: e.spec.Name, Description: e.spec.Description, InputSchema: e.spec.InputSchema})
 		}
 	}
-	r.door = &tool.Door{Scopes: allScopes, Register: r.registerTeardown, Hold: r.holdSession, Meta: r.meta,
+	r.door = tool.Door{Scopes: allScopes, Register: r.registerTeardown, Hold: r.holdSession, Meta: r.meta,
 		Report: r.report, Hears: r.hears, Events: r.toolEvent, Settle: r.settleCall, Asks: true}
 	return r, nil
 }
@@ -438,7 +438,7 @@ func (r *run) invoke(c ToolCall) tool.Outcome {
 	if e := r.lookup(c.Call.Name); e != nil {
 		req.Tool, req.Valid = e.tool, e.valid
 	}
-	return tool.Invoke(r.ctx, r.door, req)
+	return tool.Invoke(r.ctx, &r.door, req)
 }
 
 // Lookup finds a tool among the run's extra tools and the agent's.

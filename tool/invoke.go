@@ -153,29 +153,36 @@ func (d *Door) call(ctx context.Context, r Request) Outcome {
 	c := NewCall(r.Name, r.ToolCallID, r.RunID, r.SessionID, r.Identity.Clone(), slices.Clone(d.Scopes), d.Register)
 	c.emit, c.hold = d.Events, d.Hold
 	res, err := d.run(ctx, r.Tool, c, args)
-	var ask *CheckInRequest
-	var pe *toolsession.PanicError
 	switch {
 	case err == nil && res.IsError:
 		return Outcome{Result: res, Class: event.ClassToolError}
 	case err == nil:
 		return Outcome{Result: res}
+	}
+	return d.failure(r.Name, err)
+}
+
+// failure sorts a call's error into its class and what the model is told.
+func (d *Door) failure(name string, err error) Outcome {
+	var ask *CheckInRequest
+	var pe *toolsession.PanicError
+	switch {
 	case errors.As(err, &pe):
-		return failed(fmt.Sprintf("The tool %s failed unexpectedly: it panicked. The call was stopped and the panic reported; its details are not shown here.", r.Name),
+		return failed(fmt.Sprintf("The tool %s failed unexpectedly: it panicked. The call was stopped and the panic reported; its details are not shown here.", name),
 			event.ClassPanic, err)
 	case errors.As(err, &ask) && d.Asks:
 		return Outcome{Asked: ask.Question, Err: err}
 	case errors.As(err, &ask):
-		return failed(fmt.Sprintf("The tool %s asks a person before it goes on (%q), and nobody can be asked here; the call did not complete.", r.Name, ask.Question),
+		return failed(fmt.Sprintf("The tool %s asks a person before it goes on (%q), and nobody can be asked here; the call did not complete.", name, ask.Question),
 			event.ClassDeclined, err)
 	case errors.Is(err, toolsession.ErrCapacity):
-		return failed(fmt.Sprintf("The tool %s could not open a session: %v", r.Name, err), event.ClassCapacity, err)
+		return failed(fmt.Sprintf("The tool %s could not open a session: %v", name, err), event.ClassCapacity, err)
 	case IsArgumentError(err):
 		return failed(err.Error(), event.ClassInvalidArguments, err)
 	case isScopeRefusal(err):
-		return failed(fmt.Sprintf("The tool %s asked for what this door cannot give: %v", r.Name, err), event.ClassDeclined, err)
+		return failed(fmt.Sprintf("The tool %s asked for what this door cannot give: %v", name, err), event.ClassDeclined, err)
 	}
-	return failed(fmt.Sprintf("The tool %s failed: %v", r.Name, err), event.ClassToolError, err)
+	return failed(fmt.Sprintf("The tool %s failed: %v", name, err), event.ClassToolError, err)
 }
 
 // run calls the tool, turning a panic into a *toolsession.PanicError and
