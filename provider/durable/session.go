@@ -75,7 +75,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			msgs = append(slices.Clip(msgs), llm.Message{Role: llm.RoleUser, Content: req.Context})
 		}
 		in := TurnInput{Binding: string(s.binding), SessionID: s.id, TurnID: req.TurnID, Identity: s.identity,
-			System: cfg.System, Context: s.context, Messages: msgs, Input: req.Input, Tools: s.defs,
+			System: cfg.System, Model: llm.NameOf(cfg.Model), Context: s.context, Messages: msgs, Input: req.Input, Tools: s.defs,
 			CheckIns: s.in.checkIns, ToolQueue: s.in.toolQueue, MaxIterations: cfg.MaxIterations,
 			Heartbeat: cfg.Heartbeat, ToolTimeout: cfg.ToolTimeout, ToolStart: cfg.ToolStart, PinnedStart: cfg.PinnedStart,
 			ModelTimeout: cfg.ModelTimeout, ModelAttempts: cfg.ModelAttempts}

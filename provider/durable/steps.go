@@ -50,6 +50,9 @@ func (x *steps) Model(c agent.ModelCall) (llm.Response, error) {
 	req := ModelInput{SessionID: in.SessionID, TurnID: in.TurnID, Identity: in.Identity, Iteration: c.Iteration,
 		System: in.System, Messages: msgs, Tools: in.Tools}
 	resp, err := x.generate(req)
+	if resp.Model == "" {
+		resp.Model = in.Model
+	}
 	if err != nil {
 		// The innermost cause: the activity's wrapping says nothing a
 		// person needs.

@@ -34,6 +34,9 @@ type TurnInput struct {
 	TurnID    string         `json:"turnId"`
 	Identity  *tool.Identity `json:"identity,omitempty"`
 	System    string         `json:"system,omitempty"`
+	// Model names the model, for the usage of a model call that failed
+	// (one that answered names itself).
+	Model string `json:"model,omitempty"`
 	// Context is the host binding's instructions, placed before the
 	// conversation in every model call and never stored with it.
 	Context *llm.Message `json:"context,omitempty"`
