@@ -56,12 +56,3 @@ func (u *TurnUsage) Add(o TurnUsage) {
 	}
 	u.Duration += o.Duration
 }
-
-// Tokens is the sum of the tokens of every model.
-func (u TurnUsage) Tokens() Usage {
-	var t Usage
-	for _, m := range u.Models {
-		t = t.Add(m)
-	}
-	return t
-}

@@ -32,9 +32,6 @@ func TestTurnUsage(t *testing.T) {
 	if a.ToolCalls["run_code"] != 2 || a.ToolCalls["search"] != 1 {
 		t.Fatalf("tool calls %v", a.ToolCalls)
 	}
-	if tot := a.Tokens(); tot != (llm.Usage{InputTokens: 22, OutputTokens: 3, CacheReadTokens: 4, CacheWriteTokens: 3}) {
-		t.Fatalf("totals %+v", tot)
-	}
 	raw, err := json.Marshal(a)
 	if err != nil {
 		t.Fatal(err)
