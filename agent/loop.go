@@ -35,7 +35,9 @@ type Executor interface {
 	// Tools carries out tool calls of one model response, side by side
 	// where it can (bounded), and returns one outcome per call in the
 	// same order. A call with Refused set does not run: the executor
-	// tells of it (tool.Invoke does) and closes its call scope.
+	// tells of it (tool.Invoke does) and closes its call scope. The
+	// executor must not keep calls; the loop reads the outcomes before
+	// its next call, so an executor may reuse their slice.
 	Tools(calls []ToolCall) []tool.Outcome
 	// Lookup reports whether the turn offers a tool of this name, and
 	// whether every call of it waits for a person first
@@ -177,6 +179,9 @@ type looper struct {
 	st  *State
 	max int
 	end End
+	// reqs is reused from one model response to the next: the executor
+	// does not keep what it is given.
+	reqs []ToolCall
 }
 
 // run calls the model until it answers without tool calls. A resumed
@@ -224,7 +229,7 @@ func (l *looper) start(calls []llm.ToolCall) error {
 	st := l.st
 	st.Results = make([]*CheckpointResult, len(calls))
 	st.Waiting = nil
-	reqs := make([]ToolCall, 0, len(calls))
+	reqs := l.reqs[:0]
 	for i, c := range calls {
 		checkIn, ok := l.x.Lookup(c.Name)
 		switch {
@@ -239,6 +244,7 @@ func (l *looper) start(calls []llm.ToolCall) error {
 	if len(reqs) == 0 {
 		return nil
 	}
+	l.reqs = reqs
 	outs := l.x.Tools(reqs)
 	var fatal error
 	held := len(st.Waiting) // the calls waiting for approval, in order

@@ -109,6 +109,7 @@ type run struct {
 	extra    []*toolEntry
 	defs     []llm.ToolDef
 	door     tool.Door
+	outs     []tool.Outcome    // reused by Tools from one response to the next
 	progress func(event.Event) // Input.Progress
 }
 
@@ -399,7 +400,11 @@ func (r *run) stream(s llm.Streamer, req llm.Request, iter int) (llm.Response, e
 // Tools tells of the refused calls first, then runs the others
 // concurrently, at most Options.MaxParallelTools at once.
 func (r *run) Tools(calls []ToolCall) []tool.Outcome {
-	outs := make([]tool.Outcome, len(calls))
+	if cap(r.outs) < len(calls) {
+		r.outs = make([]tool.Outcome, len(calls))
+	}
+	outs := r.outs[:len(calls)]
+	clear(outs)
 	running := 0
 	for i := range calls {
 		if calls[i].Refused != nil {
