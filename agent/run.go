@@ -282,7 +282,6 @@ func (r *run) holdSession(ctx context.Context, o toolsession.Origin, opt toolses
 // checkpoint, and the turn's events go out.
 func (r *run) turn(messageChars int, st *State, d *Decision) (Result, error) {
 	a := r.a
-	start := time.Now()
 	if r.hears(event.TypeTurnStart) {
 		r.report(event.Event{Type: event.TypeTurnStart, Meta: r.meta,
 			Payload: &event.TurnStart{Resumed: d != nil, MessageChars: messageChars, Tools: len(r.defs)}})
@@ -314,7 +313,7 @@ func (r *run) turn(messageChars int, st *State, d *Decision) (Result, error) {
 		te.Error = end.Err.Error()
 		a.emit(event.TypeFatal, &event.Fatal{Where: "agent", Error: te.Error, ErrorClass: end.Class}, r.meta)
 	}
-	te.DurationMs = event.Ms(time.Since(start))
+	te.DurationMs = event.Ms(end.Usage.Duration)
 	a.emit(event.TypeTurnEnd, te, r.meta)
 	switch {
 	case p != nil:
@@ -335,7 +334,11 @@ func (r *run) Model(c ModelCall) (llm.Response, error) {
 		a.bus.Export(event.Event{Type: event.TypeLLMStart, Meta: r.meta,
 			Payload: &event.LLMStart{Model: a.modelName, Iteration: c.Iteration, Messages: len(req.Messages), Tools: len(req.Tools)}})
 	}
-	start := time.Now()
+	timed := a.wants(event.TypeLLMEnd) // the clock is read only for someone
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
 	var resp llm.Response
 	var err error
 	if s, ok := a.model.(llm.Streamer); ok {
@@ -346,7 +349,7 @@ func (r *run) Model(c ModelCall) (llm.Response, error) {
 	if resp.Model == "" {
 		resp.Model = a.modelName
 	}
-	if a.wants(event.TypeLLMEnd) {
+	if timed {
 		p := &event.LLMEnd{Model: resp.Model, Iteration: c.Iteration, DurationMs: event.Ms(time.Since(start)),
 			InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 			StopReason: string(resp.StopReason), ToolCalls: len(resp.ToolCalls)}
@@ -403,8 +406,7 @@ func (r *run) Tools(calls []ToolCall) []tool.Outcome {
 	if cap(r.outs) < len(calls) {
 		r.outs = make([]tool.Outcome, len(calls))
 	}
-	outs := r.outs[:len(calls)]
-	clear(outs)
+	outs := r.outs[:len(calls)] // every one is set below
 	running := 0
 	for i := range calls {
 		if calls[i].Refused != nil {
