@@ -253,7 +253,8 @@ func (l *looper) start(calls []llm.ToolCall) error {
 			w++
 			continue
 		}
-		o := l.count(reqs[j], outs[j])
+		l.count(&reqs[j])
+		o := &outs[j]
 		j++
 		if o.Asked != "" {
 			st.Waiting = append(st.Waiting, CheckpointWait{Index: i, Question: asks(calls[i].Name, o.Asked), Asked: true})
@@ -296,7 +297,8 @@ func (l *looper) settle(d *Decision) error {
 			req = l.call(c, nil, refusal(declined(d.Note), event.ClassDeclined))
 		}
 		d = nil
-		o := l.count(req, l.x.Tools([]ToolCall{req})[0])
+		l.count(&req)
+		o := &l.x.Tools([]ToolCall{req})[0]
 		if o.Asked != "" {
 			st.Waiting[0] = CheckpointWait{Index: w.Index, Question: asks(c.Name, o.Asked), Asked: true}
 			continue
@@ -320,17 +322,16 @@ func (l *looper) call(c llm.ToolCall, a *tool.Approval, refused *tool.Outcome) T
 }
 
 // count counts a call that ran in the usage.
-func (l *looper) count(req ToolCall, o tool.Outcome) tool.Outcome {
+func (l *looper) count(req *ToolCall) {
 	if req.Refused == nil {
 		l.end.Usage.CountTool(req.Call.Name)
 	}
-	return o
 }
 
 // endsRun is the error that ends the run for a call's outcome: a full
 // tool-session tier is not the model's to fix, so its caller (a host
 // answering 429) can tell the person to retry.
-func endsRun(c llm.ToolCall, o tool.Outcome) error {
+func endsRun(c llm.ToolCall, o *tool.Outcome) error {
 	if o.Class != event.ClassCapacity {
 		return nil
 	}
@@ -340,7 +341,7 @@ func endsRun(c llm.ToolCall, o tool.Outcome) error {
 	return fmt.Errorf("agent: tool %s could not open a session (%s): %w", c.Name, o.Result.Content, toolsession.ErrCapacity)
 }
 
-func result(o tool.Outcome) *CheckpointResult {
+func result(o *tool.Outcome) *CheckpointResult {
 	return &CheckpointResult{Content: o.Result.Content, IsError: o.Result.IsError, ErrorClass: o.Class}
 }
 

@@ -112,26 +112,26 @@ func Invoke(ctx context.Context, d *Door, r Request) Outcome {
 	}
 	var out Outcome
 	var took time.Duration
+	told := d.hears(event.TypeToolEnd) // the clock is read only for someone
 	if r.Refused != nil {
 		out = *r.Refused
 	} else {
-		timed := d.hears(event.TypeToolEnd) // the clock is read only for someone
 		var start time.Time
-		if timed {
+		if told {
 			start = now()
 		}
 		out = d.call(ctx, r)
 		if out.Asked != "" {
 			return out
 		}
-		if timed {
+		if told {
 			took = now().Sub(start)
 		}
 	}
 	if d.Settle != nil {
 		d.Settle(r.ToolCallID)
 	}
-	if d.hears(event.TypeToolEnd) {
+	if told {
 		d.Report(event.Event{Type: event.TypeToolEnd, Meta: d.Meta, Payload: &event.ToolEnd{Tool: r.Name, ToolCallID: r.ToolCallID,
 			DurationMs: event.Ms(took), IsError: out.Result.IsError, ErrorClass: out.Class}})
 	}
