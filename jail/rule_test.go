@@ -15,8 +15,12 @@ import (
 
 // bwrapWords are the string constants only code that starts bubblewrap
 // or writes its command line needs: its program name and its options.
-var bwrapWords = []string{"--unshare-", "--ro-bind", "--bind", "--dev-bind", "--remount-ro", "--die-with-parent",
-	"--new-session", "--seccomp", "--block-fd", "--info-fd", "--disable-userns", "--proc", "--dev", "--tmpfs", "--chdir", "--hostname"}
+// The options other programs share (genericBwrapWords: Hydra's serve takes
+// --dev) count only in a file that also names bubblewrap or one of its own.
+var bwrapWords = []string{"--unshare-", "--ro-bind", "--dev-bind", "--remount-ro", "--die-with-parent",
+	"--new-session", "--seccomp", "--block-fd", "--info-fd", "--disable-userns"}
+
+var genericBwrapWords = []string{"--bind", "--proc", "--dev", "--tmpfs", "--chdir", "--hostname"}
 
 // bwrapUses lists, as "file:line: value", every string constant in the
 // non-test Go files under root that names bubblewrap ("bwrap", a path
@@ -44,19 +48,30 @@ func bwrapUses(t *testing.T, root string) []string {
 		if err != nil {
 			return err
 		}
+		var own, generic []string
 		ast.Inspect(f, func(n ast.Node) bool {
 			lit, ok := n.(*ast.BasicLit)
 			if !ok || lit.Kind != token.STRING {
 				return true
 			}
 			v, err := strconv.Unquote(lit.Value)
-			if err != nil || !namesBwrap(v) {
+			if err != nil {
 				return true
 			}
 			rel, _ := filepath.Rel(root, p)
-			out = append(out, filepath.ToSlash(rel)+":"+strconv.Itoa(fset.Position(lit.Pos()).Line)+": "+v)
+			at := filepath.ToSlash(rel) + ":" + strconv.Itoa(fset.Position(lit.Pos()).Line) + ": " + v
+			switch {
+			case namesBwrap(v):
+				own = append(own, at)
+			case slices.Contains(genericBwrapWords, v):
+				generic = append(generic, at)
+			}
 			return true
 		})
+		out = append(out, own...)
+		if len(own) > 0 {
+			out = append(out, generic...)
+		}
 		return nil
 	})
 	if err != nil {
@@ -105,6 +120,8 @@ func TestBwrapScanCatchesAnotherPackage(t *testing.T) {
 		"other/start_test.go": "package other\n\nvar t = \"bwrap\"\n",
 		"other/fine.go":       "package other\n\nconst id = \"local-process+bwrap\"\nvar f = \"--bindings\"\n",
 		"other/testdata/x.go": "package x\n\nvar y = \"bwrap\"\n",
+		"other/serve.go":      "package other\n\nvar s = []string{\"serve\", \"--dev\"}\n",
+		"other/mounts.go":     "package other\n\nvar m = []string{\"--die-with-parent\", \"--proc\", \"/proc\"}\n",
 	}
 	for name, body := range files {
 		p := filepath.Join(root, name)
@@ -117,7 +134,7 @@ func TestBwrapScanCatchesAnotherPackage(t *testing.T) {
 	}
 	got := bwrapUses(t, root)
 	slices.Sort(got)
-	want := []string{"other/args.go:3: --ro-bind", "other/path.go:3: /usr/bin/bwrap", "other/start.go:5: --unshare-all", "other/start.go:5: bwrap"}
+	want := []string{"other/args.go:3: --ro-bind", "other/mounts.go:3: --die-with-parent", "other/mounts.go:3: --proc", "other/path.go:3: /usr/bin/bwrap", "other/start.go:5: --unshare-all", "other/start.go:5: bwrap"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("the scan found\n%q\nwant\n%q", got, want)
 	}
