@@ -252,9 +252,14 @@ func (w *workspaces) askTool() tool.Tool {
 type gate struct {
 	entered chan struct{}
 	release chan struct{}
+	// stopped hears when a waiting call was stopped (its context ended),
+	// the moment a cut reached the tool.
+	stopped chan time.Time
 }
 
-func newGate() *gate { return &gate{entered: make(chan struct{}, 64), release: make(chan struct{})} }
+func newGate() *gate {
+	return &gate{entered: make(chan struct{}, 64), release: make(chan struct{}), stopped: make(chan time.Time, 64)}
+}
 
 func (g *gate) tool(w *workspaces) tool.Tool {
 	return tool.Func("gate", "waits", func(ctx context.Context, c *tool.Call, _ askArgs) (string, error) {
@@ -266,6 +271,7 @@ func (g *gate) tool(w *workspaces) tool.Tool {
 		case <-g.release:
 			return "released", nil
 		case <-ctx.Done():
+			g.stopped <- time.Now()
 			return "", context.Cause(ctx)
 		}
 	})
