@@ -11,14 +11,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = ""
 
 // commands collects the subcommands; each file adds its own in init.
 var commands []func() *cobra.Command
@@ -87,28 +83,4 @@ func exitCode(err error) int {
 		return ee.code
 	}
 	return 2
-}
-
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
-
-func init() {
-	commands = append(commands, func() *cobra.Command {
-		return &cobra.Command{
-			Use:   "version",
-			Short: "Print agentry's version",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				fmt.Fprintln(cmd.OutOrStdout(), "agentry", versionString())
-				return nil
-			},
-		}
-	})
 }

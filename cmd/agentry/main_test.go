@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -24,13 +23,6 @@ func execute(t *testing.T, args ...string) (string, error) {
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	return out.String(), err
-}
-
-func TestVersion(t *testing.T) {
-	out, err := execute(t, "version")
-	if err != nil || !strings.HasPrefix(out, "agentry ") {
-		t.Fatalf("version: %q, %v", out, err)
-	}
 }
 
 func TestUnknownCommandIsAUsageError(t *testing.T) {
