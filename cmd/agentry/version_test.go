@@ -90,6 +90,8 @@ func TestVersionOfABuiltBinary(t *testing.T) {
 	head := gitOut(t, src, "rev-parse", "HEAD")
 	dirty := gitOut(t, src, "status", "--porcelain") != ""
 	bin := filepath.Join(t.TempDir(), "agentry")
+	// Built as buildAgentry builds (no -trimpath), so in a plain clone only
+	// the link is new; .ci/release's -trimpath builds are tested in deploy.
 	build := exec.Command(goTool(), "build", "-buildvcs=true", "-o", bin,
 		"-ldflags", "-X main.version=v9.8.7-test -X main.buildTime=2026-12-02T08:00:00Z", "./cmd/agentry")
 	build.Dir = src
