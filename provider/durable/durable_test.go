@@ -191,7 +191,7 @@ func TestKilledReplica(t *testing.T) {
 
 	ctx := context.Background()
 	store := native.NewMemoryStore(0)
-	binding := provider.Binding("durable-killed-replica")
+	binding := provider.Binding("durable-killed-replica-" + queue) // unique: the Temporal server is shared
 	if err := store.Save(ctx, binding, native.Record{}); err != nil {
 		t.Fatal(err)
 	}
