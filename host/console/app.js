@@ -25,6 +25,17 @@ function el(tag, attrs, ...children) {
   return n;
 }
 
+// focusAfter moves focus to n when an action the person started ends,
+// unless they have put it somewhere since: focus the page took away
+// (a control disabled or hidden while the action ran, or nothing) is given
+// back, focus the person moved stays where they moved it. (A late focus
+// call used to pull the caret out of a field being typed in.)
+let focusFrom = null; // what had focus when the running action began
+function focusAfter(n) {
+  const a = document.activeElement;
+  if (!a || a === document.body || a === focusFrom || a.disabled || a.closest("[hidden]")) n.focus();
+}
+
 const short = (id) => (id ? id.replace(/^(ses_|run-?)/, "").slice(0, 8) : "");
 const clock = (t) => new Date(t).toLocaleString([], { dateStyle: "short", timeStyle: "medium" });
 
@@ -260,7 +271,7 @@ function renderApproval(s) {
   }
   $("approve").disabled = state.busy;
   $("decline").disabled = state.busy && !it;
-  if (wasHidden) $("approval-h").focus();
+  if (wasHidden) focusAfter($("approval-h"));
 }
 
 // answerInteraction answers the interaction shown (null declines it).
@@ -371,6 +382,7 @@ function liveEvent(type, e) {
 async function runTurn(path, body) {
   if (state.busy) return;
   state.busy = true;
+  focusFrom = document.activeElement;
   const id = state.current;
   $("conv-error").textContent = "";
   $("live").hidden = false;
@@ -415,8 +427,8 @@ async function sendMessage() {
   if (!text.trim() || state.busy) return;
   $("message").value = "";
   await runTurn("/turns", { message: text });
-  if (!$("approval").hidden) $("approval-h").focus();
-  else $("message").focus();
+  focusAfter(!$("approval").hidden ? $("approval-h") : $("message"));
+  focusFrom = null;
 }
 
 async function decide(approve) {
@@ -429,7 +441,8 @@ async function decide(approve) {
   if (note) body.note = note;
   $("approval-note").value = "";
   await runTurn("/decision", body);
-  if ($("approval").hidden) $("message").focus();
+  if ($("approval").hidden) focusAfter($("message"));
+  focusFrom = null;
 }
 
 // stopTurn cancels the conversation's turn. A running turn's stream then
