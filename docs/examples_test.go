@@ -1,5 +1,5 @@
-// Package docs holds agentry's documentation; its test runs the shell
-// examples the pages mark as runnable offline, so they stay true.
+// This test runs the shell examples the pages mark as runnable offline,
+// so they stay true.
 //
 // A fenced block whose info string is "sh offline" runs in an empty
 // temporary directory; "sh offline checkout" runs at the root of the
@@ -7,6 +7,7 @@
 // -o pipefail, with an agentry built from this checkout first on PATH, a
 // HOME of its own and stdin empty, and fails the test on a non-zero exit.
 // CONTRIBUTING.md says when to mark a block.
+
 package docs
 
 import (

@@ -87,6 +87,7 @@ func (h *Host) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", h.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/openapi.json", h.handleOpenAPI) // the contract, docs/openapi.yaml (openapi.go)
 
 	mux.HandleFunc("POST /v1/sessions", h.authed(h.handleCreate))
 	mux.HandleFunc("GET /v1/sessions", h.authed(h.handleList))
@@ -109,6 +110,7 @@ func (h *Host) routes() http.Handler {
 		"/healthz":                           "GET, HEAD",
 		"/readyz":                            "GET, HEAD",
 		"/metrics":                           "GET, HEAD",
+		"/v1/openapi.json":                   "GET, HEAD",
 		"/v1/sessions":                       "GET, HEAD, POST",
 		"/v1/sessions/{id}":                  "GET, HEAD, DELETE",
 		"/v1/sessions/{id}/turns":            "GET, HEAD, POST",

@@ -520,7 +520,7 @@ func newFixture(t *testing.T, cfg config) *fixture {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: validating(t, h), ReadHeaderTimeout: 5 * time.Second}
 		done := make(chan struct{})
 		go func() { defer close(done); _ = srv.Serve(ln) }()
 		f.url = "http://" + ln.Addr().String()
@@ -531,7 +531,7 @@ func newFixture(t *testing.T, cfg config) *fixture {
 			<-done
 		}
 	} else {
-		srv := httptest.NewServer(h)
+		srv := httptest.NewServer(validating(t, h))
 		f.url = srv.URL
 		f.stop = srv.Close
 	}

@@ -163,7 +163,7 @@ func newReplicaOn(t *testing.T, dsn string, toks map[string]string, wrap func(*s
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &door{next: h, healthy: make(chan struct{}, 64)}
+	d := &door{next: validating(t, h), healthy: make(chan struct{}, 64)}
 	srv := httptest.NewUnstartedServer(d)
 	srv.Listener.Close()
 	srv.Listener = ln

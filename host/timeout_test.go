@@ -65,7 +65,7 @@ func TestTurnTimeoutBoundsEveryTurn(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer "+toks["alice"])
 			req.Header.Set("Content-Type", "application/json")
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
+			validating(t, h).ServeHTTP(w, req)
 			return w
 		}
 		var opened struct{ SessionID string }
