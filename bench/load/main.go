@@ -1,5 +1,6 @@
 // Command load drives concurrent sessions against an agentry host over
-// HTTP and reports turns per second and latency percentiles.
+// HTTP, through the client generated from the API's OpenAPI document
+// (package client), and reports turns per second and latency percentiles.
 //
 // By default it starts a host in this process on a real loopback listener
 // (SQLite store in a temporary directory, the scripted model, no tools) and
@@ -42,6 +43,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/client"
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/host"
@@ -197,7 +199,7 @@ func runBaseline(ctx context.Context, c config) (*result, error) {
 	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{"sessionId":"ses_baseline"}`))
+		_, _ = w.Write([]byte(`{"sessionId":"ses_00000000000000000000000000000000","state":"open","turns":0,"createdAt":"2026-01-01T00:00:00Z","updatedAt":"2026-01-01T00:00:00Z"}`))
 	})
 	mux.HandleFunc("POST /v1/sessions/{id}/turns", func(w http.ResponseWriter, r *http.Request) {
 		var in struct{ Message string }
@@ -354,18 +356,12 @@ type result struct {
 }
 
 // liveToolSessions reads agentry_tool_sessions_live from /metrics, or -1.
-func liveToolSessions(ctx context.Context, hc *http.Client, base string) int {
-	req, err := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
-	if err != nil {
+func liveToolSessions(ctx context.Context, api *client.ClientWithResponses) int {
+	res, err := api.MetricsWithResponse(ctx)
+	if err != nil || res.StatusCode() != http.StatusOK {
 		return -1
 	}
-	res, err := hc.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(string(res.Body), "\n") {
 		if v, ok := strings.CutPrefix(l, "agentry_tool_sessions_live "); ok {
 			var n int
 			if _, err := fmt.Sscan(v, &n); err == nil {
@@ -376,69 +372,74 @@ func liveToolSessions(ctx context.Context, hc *http.Client, base string) int {
 	return -1
 }
 
-type client struct {
-	http   *http.Client
-	base   string // where the session was opened (the replica holding it)
-	token  string
-	reqBuf []byte
+// loadSession is one session the load drives, through the client
+// generated from docs/openapi.yaml.
+type loadSession struct {
+	apis map[string]*client.ClientWithResponses // by host address
+	base string                                 // where the session was opened (the replica holding it)
+	auth client.RequestEditorFn
+	id   string
 }
 
-func (c *client) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
-	return c.doAt(ctx, c.base, method, path, body)
+// newAPIs makes a client for each host address, all on one HTTP client.
+func newAPIs(hc *http.Client, bases []string) (map[string]*client.ClientWithResponses, error) {
+	apis := make(map[string]*client.ClientWithResponses, len(bases))
+	for _, b := range bases {
+		api, err := client.NewClientWithResponses(b, client.WithHTTPClient(hc))
+		if err != nil {
+			return nil, err
+		}
+		apis[b] = api
+	}
+	return apis, nil
 }
 
-func (c *client) doAt(ctx context.Context, base, method, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
+// open opens the session where it is held.
+func (s *loadSession) open(ctx context.Context) error {
+	res, err := s.apis[s.base].CreateSessionWithResponse(ctx, client.CreateSessionRequest{}, s.auth)
+	switch {
+	case err != nil:
+		return err
+	case res.JSON201 == nil:
+		return fmt.Errorf("opening a session: %d %s", res.StatusCode(), res.Body)
+	}
+	s.id = res.JSON201.SessionId
+	return nil
+}
+
+// turn sends one message through the host at base, and returns the
+// answer's status and body.
+func (s *loadSession) turn(ctx context.Context, base string, msg client.TurnRequest) (int, []byte, error) {
+	res, err := s.apis[base].SendMessageWithResponse(ctx, s.id, msg, s.auth)
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	return res.StatusCode, b, err
+	return res.StatusCode(), res.Body, nil
 }
 
-func drive(ctx context.Context, c config, bases []string, tokens []string) (*result, error) {
-	tr := &http.Transport{MaxIdleConns: 2 * c.sessions, MaxIdleConnsPerHost: 2 * c.sessions, IdleConnTimeout: time.Minute}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
-	ctx, cancel := context.WithTimeout(ctx, c.maxDuration)
-	defer cancel()
+func (s *loadSession) close(ctx context.Context) {
+	_, _ = s.apis[s.base].CloseSessionWithResponse(ctx, s.id, s.auth)
+}
 
-	memBefore := sample()
-	// Open the sessions, each with a warm-up turn (which also starts any
-	// live tool session the turn uses).
-	clients := make([]*client, c.sessions)
-	ids := make([]string, c.sessions)
-	turn, _ := json.Marshal(map[string]string{"message": c.message})
+// openAll opens n sessions, spread over the hosts and the tokens, each
+// with a warm-up turn (which also starts any live tool session the turn
+// uses).
+func openAll(ctx context.Context, n int, apis map[string]*client.ClientWithResponses, bases, tokens []string, turn client.TurnRequest) ([]*loadSession, error) {
+	sessions := make([]*loadSession, n)
 	var openErr error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
-	for i := range c.sessions {
-		clients[i] = &client{http: hc, base: bases[i%len(bases)], token: tokens[i%len(tokens)], reqBuf: turn}
+	for i := range n {
+		s := &loadSession{apis: apis, base: bases[i%len(bases)], auth: client.BearerToken(tokens[i%len(tokens)])}
+		sessions[i] = s
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			code, b, err := clients[i].do(ctx, "POST", "/v1/sessions", nil)
-			if err == nil && code != http.StatusCreated {
-				err = fmt.Errorf("opening a session: %d %s", code, b)
-			}
-			var v struct{ SessionID string }
+			err := s.open(ctx)
 			if err == nil {
-				err = json.Unmarshal(b, &v)
-			}
-			if err == nil {
-				ids[i] = v.SessionID
-				code, b, err = clients[i].do(ctx, "POST", "/v1/sessions/"+v.SessionID+"/turns", turn)
-				if err == nil && code != http.StatusOK {
+				code, b, terr := s.turn(ctx, s.base, turn)
+				if err = terr; err == nil && code != http.StatusOK {
 					err = fmt.Errorf("warm-up turn: %d %s", code, b)
 				}
 			}
@@ -450,13 +451,30 @@ func drive(ctx context.Context, c config, bases []string, tokens []string) (*res
 		})
 	}
 	wg.Wait()
-	if openErr != nil {
-		return nil, openErr
+	return sessions, openErr
+}
+
+func drive(ctx context.Context, c config, bases []string, tokens []string) (*result, error) {
+	tr := &http.Transport{MaxIdleConns: 2 * c.sessions, MaxIdleConnsPerHost: 2 * c.sessions, IdleConnTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
+	apis, err := newAPIs(hc, bases)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.maxDuration)
+	defer cancel()
+
+	memBefore := sample()
+	turn := client.TurnRequest{Message: c.message}
+	sessions, err := openAll(ctx, c.sessions, apis, bases, tokens, turn)
+	if err != nil {
+		return nil, err
 	}
 	memHeld := sample()
 	liveHeld := 0
 	for _, b := range bases {
-		n := liveToolSessions(ctx, hc, b)
+		n := liveToolSessions(ctx, apis[b])
 		if n < 0 {
 			liveHeld = -1
 			break
@@ -471,8 +489,9 @@ func drive(ctx context.Context, c config, bases []string, tokens []string) (*res
 	var failures sync.Map
 	var failed atomic.Int64
 	var odd atomic.Pointer[[]byte]
+	var wg sync.WaitGroup
 	start := time.Now()
-	for i := range c.sessions {
+	for i, s := range sessions {
 		wg.Go(func() {
 			mine := make([]time.Duration, 0, c.turns)
 			var forwarded, direct []time.Duration
@@ -484,7 +503,7 @@ func drive(ctx context.Context, c config, bases []string, tokens []string) (*res
 				// the holder's.
 				at := bases[(i+k+1)%len(bases)]
 				t0 := time.Now()
-				code, b, err := clients[i].doAt(ctx, at, "POST", "/v1/sessions/"+ids[i]+"/turns", turn)
+				code, b, err := s.turn(ctx, at, turn)
 				d := time.Since(t0)
 				if err == nil && code == http.StatusOK && c.expect != "" && !bytes.Contains(b, []byte(c.expect)) {
 					err = errors.New("unexpected answer")
@@ -497,16 +516,16 @@ func drive(ctx context.Context, c config, bases []string, tokens []string) (*res
 					if err != nil {
 						key = err.Error()
 					} else {
-						var e struct{ Error struct{ Code string } }
+						var e client.Error
 						_ = json.Unmarshal(b, &e)
-						key += " " + e.Error.Code
+						key += " " + string(e.Error.Code)
 					}
 					n, _ := failures.LoadOrStore(key, new(atomic.Int64))
 					n.(*atomic.Int64).Add(1)
 					failed.Add(1)
 					continue
 				}
-				if at != clients[i].base {
+				if at != s.base {
 					forwarded = append(forwarded, d)
 				} else {
 					direct = append(direct, d)
@@ -535,11 +554,12 @@ func drive(ctx context.Context, c config, bases []string, tokens []string) (*res
 	if !c.keepOpen {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
-		for i := range c.sessions {
+		sem := make(chan struct{}, 32)
+		for _, s := range sessions {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				_, _, _ = clients[i].do(cctx, "DELETE", "/v1/sessions/"+ids[i], nil)
+				s.close(cctx)
 			})
 		}
 		wg.Wait()
