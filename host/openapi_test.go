@@ -497,3 +497,49 @@ func hostCodes(t *testing.T) []string {
 	}
 	return codes
 }
+
+// Every operation the document describes is one the host serves: asked
+// of a host (with a conversation of the caller's, and as an admin of its
+// tenant for the admin paths), none is answered as an unknown path or
+// method. With the validating fixture, each answer is also checked
+// against the operation. The closes go last.
+func TestOpenAPIEveryOperationIsServed(t *testing.T) {
+	c := contract(t)
+	f := newFixture(t, config{})
+	id := f.open("root")
+	type op struct{ method, path string }
+	var ops []op
+	for path, item := range c.doc.Paths.Map() {
+		for method := range item.Operations() {
+			ops = append(ops, op{method, path})
+		}
+	}
+	slices.SortFunc(ops, func(a, b op) int {
+		if (a.method == "DELETE") != (b.method == "DELETE") {
+			if a.method == "DELETE" {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a.method+a.path, b.method+b.path)
+	})
+	bodies := map[string]string{
+		"/v1/sessions":               `{}`,
+		"/v1/sessions/{id}/turns":    `{"message":"hello"}`,
+		"/v1/sessions/{id}/decision": `{"approve":true}`,
+	}
+	for _, o := range ops {
+		path := strings.NewReplacer("{id}", id, "{tenant}", "acme", "{name}", "app.js").Replace(o.path)
+		var body any
+		if b, ok := bodies[o.path]; ok && o.method == "POST" {
+			body = b
+		}
+		r := f.do(o.method, path, "root", body)
+		if r.status == http.StatusMethodNotAllowed || (r.status == http.StatusNotFound && bytes.Contains(r.body, []byte("no such path"))) {
+			t.Errorf("%s %s (documented as %s) is not served: %d %s", o.method, path, o.path, r.status, r.body)
+		}
+	}
+	if len(ops) < 20 {
+		t.Fatalf("only %d operations in the document", len(ops))
+	}
+}
