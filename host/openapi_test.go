@@ -543,3 +543,23 @@ func TestOpenAPIEveryOperationIsServed(t *testing.T) {
 		t.Fatalf("only %d operations in the document", len(ops))
 	}
 }
+
+// What checking one exchange costs the suite: a turn's request and its
+// JSON answer.
+//
+//	go test -run '^$' -bench OpenAPICheck -benchtime 2000x ./host
+func BenchmarkOpenAPICheck(b *testing.B) {
+	c := contract(b)
+	body := []byte(`{"message":"hello"}`)
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/v1/sessions/ses_00000000000000000000000000000000/turns", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer agt_x")
+		req.Header.Set("Content-Type", "application/json")
+		tw := &teeWriter{w: httptest.NewRecorder(), status: http.StatusOK}
+		tw.Header().Set("Content-Type", "application/json")
+		_, _ = tw.Write([]byte(`{"runId":"run-1","output":"you said: hello"}`))
+		if msg := c.check(req, body, tw); msg != "" {
+			b.Fatal(msg)
+		}
+	}
+}
