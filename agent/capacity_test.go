@@ -83,11 +83,11 @@ func TestEveryLiveSessionBusyEndsTheRunWithErrCapacity(t *testing.T) {
 			t.Fatalf("X: %q, %v; want its answer intact", xOut, err)
 		}
 
-		caps := rec.of(event.TypeSessionCapacity)
+		caps := rec.of(tool.TypeSessionCapacity)
 		if len(caps) != 1 || caps[0].Meta.RunID != res.RunID || caps[0].Meta.Principal != "yan" {
 			t.Fatalf("session_capacity events %+v; want one, for Y's run", caps)
 		}
-		if p := caps[0].Payload.(*event.ToolSessionCapacity); p.Outcome != event.CapacityRefused || p.MaxLive != 1 || p.WaitedMs != 4000 || p.Tool != "hold" {
+		if p := caps[0].Payload.(*tool.SessionCapacity); p.Outcome != tool.CapacityRefused || p.MaxLive != 1 || p.WaitedMs != 4000 || p.Tool != "hold" {
 			t.Fatalf("payload %+v", p)
 		}
 		var fatal *event.Fatal
@@ -214,9 +214,9 @@ print("x got", open(%q).read())`, side, ready, goOn))
 	}
 	// X's session is still the one it started: nothing of X's was closed.
 	xHash := ""
-	for _, e := range rec.of(event.TypeSessionStarted) {
+	for _, e := range rec.of(tool.TypeSessionStarted) {
 		if e.Meta.SessionID == "conv-x" {
-			xHash = e.Payload.(*event.ToolSession).KeyHash
+			xHash = e.Payload.(*tool.SessionOpened).KeyHash
 		}
 	}
 	if xHash == "" {
@@ -227,8 +227,8 @@ print("x got", open(%q).read())`, side, ready, goOn))
 			t.Fatalf("X's session was closed (%s) while it ran", c.Reason)
 		}
 	}
-	for _, e := range rec.of(event.TypeCodeRun) {
-		if p := e.Payload.(*event.CodeRun); p.StateLost || strings.Contains(p.Error, "broken") {
+	for _, e := range rec.of(code.TypeRun) {
+		if p := e.Payload.(*code.RunReport); p.StateLost || strings.Contains(p.Error, "broken") {
 			t.Fatalf("a code run lost its session: %+v", p)
 		}
 	}

@@ -35,12 +35,12 @@ func TestKnownDefectResumeKeepsTheRunIDSoRunSessionsAreReused(t *testing.T) {
 	if err != nil || res2.RunID != res.RunID {
 		t.Fatalf("%v: run %s became %s", err, res.RunID, res2.RunID)
 	}
-	started, reused := rec.of(event.TypeSessionStarted), rec.of(event.TypeSessionReused)
+	started, reused := rec.of(tool.TypeSessionStarted), rec.of(tool.TypeSessionReused)
 	if len(started) != 1 || len(reused) != 1 {
 		t.Fatalf("started %d reused %d: the session was not reused across the pause", len(started), len(reused))
 	}
 	want := toolsession.HashKey("t=acme/p=alice/r=" + res.RunID)
-	if started[0].Payload.(*event.ToolSession).KeyHash != want || reused[0].Payload.(*event.ToolSession).KeyHash != want {
+	if started[0].Payload.(*tool.SessionOpened).KeyHash != want || reused[0].Payload.(*tool.SessionOpened).KeyHash != want {
 		t.Fatal("the key changed across the pause")
 	}
 	if _, opened, _ := w.stats(); opened != 1 {
@@ -207,10 +207,10 @@ func TestKnownDefectTeardownFailuresAreNeverSilent(t *testing.T) {
 		if took := time.Since(start); took != 2*time.Second {
 			t.Fatalf("the hung cleanup held the run for %s, want the 2s timeout", took)
 		}
-		failed := rec.of(event.TypeSessionCloseFailed)
+		failed := rec.of(tool.TypeSessionCloseFailed)
 		classes := map[string]string{}
 		for _, e := range failed {
-			p := e.Payload.(*event.ToolSessionClosed)
+			p := e.Payload.(*tool.SessionClosed)
 			if p.Error == "" || e.Meta.RunID != res.RunID {
 				t.Fatalf("a failure without its error or run: %+v %+v", p, e.Meta)
 			}
@@ -256,7 +256,7 @@ func TestKnownDefectLateTeardownEventsCarryTheOriginRun(t *testing.T) {
 	}
 	a.CloseToolSessions(bg(), "s1")
 	var closes []event.Event
-	for _, e := range rec.of(event.TypeSessionClosed) {
+	for _, e := range rec.of(tool.TypeSessionClosed) {
 		if e.Meta.SessionID == "s1" {
 			closes = append(closes, e)
 		}
@@ -284,7 +284,7 @@ func TestKnownDefectNoTierIsBuiltUntilAToolRegisters(t *testing.T) {
 	if err := a.Shutdown(bg()); err != nil || agent.TierBuilt(a) {
 		t.Fatalf("shutdown: %v, built %v", err, agent.TierBuilt(a))
 	}
-	if len(rec.of(event.TypeSessionStarted, event.TypeSessionClosed)) != 0 {
+	if len(rec.of(tool.TypeSessionStarted, tool.TypeSessionClosed)) != 0 {
 		t.Fatal("session events without sessions")
 	}
 

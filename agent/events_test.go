@@ -29,7 +29,7 @@ func TestTheEventsOfARun(t *testing.T) {
 	want := []event.Type{
 		event.TypeTurnStart,
 		event.TypeLLMStart, event.TypeLLMEnd,
-		event.TypeToolStart, event.TypeSessionStarted, event.TypeSessionClosed, event.TypeToolEnd,
+		tool.TypeCallStart, tool.TypeSessionStarted, tool.TypeSessionClosed, tool.TypeCallEnd,
 		event.TypeLLMStart, event.TypeLLMEnd,
 		event.TypeTurnEnd,
 	}
@@ -59,11 +59,11 @@ func TestTheEventsOfARun(t *testing.T) {
 	if ls.Model != "scripted" || ls.Iteration != 1 || ls.Messages != 1 || le.ToolCalls != 1 || le.StopReason != "tool_use" || le.Model != "scripted" {
 		t.Fatalf("llm %+v %+v", ls, le)
 	}
-	tst, te := evs[3].Payload.(*event.ToolStart), evs[6].Payload.(*event.ToolEnd)
+	tst, te := evs[3].Payload.(*tool.CallStart), evs[6].Payload.(*tool.CallEnd)
 	if tst.Tool != "scratch" || tst.ToolCallID != res.RunID+":call_0_0" || te.ToolCallID != tst.ToolCallID || te.IsError {
 		t.Fatalf("tool %+v %+v", tst, te)
 	}
-	ss := evs[4].Payload.(*event.ToolSession)
+	ss := evs[4].Payload.(*tool.SessionOpened)
 	if ss.Scope != "call" || ss.KeyHash != toolsession.HashKey("c="+tst.ToolCallID) || ss.RunnerID != "tempdir" || ss.Calls != 1 {
 		t.Fatalf("session %+v", ss)
 	}
@@ -76,7 +76,7 @@ func TestTheEventsOfARun(t *testing.T) {
 	}
 	// The raw key never leaves: no event names the tool call's key.
 	for _, e := range evs {
-		if p, ok := e.Payload.(*event.ToolSession); ok && strings.Contains(p.KeyHash, "c=") {
+		if p, ok := e.Payload.(*tool.SessionOpened); ok && strings.Contains(p.KeyHash, "c=") {
 			t.Fatal("a raw key in an event")
 		}
 	}
@@ -166,7 +166,7 @@ func TestProgressHearsTheRun(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []event.Type{event.TypeTurnStart, event.TypeToolStart, event.TypeToolEnd, event.TypeLLMMessage}
+	want := []event.Type{event.TypeTurnStart, tool.TypeCallStart, tool.TypeCallEnd, event.TypeLLMMessage}
 	if !slices.Equal(got, want) {
 		t.Fatalf("progress %v; want %v", got, want)
 	}

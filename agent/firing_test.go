@@ -83,11 +83,11 @@ func TestRunScopeIsReusedWithinTheRunAndClosedOnceAtTheAnswer(t *testing.T) {
 	if msgs := toolMessages(res.Conversation); msgs[2].Content != "a | b | c" {
 		t.Fatalf("the session was not kept across iterations: %+v", msgs)
 	}
-	if st, ru := rec.of(event.TypeSessionStarted), rec.of(event.TypeSessionReused); len(st) != 1 || len(ru) != 2 || ru[1].Payload.(*event.ToolSession).Calls != 3 {
+	if st, ru := rec.of(tool.TypeSessionStarted), rec.of(tool.TypeSessionReused); len(st) != 1 || len(ru) != 2 || ru[1].Payload.(*tool.SessionOpened).Calls != 3 {
 		t.Fatalf("started %d reused %d", len(st), len(ru))
 	}
-	cl := rec.of(event.TypeSessionClosed)
-	if len(cl) != 1 || cl[0].Payload.(*event.ToolSessionClosed).Reason != "run-end" || cl[0].Meta.RunID != res.RunID {
+	cl := rec.of(tool.TypeSessionClosed)
+	if len(cl) != 1 || cl[0].Payload.(*tool.SessionClosed).Reason != "run-end" || cl[0].Meta.RunID != res.RunID {
 		t.Fatalf("closes %+v", cl)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -99,7 +99,7 @@ func TestRunScopeIsReusedWithinTheRunAndClosedOnceAtTheAnswer(t *testing.T) {
 	for _, e := range rec.all() {
 		types = append(types, e.Type)
 	}
-	if i, j := indexOf(types, event.TypeSessionClosed), indexOf(types, event.TypeTurnEnd); i < 0 || j < i {
+	if i, j := indexOf(types, tool.TypeSessionClosed), indexOf(types, event.TypeTurnEnd); i < 0 || j < i {
 		t.Fatalf("session_closed at %d, turn_end at %d", i, j)
 	}
 }
@@ -125,8 +125,8 @@ func TestAFailedRunClosesItsRunScopedSessions(t *testing.T) {
 	if open, opened, closed := w.stats(); open != 0 || opened != 1 || closed != 1 {
 		t.Fatalf("open %d opened %d closed %d", open, opened, closed)
 	}
-	cl := rec.of(event.TypeSessionClosed)
-	if len(cl) != 1 || cl[0].Payload.(*event.ToolSessionClosed).Reason != "run-end" || cl[0].Meta.RunID != res.RunID {
+	cl := rec.of(tool.TypeSessionClosed)
+	if len(cl) != 1 || cl[0].Payload.(*tool.SessionClosed).Reason != "run-end" || cl[0].Meta.RunID != res.RunID {
 		t.Fatalf("closes %+v", cl)
 	}
 	if ends := rec.turnEnds(); ends[0].Outcome != event.OutcomeError || !strings.Contains(ends[0].Error, "out of") && !strings.Contains(ends[0].Error, "no step") {

@@ -229,10 +229,10 @@ func (r *recorder) of(types ...event.Type) []event.Event {
 	return out
 }
 
-func (r *recorder) closeEvents() []*event.ToolSessionClosed {
-	var out []*event.ToolSessionClosed
-	for _, e := range r.of(event.TypeSessionClosed, event.TypeSessionCloseFailed) {
-		out = append(out, e.Payload.(*event.ToolSessionClosed))
+func (r *recorder) closeEvents() []*tool.SessionClosed {
+	var out []*tool.SessionClosed
+	for _, e := range r.of(tool.TypeSessionClosed, tool.TypeSessionCloseFailed) {
+		out = append(out, e.Payload.(*tool.SessionClosed))
 	}
 	return out
 }

@@ -155,7 +155,7 @@ func Loop(x Executor, st *State, d *Decision, maxIterations int) End {
 	default:
 		e.Outcome, e.Err, e.Class = event.OutcomeError, err, errorClass(err)
 		if stop := x.Stopped(); stop != nil {
-			e.Outcome, e.Class = event.OutcomeCancelled, event.ClassCancelled
+			e.Outcome, e.Class = event.OutcomeCancelled, tool.ClassCancelled
 			e.Err = fmt.Errorf("agent: run %s was cancelled: %w", st.RunID, stop)
 		}
 	}
@@ -165,13 +165,13 @@ func Loop(x Executor, st *State, d *Decision, maxIterations int) End {
 func errorClass(err error) string {
 	switch {
 	case errors.Is(err, ErrMaxIterations):
-		return event.ClassMaxIterations
+		return tool.ClassMaxIterations
 	case errors.Is(err, ErrShutdown):
-		return event.ClassShutdown
+		return tool.ClassShutdown
 	case errors.Is(err, toolsession.ErrCapacity):
-		return event.ClassCapacity
+		return tool.ClassCapacity
 	}
-	return event.ClassModel
+	return tool.ClassModel
 }
 
 type looper struct {
@@ -234,7 +234,7 @@ func (l *looper) start(calls []llm.ToolCall) error {
 		checkIn, ok := l.x.Lookup(c.Name)
 		switch {
 		case !ok:
-			reqs = append(reqs, l.call(c, nil, refusal(unknownTool(c.Name, l.x.ToolNames()), event.ClassUnknownTool)))
+			reqs = append(reqs, l.call(c, nil, refusal(unknownTool(c.Name, l.x.ToolNames()), tool.ClassUnknownTool)))
 		case checkIn:
 			st.Waiting = append(st.Waiting, CheckpointWait{Index: i, Question: checkInQuestion(c)})
 		default:
@@ -294,7 +294,7 @@ func (l *looper) settle(d *Decision) error {
 		c := calls[w.Index]
 		req := l.call(c, &tool.Approval{Note: d.Note}, nil)
 		if !d.Approve {
-			req = l.call(c, nil, refusal(declined(d.Note), event.ClassDeclined))
+			req = l.call(c, nil, refusal(declined(d.Note), tool.ClassDeclined))
 		}
 		d = nil
 		l.count(&req)
@@ -332,7 +332,7 @@ func (l *looper) count(req *ToolCall) {
 // tool-session tier is not the model's to fix, so its caller (a host
 // answering 429) can tell the person to retry.
 func endsRun(c llm.ToolCall, o *tool.Outcome) error {
-	if o.Class != event.ClassCapacity {
+	if o.Class != tool.ClassCapacity {
 		return nil
 	}
 	if o.Err != nil && errors.Is(o.Err, toolsession.ErrCapacity) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/code"
+
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
@@ -285,8 +287,8 @@ func TestInvalidArgumentsGoBackAsAnErrorThatNamesTheField(t *testing.T) {
 	if _, err := json.Marshal(res.Conversation); err != nil {
 		t.Fatal(err)
 	}
-	ends := rec.of(event.TypeToolEnd)
-	if ends[0].Payload.(*event.ToolEnd).ErrorClass != "invalid_arguments" || ends[3].Payload.(*event.ToolEnd).IsError {
+	ends := rec.of(tool.TypeCallEnd)
+	if ends[0].Payload.(*tool.CallEnd).ErrorClass != "invalid_arguments" || ends[3].Payload.(*tool.CallEnd).IsError {
 		t.Fatalf("tool end events: %+v %+v", ends[0].Payload, ends[3].Payload)
 	}
 }
@@ -321,17 +323,17 @@ func TestToolErrorsAndPanicsBecomeResults(t *testing.T) {
 	if !msgs[3].IsError || !strings.Contains(msgs[3].Content, `no tool named "nope"`) || !strings.Contains(msgs[3].Content, "failing, panicky, soft") {
 		t.Fatalf("unknown tool: %+v", msgs[3])
 	}
-	panics := rec.of(event.TypeToolPanic)
+	panics := rec.of(tool.TypePanic)
 	if len(panics) != 1 {
 		t.Fatalf("%d panic events", len(panics))
 	}
-	p := panics[0].Payload.(*event.ToolPanic)
+	p := panics[0].Payload.(*tool.Panicked)
 	if p.Tool != "panicky" || !strings.Contains(p.Panic, "index out of range") || panics[0].Meta.RunID != res.RunID {
 		t.Fatalf("panic event %+v %+v", p, panics[0].Meta)
 	}
 	classes := map[string]string{}
-	for _, e := range rec.of(event.TypeToolEnd) {
-		p := e.Payload.(*event.ToolEnd)
+	for _, e := range rec.of(tool.TypeCallEnd) {
+		p := e.Payload.(*tool.CallEnd)
 		classes[p.Tool] = p.ErrorClass
 	}
 	want := map[string]string{"failing": "tool_error", "panicky": "panic", "soft": "tool_error", "nope": "unknown_tool"}
@@ -488,7 +490,7 @@ func TestIdentityIsNeverSynthesised(t *testing.T) {
 	}
 	// The key spells absence; it does not borrow the session id.
 	wantKey := toolsession.HashKey("t=_/p=_/r=" + res.RunID)
-	if st := rec.of(event.TypeSessionStarted); st[0].Payload.(*event.ToolSession).KeyHash != wantKey {
+	if st := rec.of(tool.TypeSessionStarted); st[0].Payload.(*tool.SessionOpened).KeyHash != wantKey {
 		t.Fatalf("key hash %+v, want the key of an absent identity", st[0].Payload)
 	}
 
@@ -603,7 +605,7 @@ func TestToolEventsReachTheBusWithRunMeta(t *testing.T) {
 	t.Parallel()
 	type none struct{}
 	emitter := tool.Func("emitter", "emits", func(_ context.Context, c *tool.Call, _ none) (string, error) {
-		c.Emit(event.Event{Type: event.TypeCodeRun, Payload: &event.CodeRun{Tool: "emitter", Language: "python", OK: true}})
+		c.Emit(event.Event{Type: code.TypeRun, Payload: &code.RunReport{Tool: "emitter", Language: "python", OK: true}})
 		return "done", nil
 	})
 	model := scripted.New(scripted.Step{ToolCalls: []llm.ToolCall{{ID: "e1", Name: "emitter", Args: json.RawMessage(`{}`)}}}, answer("ok"))
@@ -612,7 +614,7 @@ func TestToolEventsReachTheBusWithRunMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := rec.of(event.TypeCodeRun)
+	runs := rec.of(code.TypeRun)
 	if len(runs) != 1 {
 		t.Fatalf("%d code_run events, want 1", len(runs))
 	}
@@ -637,7 +639,7 @@ func TestSessionEventsCarryTheOriginsIdentity(t *testing.T) {
 	if _, err := a.Run(context.Background(), agent.Input{Message: "go"}); err != nil {
 		t.Fatal(err)
 	}
-	evs := rec.of(event.TypeSessionStarted, event.TypeSessionClosed)
+	evs := rec.of(tool.TypeSessionStarted, tool.TypeSessionClosed)
 	if len(evs) != 4 {
 		t.Fatalf("%d session events, want 4", len(evs))
 	}

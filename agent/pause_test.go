@@ -128,8 +128,8 @@ func TestARunScopedSessionSurvivesAPauseAndClosesOnceAtTheRealTerminal(t *testin
 	if len(seen) != 2 || seen[0].Reused || !seen[1].Reused || seen[1].RunID != res.RunID {
 		t.Fatalf("calls %+v", seen)
 	}
-	cl := rec.of(event.TypeSessionClosed)
-	if len(cl) != 1 || cl[0].Payload.(*event.ToolSessionClosed).Reason != "run-end" || cl[0].Meta.RunID != res.RunID {
+	cl := rec.of(tool.TypeSessionClosed)
+	if len(cl) != 1 || cl[0].Payload.(*tool.SessionClosed).Reason != "run-end" || cl[0].Meta.RunID != res.RunID {
 		t.Fatalf("closes %+v", cl)
 	}
 	if open, opened, closed := w.stats(); open != 0 || opened != 1 || closed != 1 {
@@ -169,7 +169,7 @@ func TestADeclineTellsTheModelWithTheNote(t *testing.T) {
 	if ran.Load() != 0 {
 		t.Fatal("a declined tool ran")
 	}
-	if ends := rec.of(event.TypeToolEnd); ends[0].Payload.(*event.ToolEnd).ErrorClass != "declined" {
+	if ends := rec.of(tool.TypeCallEnd); ends[0].Payload.(*tool.CallEnd).ErrorClass != "declined" {
 		t.Fatalf("%+v", ends[0].Payload)
 	}
 	if pr := rec.of(event.TypePauseResume); pr[0].Payload.(*event.PauseResume).Approved {
@@ -233,7 +233,7 @@ func TestACheckpointResumesInANewProcess(t *testing.T) {
 		}
 		// Teardown reports know the origin's run and session, not who it
 		// was; every other event carries the identity from the checkpoint.
-		closing := e.Type == event.TypeSessionClosed || e.Type == event.TypeSessionCloseFailed
+		closing := e.Type == tool.TypeSessionClosed || e.Type == tool.TypeSessionCloseFailed
 		if !closing && (e.Meta.Tenant != "acme" || e.Meta.Principal != "alice") {
 			t.Fatalf("event %s meta %+v", e.Type, e.Meta)
 		}

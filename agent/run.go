@@ -51,7 +51,7 @@ type Input struct {
 // the model's text (streamed deltas, or whole messages), and each tool
 // call's start and end.
 var ProgressTypes = []event.Type{
-	event.TypeTurnStart, event.TypeLLMDelta, event.TypeLLMMessage, event.TypeToolStart, event.TypeToolEnd,
+	event.TypeTurnStart, event.TypeLLMDelta, event.TypeLLMMessage, tool.TypeCallStart, tool.TypeCallEnd,
 }
 
 // Result is how a turn ended: an answer (Output), or a pause (Paused).

@@ -200,8 +200,8 @@ func TestShutdownBoundsAHungCleanup(t *testing.T) {
 		if took := time.Since(start); took != 3*time.Second {
 			t.Fatalf("shutdown took %s with a 3s teardown timeout", took)
 		}
-		f := rec.of(event.TypeSessionCloseFailed)
-		if len(f) != 1 || f[0].Payload.(*event.ToolSessionClosed).ErrorClass != "timeout" || f[0].Payload.(*event.ToolSessionClosed).Reason != "shutdown" {
+		f := rec.of(tool.TypeSessionCloseFailed)
+		if len(f) != 1 || f[0].Payload.(*tool.SessionClosed).ErrorClass != "timeout" || f[0].Payload.(*tool.SessionClosed).Reason != "shutdown" {
 			t.Fatalf("%+v", f)
 		}
 	})

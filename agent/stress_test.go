@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/agent"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm/scripted"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -71,7 +70,7 @@ func TestRunsClosesAndShutdownRaceSafely(t *testing.T) {
 	if open, opened, closed := w.stats(); open != 0 || opened != closed || opened == 0 {
 		t.Fatalf("open %d opened %d closed %d", open, opened, closed)
 	}
-	if f := rec.of(event.TypeSessionCloseFailed); len(f) != 0 {
+	if f := rec.of(tool.TypeSessionCloseFailed); len(f) != 0 {
 		t.Fatalf("%d failed closes, first %+v", len(f), f[0].Payload)
 	}
 	if a.LiveToolSessions() != 0 {

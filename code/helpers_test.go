@@ -81,13 +81,13 @@ func (d *door) emit(e event.Event) {
 	d.events = append(d.events, e)
 }
 
-func (d *door) codeRuns() []*event.CodeRun {
+func (d *door) codeRuns() []*code.RunReport {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var out []*event.CodeRun
+	var out []*code.RunReport
 	for _, e := range d.events {
-		if e.Type == event.TypeCodeRun {
-			out = append(out, e.Payload.(*event.CodeRun))
+		if e.Type == code.TypeRun {
+			out = append(out, e.Payload.(*code.RunReport))
 		}
 	}
 	return out

@@ -272,7 +272,7 @@ func (t *codeTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage)
 	}
 
 	began := time.Now()
-	run := event.CodeRun{Tool: t.name(c), RunnerID: t.runner.ID(), Language: t.opt.Language,
+	run := RunReport{Tool: t.name(c), RunnerID: t.runner.ID(), Language: t.opt.Language,
 		ShapeHash: ShapeHash(t.opt.Language, in.Code)}
 
 	// Pin the session for the whole call, or reserve room for a new one
@@ -366,10 +366,10 @@ func (t *codeTool) name(c *tool.Call) string {
 	return t.opt.Name
 }
 
-func (t *codeTool) emit(c *tool.Call, run *event.CodeRun, began time.Time) {
+func (t *codeTool) emit(c *tool.Call, run *RunReport, began time.Time) {
 	run.DurationMs = event.Ms(time.Since(began))
 	p := *run
-	e := event.Event{Type: event.TypeCodeRun, Payload: &p}
+	e := event.Event{Type: TypeRun, Payload: &p}
 	if t.opt.Events == nil {
 		c.Emit(e) // the door's stream, when it has one
 		return

@@ -11,7 +11,6 @@ import (
 	"testing/synctest"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
 )
@@ -516,11 +515,11 @@ func TestCodeRunEventCarriesFactsNeverCode(t *testing.T) {
 	d.mu.Lock()
 	ev := d.events[0]
 	d.mu.Unlock()
-	if ev.Type != event.TypeCodeRun || ev.Meta.RunID != "run-9" || ev.Meta.SessionID != "conv-3" ||
+	if ev.Type != code.TypeRun || ev.Meta.RunID != "run-9" || ev.Meta.SessionID != "conv-3" ||
 		ev.Meta.Tenant != "acme" || ev.Meta.Principal != "alice" {
 		t.Fatalf("event envelope: %+v", ev)
 	}
-	p := ev.Payload.(*event.CodeRun)
+	p := ev.Payload.(*code.RunReport)
 	if p.Tool != "analyse" || p.RunnerID != "mem" || p.Language != "python" || !p.OK || p.StagedInputs != 2 ||
 		p.ShapeHash != code.ShapeHash("python", secret) || p.OutputChars == 0 || p.ExitCode == nil {
 		t.Fatalf("payload: %+v", p)

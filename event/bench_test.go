@@ -3,12 +3,14 @@ package event_test
 import (
 	"testing"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 )
 
 var benchEvent = event.Event{
-	Type:    event.TypeToolEnd,
-	Payload: &event.ToolEnd{Tool: "run_code", ToolCallID: "call-1", DurationMs: 1.25},
+	Type:    tool.TypeCallEnd,
+	Payload: &tool.CallEnd{Tool: "run_code", ToolCallID: "call-1", DurationMs: 1.25},
 	Meta:    event.Meta{RunID: "run-1", SessionID: "s-1"},
 }
 

@@ -250,8 +250,6 @@ func (r *route) sample(t Type) bool {
 	return math.Floor(float64(n)*r.rate) > math.Floor(float64(n-1)*r.rate)
 }
 
-func isContent(t Type) bool { return t == TypeLLMDelta || t == TypeLLMMessage }
-
 func neverSampled(t Type) bool {
 	return strings.HasPrefix(string(t), "agentry.error.") || strings.HasPrefix(string(t), "agentry.tools.session_")
 }

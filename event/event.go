@@ -7,6 +7,13 @@
 // numbers events, filters them per sink, and keeps a broken sink from
 // breaking a run.
 //
+// It defines no event type itself: each package defines the events it
+// emits beside the code that emits them (agent the turn's, tool a tool
+// call's and its sessions', host the host's …) and registers their
+// payloads ([Register]), so the ground floor does not change with every
+// feature. A reader that must not import the emitting package reads the
+// payload by its JSON names ([Event.PayloadAs]).
+//
 // Events carry facts, not user data. Isolation keys appear only as their
 // digest (keyHash); identity appears in Meta only when the caller gave one.
 package event
@@ -64,10 +71,9 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
-// Decode parses one event from its JSON form. A payload of a type this
-// package defines, or one registered with [Register], decodes into its
-// payload struct (a pointer, as emitters send it); any other payload stays
-// a json.RawMessage.
+// Decode parses one event from its JSON form. A payload of a type registered
+// with [Register] decodes into its payload struct (a pointer, as emitters
+// send it); any other payload stays a json.RawMessage.
 func Decode(data []byte) (Event, error) {
 	var raw struct {
 		Type    Type            `json:"type"`
@@ -81,11 +87,11 @@ func Decode(data []byte) (Event, error) {
 		return Event{}, fmt.Errorf("event: the line has no \"type\"")
 	}
 	e := Event{Type: raw.Type, Meta: raw.Meta, Payload: raw.Payload}
-	newPayload := payloadFor(raw.Type)
-	if newPayload == nil || len(raw.Payload) == 0 || string(raw.Payload) == "null" {
+	k, ok := lookup(raw.Type)
+	if !ok || len(raw.Payload) == 0 || string(raw.Payload) == "null" {
 		return e, nil
 	}
-	p := newPayload()
+	p := k.newPayload()
 	if err := json.Unmarshal(raw.Payload, p); err != nil {
 		return Event{}, fmt.Errorf("event: %s payload: %w", raw.Type, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"go.uber.org/goleak"
 
 	"github.com/agentry-dev/agentry/event"
@@ -57,8 +59,8 @@ func (panicSink) Close(ctx context.Context) error { return nil }
 func TestJSONShape(t *testing.T) {
 	t.Parallel()
 	e := event.Event{
-		Type: event.TypeSessionClosed,
-		Payload: &event.ToolSessionClosed{Tool: "run_code", Scope: "run", KeyHash: "abcdef012345", RunnerID: "local",
+		Type: tool.TypeSessionClosed,
+		Payload: &tool.SessionClosed{Tool: "run_code", Scope: "run", KeyHash: "abcdef012345", RunnerID: "local",
 			Label: "python", Reason: "run-end", HeldMs: 12.5, TookMs: 1},
 		Meta: event.Meta{RunID: "run-1", Seq: 42, Time: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)},
 	}
@@ -155,8 +157,8 @@ func TestFilters(t *testing.T) {
 		{"minimal: agent and error", event.Filter{Tier: event.TierMinimal}, func(t event.Type) bool {
 			return t.Domain() == "agent" || t.Domain() == "error"
 		}},
-		{"type list", event.Filter{Types: []event.Type{event.TypeToolEnd, event.TypeLLMEnd}}, func(t event.Type) bool {
-			return t == event.TypeToolEnd || t == event.TypeLLMEnd
+		{"type list", event.Filter{Types: []event.Type{tool.TypeCallEnd, event.TypeLLMEnd}}, func(t event.Type) bool {
+			return t == tool.TypeCallEnd || t == event.TypeLLMEnd
 		}},
 		{"domain wildcard", event.Filter{Types: []event.Type{"agentry.tools.*"}}, func(t event.Type) bool { return t.Domain() == "tools" }},
 		{"type list still obeys tier", event.Filter{Types: []event.Type{event.TypeLLMDelta, event.TypeLLMEnd}}, func(t event.Type) bool {
@@ -196,17 +198,17 @@ func TestSamplingIsEvenAndSparesAuditEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 100 {
-		bus.Export(event.Event{Type: event.TypeToolEnd})
+		bus.Export(event.Event{Type: tool.TypeCallEnd})
 	}
 	for range 10 {
-		bus.Export(event.Event{Type: event.TypeSessionClosed})
+		bus.Export(event.Event{Type: tool.TypeSessionClosed})
 		bus.Export(event.Event{Type: event.TypeFatal})
 	}
 	count := map[event.Type]int{}
 	for _, typ := range s.types() {
 		count[typ]++
 	}
-	if count[event.TypeToolEnd] != 25 || count[event.TypeSessionClosed] != 10 || count[event.TypeFatal] != 10 {
+	if count[tool.TypeCallEnd] != 25 || count[tool.TypeSessionClosed] != 10 || count[event.TypeFatal] != 10 {
 		t.Fatalf("counts = %v, want 25 sampled tool ends and every session close and error", count)
 	}
 }
@@ -280,7 +282,7 @@ func TestConcurrentExportGivesUniqueSequence(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 500 {
-				bus.Export(event.Event{Type: event.TypeToolStart})
+				bus.Export(event.Event{Type: tool.TypeCallStart})
 			}
 		})
 	}
@@ -299,8 +301,8 @@ func TestConcurrentExportGivesUniqueSequence(t *testing.T) {
 
 func TestNoSinkNoAllocation(t *testing.T) {
 	bus := event.NewBus(event.BusOptions{})
-	p := &event.ToolEnd{Tool: "x"}
-	e := event.Event{Type: event.TypeToolEnd, Payload: p}
+	p := &tool.CallEnd{Tool: "x"}
+	e := event.Event{Type: tool.TypeCallEnd, Payload: p}
 	if n := testing.AllocsPerRun(1000, func() { bus.Export(e) }); n != 0 {
 		t.Fatalf("Export with no sink allocates %v times", n)
 	}
@@ -342,7 +344,7 @@ func TestRegisterDecodesAnotherPackagesPayload(t *testing.T) {
 	if p, ok := e.Payload.(*sample); !ok || p.Label != "x" || p.Count != 3 {
 		t.Fatalf("decoded payload %#v", e.Payload)
 	}
-	for _, again := range []event.Type{typ, event.TypeToolEnd, ""} {
+	for _, again := range []event.Type{typ, tool.TypeCallEnd, ""} {
 		func() {
 			defer func() {
 				if recover() == nil {

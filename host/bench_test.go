@@ -34,7 +34,7 @@ func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	router := host.NewRouter()
+	router := host.NewEventSink()
 	model := scripted.New(ss...)
 	reg, inst, err := native.Open(ctx, native.Config{Store: native.HostStore(st), TurnRunIDs: true,
 		Agent: native.Fixed(agent.Options{Model: model, Routes: []agent.Route{{Sink: router, Filter: router.Filter()}}})})
@@ -43,8 +43,8 @@ func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
 	}
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Router: router, EvictEvery: -1,
-		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxOpenSessions: n + 1})
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1,
+		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -192,7 +191,7 @@ func (h *Host) settleStopped(c *Conversation, turn *Turn, out *turnResult, t *tu
 	out.Error = why.answer()
 	if why.outcome == TurnTimedOut {
 		h.metrics.failures.WithLabelValues("turn").Inc()
-		h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: turn.Error}, lc.id, lc.owner)
+		h.emit(TypeTurnFailed, &TurnFailedEvent{Error: turn.Error}, lc.id, lc.owner)
 	}
 	return add
 }

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/toolsession"
 )
@@ -83,7 +84,7 @@ func TestCancelARunningTurn(t *testing.T) {
 			if open, opened, closed := f.ws.stats(); open != 1 || opened != 2 || closed != 1 {
 				t.Fatalf("workspaces after the cancel: %d open, %d opened, %d closed", open, opened, closed)
 			}
-			ev := f.rec.ofType(event.TypeSessionClosed)
+			ev := f.rec.ofType(tool.TypeSessionClosed)
 			if len(ev) != 1 {
 				t.Fatalf("session_closed events: %+v", ev)
 			}

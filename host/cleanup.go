@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -194,10 +193,10 @@ func (h *Host) recordCleanup(ctx context.Context, id string, o tool.Identity, ki
 		h.log.Error("host: recording a provider cleanup in the turn log", "session", id, "err", serr)
 	}
 	if err != nil {
-		h.emit(event.TypeHostCleanupFailed, &event.HostCleanup{Provider: h.key, Closing: kind, Attempt: attempt,
+		h.emit(TypeCleanupFailed, &CleanupEvent{Provider: h.key, Closing: kind, Attempt: attempt,
 			Error: clipMessage(err.Error()), Retrying: retrying}, id, o)
 	} else {
-		h.emit(event.TypeHostCleanupDone, &event.HostCleanup{Provider: h.key, Closing: kind, Attempt: attempt}, id, o)
+		h.emit(TypeCleanupDone, &CleanupEvent{Provider: h.key, Closing: kind, Attempt: attempt}, id, o)
 	}
 }
 

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/agentry-dev/agentry/tool"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/tool"
 
 	"github.com/agentry-dev/agentry/event"
 )
@@ -30,12 +32,12 @@ func TestRecordBounds(t *testing.T) {
 		rc.observe(ev(event.TypeTurnStart, "ses_a", fmt.Sprintf("run-%d", i), time.Duration(i), &event.TurnStart{}))
 	}
 	for range recordRunEvents + 7 {
-		rc.observe(ev(event.TypeToolStart, "ses_a", "run-big", 0, &event.ToolStart{Tool: "t"}))
+		rc.observe(ev(tool.TypeCallStart, "ses_a", "run-big", 0, &tool.CallStart{Tool: "t"}))
 	}
 	rc.observe(ev(event.TypeLLMDelta, "ses_a", "run-big", 0, &event.LLMDelta{Text: "secret"}))
 	rc.observe(ev(event.TypeLLMMessage, "ses_a", "run-big", 0, &event.LLMMessage{Content: "secret"}))
 	for i := range recordClosed + 3 {
-		rc.observe(ev(event.TypeSessionClosed, "ses_a", "", time.Duration(i), &event.ToolSessionClosed{Tool: "t", KeyHash: fmt.Sprint(i), Reason: "run-end"}))
+		rc.observe(ev(tool.TypeSessionClosed, "ses_a", "", time.Duration(i), &tool.SessionClosed{Tool: "t", KeyHash: fmt.Sprint(i), Reason: "run-end"}))
 	}
 	_, closed, runs := rc.conv("ses_a", alice, t0)
 	if len(runs) != recordRuns || runs[0].id != "run-5" || runs[len(runs)-1].id != "run-big" {
@@ -55,7 +57,7 @@ func TestRecordBounds(t *testing.T) {
 
 	// Conversations: the least recently active goes first.
 	for i := range recordConversations + 1 {
-		rc.observe(ev(event.TypeHostSessionOpened, fmt.Sprintf("ses_%d", i), "", time.Hour+time.Duration(i), &event.HostSession{}))
+		rc.observe(ev(TypeConversationOpened, fmt.Sprintf("ses_%d", i), "", time.Hour+time.Duration(i), &ConversationEvent{}))
 	}
 	if len(rc.convs) != recordConversations {
 		t.Fatalf("%d conversations kept", len(rc.convs))
@@ -72,7 +74,7 @@ func TestRecordBounds(t *testing.T) {
 // asked for by id.
 func TestRecordOwner(t *testing.T) {
 	rc := newRecord()
-	rc.observe(ev(event.TypeSessionStarted, "ses_a", "run-1", 0, &event.ToolSession{Tool: "t", KeyHash: "k"}))
+	rc.observe(ev(tool.TypeSessionStarted, "ses_a", "run-1", 0, &tool.SessionOpened{Tool: "t", KeyHash: "k"}))
 	if live, _, runs := rc.conv("ses_a", tool.Identity{Tenant: "acme", Principal: "bob"}, t0); live != nil || runs != nil {
 		t.Fatal("bob saw alice's record")
 	}
@@ -85,11 +87,11 @@ func TestRecordOwner(t *testing.T) {
 // backwards still give a waterfall with no negative bar.
 func TestTimelineUnmatched(t *testing.T) {
 	events := []event.Event{
-		ev(event.TypeToolEnd, "s", "r", 10*time.Millisecond, &event.ToolEnd{Tool: "orphan", ToolCallID: "x", DurationMs: 4}),
+		ev(tool.TypeCallEnd, "s", "r", 10*time.Millisecond, &tool.CallEnd{Tool: "orphan", ToolCallID: "x", DurationMs: 4}),
 		ev(event.TypeLLMStart, "s", "r", 20*time.Millisecond, &event.LLMStart{Iteration: 0}),
-		ev(event.TypeCodeRun, "s", "r", 5*time.Millisecond, &event.CodeRun{RunnerID: "interp", Language: "python", OK: true, DurationMs: 50}),
-		ev(event.TypeToolStart, "s", "r", 30*time.Millisecond, &event.ToolStart{Tool: "t", ToolCallID: "y"}),
-		ev(event.TypeToolEnd, "s", "r", 25*time.Millisecond, &event.ToolEnd{Tool: "t", ToolCallID: "y"}),
+		ev(code.TypeRun, "s", "r", 5*time.Millisecond, &code.RunReport{RunnerID: "interp", Language: "python", OK: true, DurationMs: 50}),
+		ev(tool.TypeCallStart, "s", "r", 30*time.Millisecond, &tool.CallStart{Tool: "t", ToolCallID: "y"}),
+		ev(tool.TypeCallEnd, "s", "r", 25*time.Millisecond, &tool.CallEnd{Tool: "t", ToolCallID: "y"}),
 	}
 	tl := buildTimeline(runRecord{id: "r", events: events}, t0.Add(100*time.Millisecond))
 	checkTimeline(t, tl)
@@ -166,13 +168,13 @@ func FuzzBuildTimeline(f *testing.F) {
 	})
 }
 
-// BenchmarkRouterExport measures what the console's record adds to every
+// BenchmarkEventSinkExport measures what the console's record adds to every
 // event the host routes: /bare is the router with no record, /record with
 // one (a run's worth of tool events over 64 conversations).
-func BenchmarkRouterExport(b *testing.B) {
+func BenchmarkEventSinkExport(b *testing.B) {
 	events := make([]event.Event, 64)
 	for i := range events {
-		events[i] = ev(event.TypeToolEnd, fmt.Sprintf("ses_%02d", i), fmt.Sprintf("run-%02d", i%8), time.Duration(i), &event.ToolEnd{Tool: "run_code", ToolCallID: "c"})
+		events[i] = ev(tool.TypeCallEnd, fmt.Sprintf("ses_%02d", i), fmt.Sprintf("run-%02d", i%8), time.Duration(i), &tool.CallEnd{Tool: "run_code", ToolCallID: "c"})
 	}
 	for _, withRecord := range []bool{false, true} {
 		name := "bare"
@@ -180,7 +182,7 @@ func BenchmarkRouterExport(b *testing.B) {
 			name = "record"
 		}
 		b.Run(name, func(b *testing.B) {
-			r := NewRouter()
+			r := NewEventSink()
 			if withRecord {
 				r.record.Store(newRecord())
 			}

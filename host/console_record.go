@@ -1,9 +1,11 @@
 package host
 
 import (
-	"github.com/agentry-dev/agentry/tool"
 	"sync"
 	"time"
+
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/tool"
 
 	"github.com/agentry-dev/agentry/event"
 )
@@ -19,7 +21,7 @@ const (
 
 // record keeps, per conversation, what the console shows beside the API:
 // the tool sessions live now (and the last few closed) and each recent
-// run's timeline. It is fed by the Router, so it sees every event that
+// run's timeline. It is fed by the EventSink, so it sees every event that
 // carries a session id, and it keeps facts only: content events (streamed
 // text, whole messages) are not kept.
 type record struct {
@@ -109,7 +111,7 @@ func (rc *record) dropColdest() {
 
 func (c *convRecord) toolSession(e event.Event) {
 	switch p := e.Payload.(type) {
-	case *event.ToolSession:
+	case *tool.SessionOpened:
 		id := toolSessionID{p.Tool, p.KeyHash}
 		v := c.live[id]
 		if v == nil {
@@ -117,8 +119,8 @@ func (c *convRecord) toolSession(e event.Event) {
 			c.live[id] = v
 		}
 		v.Calls = p.Calls
-	case *event.ToolSessionClosed:
-		if e.Type != event.TypeSessionClosed && e.Type != event.TypeSessionCloseFailed {
+	case *tool.SessionClosed:
+		if e.Type != tool.TypeSessionClosed && e.Type != tool.TypeSessionCloseFailed {
 			return
 		}
 		id := toolSessionID{p.Tool, p.KeyHash}
@@ -132,7 +134,7 @@ func (c *convRecord) toolSession(e event.Event) {
 		if v.StartedAt.IsZero() {
 			v.StartedAt = closedAt.Add(-time.Duration(p.HeldMs * float64(time.Millisecond)))
 		}
-		if e.Type == event.TypeSessionCloseFailed {
+		if e.Type == tool.TypeSessionCloseFailed {
 			v.Failed, v.ErrorClass = true, p.ErrorClass
 		}
 		if len(c.closed) >= recordClosed {
@@ -293,10 +295,10 @@ func buildTimeline(r runRecord, now time.Time) timeline {
 			} else {
 				ended("model", modelName(p.Model), t, p.DurationMs, status)
 			}
-		case *event.ToolStart:
+		case *tool.CallStart:
 			tl.Spans = append(tl.Spans, span{Kind: "tool", Name: p.Tool, StartMs: at(t), Open: true})
 			openTool[p.ToolCallID] = len(tl.Spans) - 1
-		case *event.ToolEnd:
+		case *tool.CallEnd:
 			status := "ok"
 			if p.IsError {
 				status = p.ErrorClass
@@ -310,7 +312,7 @@ func buildTimeline(r runRecord, now time.Time) timeline {
 			} else {
 				ended("tool", p.Tool, t, p.DurationMs, status)
 			}
-		case *event.CodeRun:
+		case *code.RunReport:
 			status := "ok"
 			if !p.OK {
 				status = "failed"
@@ -328,15 +330,15 @@ func buildTimeline(r runRecord, now time.Time) timeline {
 				k = "approved"
 			}
 			tl.Marks = append(tl.Marks, mark{Kind: k, Name: p.Tool, AtMs: at(t)})
-		case *event.ToolSession:
+		case *tool.SessionOpened:
 			k := "session_started"
-			if e.Type == event.TypeSessionReused {
+			if e.Type == tool.TypeSessionReused {
 				k = "session_reused"
 			}
 			tl.Marks = append(tl.Marks, mark{Kind: k, Name: p.Tool + " " + p.KeyHash, AtMs: at(t)})
-		case *event.ToolSessionClosed:
+		case *tool.SessionClosed:
 			k := "session_closed"
-			if e.Type == event.TypeSessionCloseFailed {
+			if e.Type == tool.TypeSessionCloseFailed {
 				k = "session_close_failed"
 			}
 			tl.Marks = append(tl.Marks, mark{Kind: k, Name: p.Tool + " " + p.KeyHash + " (" + p.Reason + ")", AtMs: at(t)})

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -369,7 +368,7 @@ func (h *Host) settleLost(r *http.Request, lc *liveConv, t *turnRun, began time.
 	h.letGo(lc)
 	h.metrics.failures.WithLabelValues("turn").Inc()
 	h.metrics.turns.WithLabelValues(t.kind, TurnLost).Inc()
-	h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: lostNote}, lc.id, lc.owner)
+	h.emit(TypeTurnFailed, &TurnFailedEvent{Error: lostNote}, lc.id, lc.owner)
 	return turnResult{RunID: t.runID, Error: turnLostError()}
 }
 

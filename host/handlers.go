@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -279,8 +278,8 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		writeError(w, h.storeError(err))
 		return
 	}
-	if n >= h.opt.MaxOpenSessions {
-		writeError(w, h.refuse(o, "open_sessions", h.opt.MaxOpenSessions, 60, CodeTooManySessions,
+	if n >= h.opt.MaxConversationsPerPrincipal {
+		writeError(w, h.refuse(o, "open_sessions", h.opt.MaxConversationsPerPrincipal, 60, CodeTooManySessions,
 			fmt.Sprintf("host: you have %d open sessions, the most allowed; close one (DELETE /v1/sessions/{id}) first", n)))
 		return
 	}
@@ -294,14 +293,14 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	h.live[c.ID] = &liveConv{id: c.ID, owner: o, lastUsed: h.now(), conv: c}
 	h.mu.Unlock()
 	h.metrics.opened.Inc()
-	h.emit(event.TypeHostSessionOpened, &event.HostSession{}, c.ID, o)
+	h.emit(TypeConversationOpened, &ConversationEvent{}, c.ID, o)
 	w.Header().Set("Location", "/v1/sessions/"+c.ID)
 	writeJSON(w, http.StatusCreated, viewOf(c))
 }
 
 func (h *Host) refuse(o tool.Identity, limit string, bound, retryAfter int, code Code, msg string) *apiError {
 	h.metrics.refused.WithLabelValues(limit).Inc()
-	h.emit(event.TypeHostAdmissionRefused, &event.AdmissionRefused{Limit: limit, Bound: bound, RetryAfter: float64(retryAfter)}, "", o)
+	h.emit(TypeAdmissionRefused, &AdmissionRefused{Limit: limit, Bound: bound, RetryAfter: float64(retryAfter)}, "", o)
 	e := newError(http.StatusTooManyRequests, code, msg)
 	e.retryAfter = retryAfter
 	return e

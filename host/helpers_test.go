@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentry-dev/agentry/internal/pgtest"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentry-dev/agentry/internal/pgtest"
 
 	"go.uber.org/goleak"
 
@@ -557,7 +558,7 @@ func (f *fixture) askPrompt() string {
 
 // liveTools counts the tool sessions the events say are open.
 func (f *fixture) liveTools() int {
-	return len(f.rec.ofType(event.TypeSessionStarted)) - len(f.rec.ofType(event.TypeSessionClosed)) - len(f.rec.ofType(event.TypeSessionCloseFailed))
+	return len(f.rec.ofType(tool.TypeSessionStarted)) - len(f.rec.ofType(tool.TypeSessionClosed)) - len(f.rec.ofType(tool.TypeSessionCloseFailed))
 }
 
 // eachProvider runs a test on the native provider and on the fake.

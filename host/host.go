@@ -21,18 +21,18 @@ import (
 
 // Defaults for a zero Options.
 const (
-	DefaultMaxTurns             = 256
-	DefaultMaxTurnsPerPrincipal = 32
-	DefaultMaxOpenSessions      = 100
-	DefaultIdleEvict            = 15 * time.Minute
-	DefaultEvictEvery           = time.Minute
-	DefaultTurnTimeout          = 30 * time.Minute
-	DefaultMaxBodyBytes         = 1 << 20
-	DefaultCutGrace             = 5 * time.Second
-	DefaultKeepAlive            = 15 * time.Second
-	DefaultCloseTimeout         = 10 * time.Second
-	DefaultCleanupRetry         = time.Second
-	DefaultCleanupRetryMax      = time.Minute
+	DefaultMaxTurns                     = 256
+	DefaultMaxTurnsPerPrincipal         = 32
+	DefaultMaxConversationsPerPrincipal = 100
+	DefaultIdleEvict                    = 15 * time.Minute
+	DefaultEvictEvery                   = time.Minute
+	DefaultTurnTimeout                  = 30 * time.Minute
+	DefaultMaxBodyBytes                 = 1 << 20
+	DefaultCutGrace                     = 5 * time.Second
+	DefaultKeepAlive                    = 15 * time.Second
+	DefaultCloseTimeout                 = 10 * time.Second
+	DefaultCleanupRetry                 = time.Second
+	DefaultCleanupRetryMax              = time.Minute
 )
 
 // Options configure a Host. A provider (Provider or Adapter), Store and
@@ -58,16 +58,16 @@ type Options struct {
 	Leases Leases
 
 	// Bus is where the host's own events (agentry.host.*) go. Leave it nil
-	// for a bus of the host's own that feeds only the Router. The host
+	// for a bus of the host's own that feeds only the EventSink. The host
 	// never closes a bus it was given.
 	Bus *event.Bus
-	// Router streams turn events (SSE) and feeds the metrics. It must see
+	// EventSink streams turn events (SSE) and feeds the metrics. It must see
 	// the provider's events: attach it where they go (for a native agent,
 	// agent.Route{Sink: router, Filter: router.Filter()}), or send them
 	// to Bus. Leave it nil for one of the host's own. The host attaches
 	// the router to Bus, unless the caller gave both (then the caller
 	// wires them).
-	Router *Router
+	EventSink *EventSink
 
 	// HostTools are lent to every provider session through a host binding
 	// (provider.HostBinding): the provider sees them as tools it may call.
@@ -85,9 +85,9 @@ type Options struct {
 	// MaxTurns bounds the turns running at once across the host (default
 	// 256); MaxTurnsPerPrincipal bounds them per principal (default 32).
 	MaxTurns, MaxTurnsPerPrincipal int
-	// MaxOpenSessions bounds the conversations a principal has open, not
+	// MaxConversationsPerPrincipal bounds the conversations a principal has open, not
 	// closed (default 100).
-	MaxOpenSessions int
+	MaxConversationsPerPrincipal int
 	// IdleEvict is how long a conversation stays in memory untouched
 	// before it is evicted: its provider session closes (reason evicted),
 	// its transcript and binding stay in the store, and a paused turn is
@@ -141,7 +141,7 @@ type Host struct {
 	key      string // the provider key
 	store    Store
 	auth     Authenticator
-	router   *Router
+	router   *EventSink
 	bus      *event.Bus
 	ownBus   bool
 	metrics  *metrics
@@ -231,7 +231,7 @@ func New(opt Options) (_ *Host, err error) {
 		byOwner:  make(map[tool.Identity]int),
 		shutDone: make(chan struct{}),
 	}
-	if err := h.takeBusAndRouter(&stack); err != nil {
+	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err
 	}
 	if h.lent, err = newLending(opt.HostTools, h.bus); err != nil {
@@ -248,7 +248,7 @@ func New(opt Options) (_ *Host, err error) {
 	if err := h.joinReplicas(&stack); err != nil {
 		return nil, err
 	}
-	if err := h.attachRouter(); err != nil {
+	if err := h.attachEventSink(); err != nil {
 		return nil, err
 	}
 	h.startJanitor()
@@ -283,13 +283,13 @@ func chooseProvider(opt Options) (*provider.Validated, error) {
 // withDefaults refuses negative bounds and fills in every zero option with
 // its default.
 func withDefaults(opt Options) (Options, error) {
-	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxOpenSessions < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
+	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxConversationsPerPrincipal < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
 		opt.CutGrace < 0 || opt.CloseTimeout < 0 || opt.CleanupRetry < 0 || opt.CleanupRetryMax < 0 {
 		return opt, errors.New("host: bounds in Options must not be negative; use 0 for the default")
 	}
 	orDefault(&opt.MaxTurns, DefaultMaxTurns)
 	orDefault(&opt.MaxTurnsPerPrincipal, DefaultMaxTurnsPerPrincipal)
-	orDefault(&opt.MaxOpenSessions, DefaultMaxOpenSessions)
+	orDefault(&opt.MaxConversationsPerPrincipal, DefaultMaxConversationsPerPrincipal)
 	orDefault(&opt.IdleEvict, DefaultIdleEvict)
 	orDefault(&opt.EvictEvery, DefaultEvictEvery)
 	orDefault(&opt.TurnTimeout, DefaultTurnTimeout)
@@ -323,32 +323,32 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
-// takeBusAndRouter gives the host its bus (the caller's, or one of its
+// takeBusAndEventSink gives the host its bus (the caller's, or one of its
 // own) and its router (the caller's, or a new one), whose ownership it
 // takes: one router serves one host. Each pushes its undo on stack.
-func (h *Host) takeBusAndRouter(stack *undo.Stack) error {
+func (h *Host) takeBusAndEventSink(stack *undo.Stack) error {
 	h.bus = h.opt.Bus
 	if h.bus == nil {
 		bus := event.NewBus(event.BusOptions{Now: h.opt.Now})
 		h.bus, h.ownBus = bus, true
 		stack.PushFunc(func() { _ = bus.Close(context.Background()) })
 	}
-	r := h.opt.Router
+	r := h.opt.EventSink
 	if r == nil {
-		r = NewRouter()
+		r = NewEventSink()
 	}
 	if r.owned.Swap(true) {
-		return errors.New("host: this Router already serves another host; make one Router per host")
+		return errors.New("host: this EventSink already serves another host; make one EventSink per host")
 	}
 	stack.PushFunc(func() { r.owned.Store(false) })
 	h.router = r
 	return nil
 }
 
-// attachRouter has the router hear the host's bus, unless the caller gave
+// attachEventSink has the router hear the host's bus, unless the caller gave
 // both (then the caller wires them).
-func (h *Host) attachRouter() error {
-	if h.opt.Router != nil && !h.ownBus {
+func (h *Host) attachEventSink() error {
+	if h.opt.EventSink != nil && !h.ownBus {
 		return nil
 	}
 	if err := h.bus.Add(h.router, h.router.Filter()); err != nil {
@@ -619,7 +619,7 @@ func (h *Host) evict(ctx context.Context, lc *liveConv) {
 	if closed {
 		n = 1
 	}
-	h.emit(event.TypeHostSessionEvicted, &event.HostSession{ToolSessionsClosed: n, Reason: string(toolsession.ReasonEvicted)}, lc.id, lc.owner)
+	h.emit(TypeConversationEvicted, &ConversationEvent{ToolSessionsClosed: n, Reason: string(toolsession.ReasonEvicted)}, lc.id, lc.owner)
 }
 
 // closeSession closes the conversation's provider session, if one is

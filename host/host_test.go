@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
@@ -132,12 +135,12 @@ func lifecycle(t *testing.T, f *fixture) {
 	if !strings.Contains(string(r.body), id) {
 		t.Fatalf("the owner's list lacks the session: %s", r.body)
 	}
-	if n := len(f.rec.ofType(event.TypeHostSessionOpened)); n != 1 {
+	if n := len(f.rec.ofType(host.TypeConversationOpened)); n != 1 {
 		t.Fatalf("%d session_opened events", n)
 	}
-	closedEv := f.rec.ofType(event.TypeHostSessionClosed)
+	closedEv := f.rec.ofType(host.TypeConversationClosed)
 	if len(closedEv) != 1 || closedEv[0].Meta.SessionID != id || closedEv[0].Meta.Principal != "alice" ||
-		closedEv[0].Payload.(*event.HostSession).ToolSessionsClosed != 1 {
+		closedEv[0].Payload.(*host.ConversationEvent).ToolSessionsClosed != 1 {
 		t.Fatalf("session_closed events: %+v", closedEv)
 	}
 }
@@ -434,7 +437,7 @@ func (f *fixture) hold(who, id string) *heldTurn {
 	}
 	go func() { h.done <- f.say(who, id, msg) }()
 	if f.kind == onFake {
-		f.rec.waitFor(f.t, event.TypeProviderTurnStart, func(e event.Event) bool { return e.Meta.SessionID == id }, 10*time.Second)
+		f.rec.waitFor(f.t, provider.TypeTurnStart, func(e event.Event) bool { return e.Meta.SessionID == id }, 10*time.Second)
 	} else {
 		<-f.gate.entered
 	}
@@ -463,7 +466,7 @@ func (h *heldTurn) cut(t *testing.T) {
 // whatever the provider.
 func TestAdmissionBounds(t *testing.T) {
 	eachProvider(t, func(t *testing.T, kind string) {
-		f := newFixture(t, config{kind: kind, real: true, opt: host.Options{MaxTurnsPerPrincipal: 1, MaxOpenSessions: 2}})
+		f := newFixture(t, config{kind: kind, real: true, opt: host.Options{MaxTurnsPerPrincipal: 1, MaxConversationsPerPrincipal: 2}})
 		a1, a2 := f.open("alice"), f.open("alice")
 		r := f.do("POST", "/v1/sessions", "alice", nil)
 		want(t, r, http.StatusTooManyRequests, "too_many_sessions")
@@ -480,7 +483,7 @@ func TestAdmissionBounds(t *testing.T) {
 		}
 		b := f.open("bob")
 		want(t, f.say("bob", b, "hello"), 200, "") // bob's turns are his own
-		refused := f.rec.ofType(event.TypeHostAdmissionRefused)
+		refused := f.rec.ofType(host.TypeAdmissionRefused)
 		if len(refused) != 2 || refused[0].Meta.Principal != "alice" {
 			t.Fatalf("admission events: %+v", refused)
 		}
@@ -537,13 +540,13 @@ func TestIdleEviction(t *testing.T) {
 		t.Fatalf("after eviction: %d open, %d opened, %d closed", open, opened, closed)
 	}
 	var reasons []string
-	for _, e := range f.rec.ofType(event.TypeSessionClosed) {
-		reasons = append(reasons, e.Payload.(*event.ToolSessionClosed).Reason)
+	for _, e := range f.rec.ofType(tool.TypeSessionClosed) {
+		reasons = append(reasons, e.Payload.(*tool.SessionClosed).Reason)
 	}
 	if !strings.Contains(strings.Join(reasons, " "), "evicted") {
 		t.Fatalf("close reasons %v lack evicted", reasons)
 	}
-	if ev := f.rec.ofType(event.TypeHostSessionEvicted); len(ev) != 2 {
+	if ev := f.rec.ofType(host.TypeConversationEvicted); len(ev) != 2 {
 		t.Fatalf("%d session_evicted events", len(ev))
 	}
 
@@ -575,8 +578,8 @@ func TestEvictionSweepRuns(t *testing.T) {
 	f := newFixture(t, config{opt: host.Options{IdleEvict: time.Nanosecond, EvictEvery: time.Millisecond}})
 	a := f.open("alice")
 	want(t, f.say("alice", a, `call files {"op":"write","name":"n","text":"v"}`), 200, "")
-	f.rec.waitFor(t, event.TypeSessionClosed, func(e event.Event) bool {
-		return e.Payload.(*event.ToolSessionClosed).Reason == "evicted"
+	f.rec.waitFor(t, tool.TypeSessionClosed, func(e event.Event) bool {
+		return e.Payload.(*tool.SessionClosed).Reason == "evicted"
 	}, 10*time.Second)
 	if open, _, _ := f.ws.stats(); open != 0 {
 		t.Fatalf("%d workspaces open after the sweep", open)

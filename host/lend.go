@@ -115,7 +115,7 @@ func (l *lending) invoke(ctx context.Context, t tool.Tool, owner tool.Identity, 
 		return provider.HostToolResult{}, out.Err
 	case out.Result.IsError:
 		text := clipText(out.Result.Content, provider.MaxHostToolErrorMessage)
-		return provider.HostToolResult{Error: &provider.HostToolError{Code: event.ClassToolError, Message: text}}, nil
+		return provider.HostToolResult{Error: &provider.HostToolError{Code: tool.ClassToolError, Message: text}}, nil
 	}
 	j, _ := json.Marshal(clipText(out.Result.Content, maxLentResult))
 	return provider.HostToolResult{Output: j}, nil

@@ -3,6 +3,8 @@ package host
 import (
 	"sync/atomic"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -81,22 +83,22 @@ func newMetrics(inMemory, cleanupsPending func() float64) *metrics {
 // failures, and tool panics.
 func (m *metrics) observe(e event.Event) {
 	switch e.Type {
-	case event.TypeSessionStarted:
+	case tool.TypeSessionStarted:
 		m.liveTools.Add(1)
 	}
 	switch e.Type {
-	case event.TypeSessionClosed:
+	case tool.TypeSessionClosed:
 		m.liveTools.Add(-1)
-		if p, ok := e.Payload.(*event.ToolSessionClosed); ok {
+		if p, ok := e.Payload.(*tool.SessionClosed); ok {
 			m.closes.WithLabelValues(p.Reason).Inc()
 		}
-	case event.TypeSessionCloseFailed:
+	case tool.TypeSessionCloseFailed:
 		m.liveTools.Add(-1)
-		if p, ok := e.Payload.(*event.ToolSessionClosed); ok {
+		if p, ok := e.Payload.(*tool.SessionClosed); ok {
 			m.closes.WithLabelValues(p.Reason).Inc()
 		}
 		m.failures.WithLabelValues("tool_session_close").Inc()
-	case event.TypeToolPanic:
+	case tool.TypePanic:
 		m.failures.WithLabelValues("tool_panic").Inc()
 	}
 }

@@ -93,7 +93,7 @@ func TestFakeProviderCutInterrupts(t *testing.T) {
 	id := f.open("alice")
 	done := make(chan resp, 1)
 	go func() { done <- f.say("alice", id, conformance.FakeHold) }()
-	f.rec.waitFor(t, event.TypeProviderTurnStart, func(e event.Event) bool { return e.Meta.SessionID == id }, 10*time.Second)
+	f.rec.waitFor(t, provider.TypeTurnStart, func(e event.Event) bool { return e.Meta.SessionID == id }, 10*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := f.h.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "cut") {
@@ -218,16 +218,16 @@ func TestCleanupFailureIsRetried(t *testing.T) {
 	if m := f.metrics(); !strings.Contains(m, "agentry_host_cleanups_pending 1") {
 		t.Fatalf("metrics while the retry runs lack the pending cleanup")
 	}
-	failed := f.rec.ofType(event.TypeHostCleanupFailed)
+	failed := f.rec.ofType(host.TypeCleanupFailed)
 	if len(failed) != 1 || failed[0].Meta.SessionID != id {
 		t.Fatalf("cleanup_failed events: %+v", failed)
 	}
-	p := failed[0].Payload.(*event.HostCleanup)
+	p := failed[0].Payload.(*host.CleanupEvent)
 	if p.Provider != conformance.FakeKey || p.Closing != "close" || p.Attempt != 1 || !p.Retrying || !strings.Contains(p.Error, "would not let go") {
 		t.Fatalf("cleanup_failed payload: %+v", p)
 	}
 	close(d.letGo)
-	f.rec.waitFor(t, event.TypeHostCleanupDone, func(e event.Event) bool { return e.Meta.SessionID == id }, 10*time.Second)
+	f.rec.waitFor(t, host.TypeCleanupDone, func(e event.Event) bool { return e.Meta.SessionID == id }, 10*time.Second)
 	if n := d.closes.Load(); n != 2 {
 		t.Fatalf("%d closes: want one failure and one retry", n)
 	}
@@ -257,7 +257,7 @@ func TestCleanupRetriedAtShutdown(t *testing.T) {
 	if n := d.closes.Load(); n != 2 {
 		t.Fatalf("%d closes: the shutdown did not retry", n)
 	}
-	if ev := f.rec.ofType(event.TypeHostCleanupDone); len(ev) != 1 {
+	if ev := f.rec.ofType(host.TypeCleanupDone); len(ev) != 1 {
 		t.Fatalf("cleanup_done events: %d", len(ev))
 	}
 }
@@ -323,8 +323,8 @@ func TestSessionInteractions(t *testing.T) {
 			}
 			got <- r
 		}()
-		f.rec.waitFor(t, event.TypeProviderInteraction, func(e event.Event) bool {
-			p, _ := e.Payload.(*event.ProviderInteraction)
+		f.rec.waitFor(t, provider.TypeInteraction, func(e event.Event) bool {
+			p, _ := e.Payload.(*provider.InteractionEvent)
 			return p != nil && p.InteractionID == iid
 		}, 10*time.Second)
 		return got

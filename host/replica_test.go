@@ -405,10 +405,10 @@ func TestReplicaTakeover(t *testing.T) {
 
 	// A comes back: its next renewal finds the lease gone, and it closes
 	// the copy it held.
-	closedBefore := len(a.rec.ofType(event.TypeSessionClosed))
+	closedBefore := len(a.rec.ofType(tool.TypeSessionClosed))
 	al.cut.Store(false)
-	a.rec.waitFor(t, event.TypeSessionClosed, func(event.Event) bool { return true }, 10*testLease)
-	if n := len(a.rec.ofType(event.TypeSessionClosed)); n != closedBefore+1 {
+	a.rec.waitFor(t, tool.TypeSessionClosed, func(event.Event) bool { return true }, 10*testLease)
+	if n := len(a.rec.ofType(tool.TypeSessionClosed)); n != closedBefore+1 {
 		t.Fatalf("A closed %d sessions after losing the lease", n-closedBefore)
 	}
 	if open, _, _ := a.ws.stats(); open != 0 {

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -134,7 +133,7 @@ func TestShutdownCutsTurns(t *testing.T) {
 	if err != nil || len(ts) != 1 || ts[0].Outcome != host.TurnCut || ts[0].Error == "" {
 		t.Fatalf("turn log after the cut: %+v, %v", ts, err)
 	}
-	if ev := f.rec.ofType(event.TypeHostTurnFailed); len(ev) != 1 || ev[0].Meta.SessionID != a {
+	if ev := f.rec.ofType(host.TypeTurnFailed); len(ev) != 1 || ev[0].Meta.SessionID != a {
 		t.Fatalf("turn_failed events: %+v", ev)
 	}
 	f.closed = true
@@ -256,13 +255,13 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 		}
 	}
 	// One router serves one host.
-	r := host.NewRouter()
-	h1, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, Router: r, EvictEvery: -1})
+	r := host.NewEventSink()
+	h1, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = h1
-	if _, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, Router: r, EvictEvery: -1}); err == nil {
+	if _, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1}); err == nil {
 		t.Fatal("a router shared by two hosts")
 	}
 }

@@ -100,7 +100,7 @@ func TestTurnTimeoutBoundsEveryTurn(t *testing.T) {
 		if open, opened, closed := ws.stats(); open != 0 || opened != 1 || closed != 1 {
 			t.Fatalf("workspaces after the timeout: %d open, %d opened, %d closed", open, opened, closed)
 		}
-		if ev := rec.ofType(event.TypeHostTurnFailed); len(ev) != 1 || ev[0].Meta.SessionID != id {
+		if ev := rec.ofType(host.TypeTurnFailed); len(ev) != 1 || ev[0].Meta.SessionID != id {
 			t.Fatalf("turn_failed events: %+v", ev)
 		}
 		// The conversation goes on, with the same bound.

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -259,7 +258,7 @@ func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
 func (h *Host) openError(lc *liveConv, err error) *apiError {
 	h.metrics.failures.WithLabelValues("open").Inc()
 	h.log.Warn("host: the provider refused to open a session", "session", lc.id, "provider", h.key, "code", string(provider.CodeOf(err)), "err", err)
-	h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: clipMessage("opening the provider session: " + err.Error())}, lc.id, lc.owner)
+	h.emit(TypeTurnFailed, &TurnFailedEvent{Error: clipMessage("opening the provider session: " + err.Error())}, lc.id, lc.owner)
 	what := "opening"
 	if lc.conv.Binding != "" {
 		what = "re-opening"
@@ -419,7 +418,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 			c.State, c.Pending = StateOpen, nil // the pause is spent: the turn went on and failed
 		}
 		h.metrics.failures.WithLabelValues("turn").Inc()
-		h.emit(event.TypeHostTurnFailed, &event.HostTurnFailed{Error: clipMessage(msg)}, lc.id, lc.owner)
+		h.emit(TypeTurnFailed, &TurnFailedEvent{Error: clipMessage(msg)}, lc.id, lc.owner)
 	}
 
 	switch {
@@ -441,7 +440,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 			"host: every live tool session is busy with work in flight and none came free in time; retry shortly")
 		out.Error.retryAfter = 5
 		h.metrics.refused.WithLabelValues("capacity").Inc()
-		h.emit(event.TypeHostAdmissionRefused, &event.AdmissionRefused{Limit: "capacity", RetryAfter: 5}, lc.id, lc.owner)
+		h.emit(TypeAdmissionRefused, &AdmissionRefused{Limit: "capacity", RetryAfter: 5}, lc.id, lc.owner)
 	case t.err != nil && t.kind == "decision" && provider.HasCode(t.err, provider.CodeRequestResolutionMismatch):
 		// The provider no longer holds the request (it could not bring
 		// the pause back after a restart or an eviction): the pause is
@@ -543,6 +542,6 @@ func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identi
 	delete(h.live, id)
 	h.mu.Unlock()
 	h.releaseLease(ctx, id)
-	h.emit(event.TypeHostSessionClosed, &event.HostSession{ToolSessionsClosed: n, Reason: string(toolsession.ReasonSessionEnd)}, id, o)
+	h.emit(TypeConversationClosed, &ConversationEvent{ToolSessionsClosed: n, Reason: string(toolsession.ReasonSessionEnd)}, id, o)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/mcpserve"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -114,7 +113,7 @@ func TestMoreConcurrentCallsThanTheBoundAreRefusedNamingItAndNoneIsRerun(t *test
 	rec.waitFor(t, wait, "three refusals", func() bool {
 		n := 0
 		for _, e := range rec.events {
-			if p, ok := e.Payload.(*event.ToolEnd); ok && p.ErrorClass == "capacity" {
+			if p, ok := e.Payload.(*tool.CallEnd); ok && p.ErrorClass == "capacity" {
 				n++
 			}
 		}
@@ -162,8 +161,8 @@ func TestEverySessionBusyIsAToolErrorNamingTheBound(t *testing.T) {
 	if starts, _ := r.counts(); starts != 2 {
 		t.Fatalf("%d starts; a refused call must start nothing", starts)
 	}
-	caps := rec.ofType(event.TypeSessionCapacity)
-	if len(caps) != 1 || caps[0].Payload.(*event.ToolSessionCapacity).Outcome != event.CapacityRefused {
+	caps := rec.ofType(tool.TypeSessionCapacity)
+	if len(caps) != 1 || caps[0].Payload.(*tool.SessionCapacity).Outcome != tool.CapacityRefused {
 		t.Fatalf("session_capacity events %+v; want one refusal", caps)
 	}
 	close(r.release)

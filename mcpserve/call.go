@@ -57,7 +57,7 @@ func (s *Server) serve(ctx context.Context, sv *served, args json.RawMessage, id
 		defer func() { <-s.calls }()
 	default:
 		// Refused before anything runs, so a client may simply retry.
-		req.Refused = &tool.Outcome{Class: event.ClassCapacity, Result: tool.Result{IsError: true, Content: fmt.Sprintf(
+		req.Refused = &tool.Outcome{Class: tool.ClassCapacity, Result: tool.Result{IsError: true, Content: fmt.Sprintf(
 			"tool %s was not called: this server already runs %d calls at once, "+
 				"its bound on concurrent calls (mcpserve Options.MaxCalls; agentry mcp --max-calls); nothing was run, so retry once a call has finished",
 			sv.spec.Name, s.opt.MaxCalls)}}

@@ -170,12 +170,12 @@ func TestWiderScopeRefusedByName(t *testing.T) {
 	if s.Tier() != nil {
 		t.Error("refused registrations built a tier")
 	}
-	ends := rec.ofType(event.TypeToolEnd)
+	ends := rec.ofType(tool.TypeCallEnd)
 	if len(ends) != 3 {
 		t.Fatalf("%d tool_end events, want 3", len(ends))
 	}
 	for _, e := range ends {
-		if p := e.Payload.(*event.ToolEnd); !p.IsError || p.ErrorClass != "declined" {
+		if p := e.Payload.(*tool.CallEnd); !p.IsError || p.ErrorClass != "declined" {
 			t.Errorf("tool_end %+v, want an error of class declined", p)
 		}
 	}
@@ -215,11 +215,11 @@ func TestCallCleanupFiresOnceWhenTheCallSettles(t *testing.T) {
 			if reps[0].RunID != "" || reps[0].SessionID != "" {
 				t.Errorf("report carries run %q session %q", reps[0].RunID, reps[0].SessionID)
 			}
-			started, closed := rec.ofType(event.TypeSessionStarted), rec.ofType(event.TypeSessionClosed)
+			started, closed := rec.ofType(tool.TypeSessionStarted), rec.ofType(tool.TypeSessionClosed)
 			if len(started) != 1 || len(closed) != 1 {
 				t.Fatalf("%d started, %d closed events, want 1 and 1", len(started), len(closed))
 			}
-			sp, cp := started[0].Payload.(*event.ToolSession), closed[0].Payload.(*event.ToolSessionClosed)
+			sp, cp := started[0].Payload.(*tool.SessionOpened), closed[0].Payload.(*tool.SessionClosed)
 			if sp.KeyHash == "" || sp.KeyHash != cp.KeyHash || cp.Reason != "call-end" || sp.RunnerID != "test-runner" {
 				t.Errorf("started %+v closed %+v", sp, cp)
 			}
@@ -283,7 +283,7 @@ func TestRegisteringTwiceInOneCallKeepsOneSession(t *testing.T) {
 	if n := st.closes.Load(); n != 1 {
 		t.Errorf("cleanup ran %d times, want 1", n)
 	}
-	if n := len(rec.ofType(event.TypeSessionReused)); n != 1 {
+	if n := len(rec.ofType(tool.TypeSessionReused)); n != 1 {
 		t.Errorf("%d session_reused events, want 1", n)
 	}
 }
@@ -311,8 +311,8 @@ func TestSessionsOfDifferentCallsNeverMix(t *testing.T) {
 		t.Errorf("%d cleanups ran for %d calls", got, n)
 	}
 	hashes := map[string]bool{}
-	for _, e := range rec.ofType(event.TypeSessionStarted) {
-		p := e.Payload.(*event.ToolSession)
+	for _, e := range rec.ofType(tool.TypeSessionStarted) {
+		p := e.Payload.(*tool.SessionOpened)
 		if hashes[p.KeyHash] || p.Calls != 1 {
 			t.Errorf("session %s shared between calls (calls=%d)", p.KeyHash, p.Calls)
 		}
@@ -344,11 +344,11 @@ func TestFailingCleanupIsReported(t *testing.T) {
 	if te.Report.Tool != "session" || te.Report.Reason != toolsession.ReasonCallEnd {
 		t.Errorf("teardown error report %+v", te.Report)
 	}
-	failed := rec.ofType(event.TypeSessionCloseFailed)
+	failed := rec.ofType(tool.TypeSessionCloseFailed)
 	if len(failed) != 1 {
 		t.Fatalf("%d close_failed events, want 1", len(failed))
 	}
-	if p := failed[0].Payload.(*event.ToolSessionClosed); p.ErrorClass != "error" || !strings.Contains(p.Error, "500") {
+	if p := failed[0].Payload.(*tool.SessionClosed); p.ErrorClass != "error" || !strings.Contains(p.Error, "500") {
 		t.Errorf("close_failed payload %+v", p)
 	}
 }
@@ -389,8 +389,8 @@ func TestBadArgumentsNameTheField(t *testing.T) {
 	if res := call(t, cs, "read", map[string]any{"path": "ok"}); res.IsError || text(t, res) != "ok" {
 		t.Errorf("good arguments: %+v", res)
 	}
-	for _, e := range rec.ofType(event.TypeToolEnd)[:5] {
-		if p := e.Payload.(*event.ToolEnd); p.ErrorClass != "invalid_arguments" {
+	for _, e := range rec.ofType(tool.TypeCallEnd)[:5] {
+		if p := e.Payload.(*tool.CallEnd); p.ErrorClass != "invalid_arguments" {
 			t.Errorf("tool_end class %q, want invalid_arguments", p.ErrorClass)
 		}
 	}
@@ -422,7 +422,7 @@ func TestPanicBecomesAnErrorResult(t *testing.T) {
 	if len(errs) != 1 || !errors.As(errs[0], &pe) || pe.Value != secret || len(pe.Stack) == 0 {
 		t.Fatalf("OnError got %v, want one *PanicError with the value and stack", errs)
 	}
-	if n := len(rec.ofType(event.TypeToolPanic)); n != 1 {
+	if n := len(rec.ofType(tool.TypePanic)); n != 1 {
 		t.Errorf("%d tool_panic events", n)
 	}
 	// The session survives.
@@ -473,7 +473,7 @@ func TestEventsGoToTheSink(t *testing.T) {
 	types := sink.types()
 	// As in the agent loop (tool.Invoke for every door): the call's
 	// call-scoped session closes before the call's end is told.
-	want := []event.Type{event.TypeToolStart, event.TypeSessionStarted, event.TypeSessionClosed, event.TypeToolEnd}
+	want := []event.Type{tool.TypeCallStart, tool.TypeSessionStarted, tool.TypeSessionClosed, tool.TypeCallEnd}
 	if !slices.Equal(types, want) {
 		t.Errorf("sink saw %v, want %v", types, want)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/mcpserve"
 	"github.com/agentry-dev/agentry/tool"
@@ -66,7 +65,7 @@ func TestHTTPIdentityOnlyWhenProved(t *testing.T) {
 	}
 	// Events name the proved principal, and nobody for the anonymous call.
 	byPrincipal := map[string]int{}
-	for _, e := range rec.ofType(event.TypeToolStart) {
+	for _, e := range rec.ofType(tool.TypeCallStart) {
 		if e.Meta.Principal != "" && e.Meta.Tenant != "acme" {
 			t.Errorf("tool_start meta %+v", e.Meta)
 		}
@@ -77,7 +76,7 @@ func TestHTTPIdentityOnlyWhenProved(t *testing.T) {
 	}
 	// So do the sessions a proved user's calls open.
 	sessions := map[string]int{}
-	for _, e := range rec.ofType(event.TypeSessionStarted) {
+	for _, e := range rec.ofType(tool.TypeSessionStarted) {
 		if e.Meta.Tenant != "acme" {
 			t.Errorf("session_started meta %+v, want the caller's tenant", e.Meta)
 		}

@@ -53,8 +53,8 @@ func TestHangingCleanupIsReportedAsATimeout(t *testing.T) {
 			t.Errorf("errors.Is(%v, DeadlineExceeded) is false", errs[0])
 		}
 		asTeardown(t, errs[0])
-		failed := rec.ofType(event.TypeSessionCloseFailed)
-		if len(failed) != 1 || failed[0].Payload.(*event.ToolSessionClosed).ErrorClass != "timeout" {
+		failed := rec.ofType(tool.TypeSessionCloseFailed)
+		if len(failed) != 1 || failed[0].Payload.(*tool.SessionClosed).ErrorClass != "timeout" {
 			t.Errorf("close_failed events %+v, want one of class timeout", failed)
 		}
 		close(release)
@@ -77,8 +77,8 @@ func TestPanickingCleanupIsReported(t *testing.T) {
 	if len(errs) != 1 || !errors.As(errs[0], &pe) {
 		t.Fatalf("OnError got %v, want a teardown panic", errs)
 	}
-	failed := rec.ofType(event.TypeSessionCloseFailed)
-	if len(failed) != 1 || failed[0].Payload.(*event.ToolSessionClosed).ErrorClass != "panic" {
+	failed := rec.ofType(tool.TypeSessionCloseFailed)
+	if len(failed) != 1 || failed[0].Payload.(*tool.SessionClosed).ErrorClass != "panic" {
 		t.Errorf("close_failed events %+v", failed)
 	}
 }
@@ -97,7 +97,7 @@ func TestFailuresAreLoggedWithoutAnErrorHook(t *testing.T) {
 	s := newServer(t, []tool.Tool{st.tool()}, mcpserve.Options{
 		// A hook that panics must not take the door down either.
 		OnEvent: func(e event.Event) {
-			if e.Type == event.TypeSessionCloseFailed {
+			if e.Type == tool.TypeSessionCloseFailed {
 				got.Add(1)
 				panic("a broken hook")
 			}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 )
 
@@ -147,10 +149,10 @@ func TestTypeScriptClient(t *testing.T) {
 			t.Fatalf("event line %q: %v", sc.Text(), err)
 		}
 		switch p := e.Payload.(type) {
-		case *event.ToolSession:
+		case *tool.SessionOpened:
 			started = append(started, p.KeyHash)
-		case *event.ToolSessionClosed:
-			if e.Type != event.TypeSessionClosed || p.Reason != "call-end" {
+		case *tool.SessionClosed:
+			if e.Type != tool.TypeSessionClosed || p.Reason != "call-end" {
 				t.Errorf("close event %s %+v", e.Type, p)
 			}
 			closed = append(closed, p.KeyHash)

@@ -261,7 +261,7 @@ func (f interactionFacade) Interact(ctx context.Context, sessionID string, in In
 	defer unhook()
 
 	call := Interaction{ID: in.ID, Kind: in.Kind, Message: in.Message, Options: slices.Clone(in.Options)}
-	o.emit(event.TypeProviderInteraction, call, "", 0)
+	o.emit(TypeInteraction, call, "", 0)
 	start := time.Now()
 	var reply InteractionReply
 	err := safely("the host's Interact", func() error {
@@ -271,25 +271,25 @@ func (f interactionFacade) Interact(ctx context.Context, sessionID string, in In
 	})
 	took := time.Since(start)
 	if err != nil {
-		o.emit(event.TypeProviderInteractionEnd, call, "failed", took)
+		o.emit(TypeInteractionEnd, call, "failed", took)
 		if ictx.Err() != nil && context.Cause(ictx) == errInteractionsEnded {
 			return refuse(CodeInvalidSessionInteraction, errInteractionsEnded, "the session closed while the interaction waited")
 		}
 		return InteractionReply{}, err
 	}
 	if in.Kind == InteractionNotice {
-		o.emit(event.TypeProviderInteractionEnd, call, "acknowledged", took)
+		o.emit(TypeInteractionEnd, call, "acknowledged", took)
 		return InteractionReply{}, nil
 	}
 	if reply.Declined {
-		o.emit(event.TypeProviderInteractionEnd, call, "declined", took)
+		o.emit(TypeInteractionEnd, call, "declined", took)
 		return InteractionReply{Declined: true}, nil
 	}
 	if err := CheckInteractionReply(call, reply); err != nil {
-		o.emit(event.TypeProviderInteractionEnd, call, "failed", took)
+		o.emit(TypeInteractionEnd, call, "failed", took)
 		return refuse(CodeInvalidSessionInteraction, err, "the host's reply is unusable")
 	}
-	o.emit(event.TypeProviderInteractionEnd, call, "answered", took)
+	o.emit(TypeInteractionEnd, call, "answered", took)
 	return InteractionReply{Answer: reply.Answer}, nil
 }
 
@@ -297,7 +297,7 @@ func (o *interactionOwner) emit(typ event.Type, in Interaction, outcome string, 
 	if !o.v.emitting() {
 		return
 	}
-	p := &event.ProviderInteraction{Provider: o.v.caps.ProviderKey, InteractionID: in.ID, Kind: string(in.Kind),
+	p := &InteractionEvent{Provider: o.v.caps.ProviderKey, InteractionID: in.ID, Kind: string(in.Kind),
 		MessageBytes: len(in.Message), Options: len(in.Options), Outcome: outcome}
 	if outcome != "" {
 		p.DurationMs = event.Ms(took)

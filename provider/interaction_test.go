@@ -131,7 +131,7 @@ func TestInteractionsReachTheHost(t *testing.T) {
 		if strings.Contains(string(b), "branch") || strings.Contains(string(b), "Tests pass") || strings.Contains(string(b), "main") {
 			t.Fatalf("an event quotes the interaction: %s", b)
 		}
-		if pi, ok := e.Payload.(*event.ProviderInteraction); ok && e.Type == event.TypeProviderInteractionEnd {
+		if pi, ok := e.Payload.(*provider.InteractionEvent); ok && e.Type == provider.TypeInteractionEnd {
 			outcomes = append(outcomes, pi.Outcome)
 			if e.Meta.SessionID != "s1" || pi.MessageBytes == 0 {
 				t.Fatalf("interaction event %+v %+v", e.Meta, pi)

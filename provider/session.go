@@ -111,7 +111,7 @@ func (v *Validated) adopt(ctx context.Context, o opening, cand Session, l *lease
 		return nil, v.reject(ctx, cand, l, bad)
 	}
 	if v.emitting() {
-		v.emit(s.id, event.TypeProviderSessionOpened, &event.ProviderSession{Provider: key, Instance: v.opt.instance, Mode: o.mode})
+		v.emit(s.id, TypeSessionOpened, &SessionEvent{Provider: key, Instance: v.opt.instance, Mode: o.mode})
 	}
 	return s, nil
 }
@@ -245,7 +245,7 @@ func (s *ValidatedSession) quarantine(cause error) {
 		if code == "" {
 			code = CodeSessionUnusable
 		}
-		s.v.emit(s.id, event.TypeProviderQuarantined, &event.ProviderProblem{Provider: s.v.caps.ProviderKey, Code: string(code), Error: cause.Error()})
+		s.v.emit(s.id, TypeQuarantined, &Problem{Provider: s.v.caps.ProviderKey, Code: string(code), Error: cause.Error()})
 	}
 }
 
@@ -469,7 +469,7 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 		s.phase, s.turnID, s.pending = idle, "", nil
 		s.mu.Unlock()
 		if s.v.emitting() {
-			s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(st.held.Outcome), DurationMs: event.Ms(time.Since(start))})
+			s.v.emit(s.id, TypeTurnEnd, &TurnEvent{Provider: key, TurnID: turnID, Outcome: string(st.held.Outcome), DurationMs: event.Ms(time.Since(start))})
 		}
 		yield(st.held, nil)
 	default:
@@ -477,7 +477,7 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 		s.phase, s.pending = waiting, st.held.Request
 		s.mu.Unlock()
 		if s.v.emitting() {
-			s.v.emit(s.id, event.TypeProviderRequest, &event.ProviderRequest{Provider: key, TurnID: turnID, RequestID: st.held.Request.ID, Kind: string(st.held.Request.Kind)})
+			s.v.emit(s.id, TypeRequest, &RequestEvent{Provider: key, TurnID: turnID, RequestID: st.held.Request.ID, Kind: string(st.held.Request.Kind)})
 		}
 		yield(st.held, nil)
 	}
@@ -506,7 +506,7 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 			s.mu.Unlock()
 		}
 		if s.v.emitting() {
-			s.v.emit(s.id, event.TypeProviderTurnStart, &event.ProviderTurn{Provider: key, TurnID: turnID})
+			s.v.emit(s.id, TypeTurnStart, &TurnEvent{Provider: key, TurnID: turnID})
 		}
 		return nil
 	case OutputText, OutputActivity, OutputRequest, OutputTurnCompleted:
@@ -610,7 +610,7 @@ func (s *ValidatedSession) Interrupt(ctx context.Context, turnID string) error {
 		return oe
 	}
 	if ours {
-		s.v.emit(s.id, event.TypeProviderTurnEnd, &event.ProviderTurn{Provider: key, TurnID: turnID, Outcome: string(OutcomeInterrupted), DurationMs: event.Ms(took)})
+		s.v.emit(s.id, TypeTurnEnd, &TurnEvent{Provider: key, TurnID: turnID, Outcome: string(OutcomeInterrupted), DurationMs: event.Ms(took)})
 	}
 	return nil
 }
@@ -738,7 +738,7 @@ func (s *ValidatedSession) doClose(ctx context.Context) error {
 	s.closing, s.closed = false, true
 	s.mu.Unlock()
 	if s.v.emitting() {
-		s.v.emit(s.id, event.TypeProviderSessionClosed, &event.ProviderSession{Provider: key, Instance: s.v.opt.instance, Reason: string(reason)})
+		s.v.emit(s.id, TypeSessionClosed, &SessionEvent{Provider: key, Instance: s.v.opt.instance, Reason: string(reason)})
 	}
 	return nil
 }
@@ -759,7 +759,7 @@ func (v *Validated) emit(sessionID string, typ event.Type, payload any) {
 }
 
 func (v *Validated) emitProblem(sessionID string, code Code, err error) {
-	v.emit(sessionID, event.TypeProviderCleanupFailed, &event.ProviderProblem{Provider: v.caps.ProviderKey, Code: string(code), Error: err.Error()})
+	v.emit(sessionID, TypeCleanupFailed, &Problem{Provider: v.caps.ProviderKey, Code: string(code), Error: err.Error()})
 }
 
 // idSet is the set of ids a session has used. Most sessions use a few, so

@@ -547,7 +547,7 @@ func TestFailedCloseQuarantinesAndRetries(t *testing.T) {
 	rec := &recorder{}
 	s := open(t, p.validated(t, provider.WithEvents(func(e event.Event) { rec.add(string(e.Type)) })), "s")
 	err := s.Close(ctx, "")
-	if !slices.Contains(rec.types(), string(event.TypeProviderCleanupFailed)) {
+	if !slices.Contains(rec.types(), string(provider.TypeCleanupFailed)) {
 		t.Fatalf("no cleanup_failed event: %v", rec.types())
 	}
 	var ce *provider.CleanupError

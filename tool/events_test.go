@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/code"
+
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -18,12 +20,12 @@ func TestSessionEvent(t *testing.T) {
 	o := toolsession.Origin{Tool: "run_code", ToolCallID: "c", RunID: "r", SessionID: "s"}
 	opt := toolsession.Options{Key: "secret-key", RunnerID: "local", Label: "python"}
 	e := tool.SessionEvent(o, opt, toolsession.Outcome{KeyHash: "abc", Calls: 1})
-	p := e.Payload.(*event.ToolSession)
-	if e.Type != event.TypeSessionStarted || e.Meta.RunID != "r" || e.Meta.SessionID != "s" ||
-		*p != (event.ToolSession{Tool: "run_code", Scope: "run", KeyHash: "abc", RunnerID: "local", Label: "python", Calls: 1}) {
+	p := e.Payload.(*tool.SessionOpened)
+	if e.Type != tool.TypeSessionStarted || e.Meta.RunID != "r" || e.Meta.SessionID != "s" ||
+		*p != (tool.SessionOpened{Tool: "run_code", Scope: "run", KeyHash: "abc", RunnerID: "local", Label: "python", Calls: 1}) {
 		t.Fatalf("event = %+v %+v", e, p)
 	}
-	if e := tool.SessionEvent(o, opt, toolsession.Outcome{Reused: true, Calls: 2}); e.Type != event.TypeSessionReused {
+	if e := tool.SessionEvent(o, opt, toolsession.Outcome{Reused: true, Calls: 2}); e.Type != tool.TypeSessionReused {
 		t.Fatalf("reuse type = %s", e.Type)
 	}
 	if strings.Contains(fmt.Sprintf("%+v", *p), "secret-key") {
@@ -35,8 +37,8 @@ func TestCloseEvent(t *testing.T) {
 	t.Parallel()
 	ok := tool.CloseEvent(toolsession.Report{Tool: "t", Scope: toolsession.ScopeSession, KeyHash: "h", Reason: toolsession.ReasonIdle,
 		RunID: "r-origin", SessionID: "s", Tenant: "acme", Principal: "bob", Held: 2 * time.Second, Took: 3 * time.Millisecond})
-	p := ok.Payload.(*event.ToolSessionClosed)
-	if ok.Type != event.TypeSessionClosed || ok.Meta.RunID != "r-origin" || ok.Meta.Tenant != "acme" || ok.Meta.Principal != "bob" || p.HeldMs != 2000 || p.TookMs != 3 || p.Reason != "idle" || p.Error != "" {
+	p := ok.Payload.(*tool.SessionClosed)
+	if ok.Type != tool.TypeSessionClosed || ok.Meta.RunID != "r-origin" || ok.Meta.Tenant != "acme" || ok.Meta.Principal != "bob" || p.HeldMs != 2000 || p.TookMs != 3 || p.Reason != "idle" || p.Error != "" {
 		t.Fatalf("closed event = %+v %+v", ok, p)
 	}
 	cases := map[string]error{
@@ -47,8 +49,8 @@ func TestCloseEvent(t *testing.T) {
 	}
 	for class, err := range cases {
 		e := tool.CloseEvent(toolsession.Report{Failed: true, Tool: "t", Err: err})
-		p := e.Payload.(*event.ToolSessionClosed)
-		if e.Type != event.TypeSessionCloseFailed || p.ErrorClass != class || p.Error != err.Error() {
+		p := e.Payload.(*tool.SessionClosed)
+		if e.Type != tool.TypeSessionCloseFailed || p.ErrorClass != class || p.Error != err.Error() {
 			t.Errorf("%s: %+v %+v", class, e, p)
 		}
 	}
@@ -62,10 +64,10 @@ func TestCallEmitStampsTheDoorsMeta(t *testing.T) {
 	var got []event.Event
 	id := &tool.Identity{Tenant: "acme", Principal: "bob"}
 	c := tool.NewCall("run_code", "c1", "run-1", "s-1", id, nil, nil)
-	c.Emit(event.Event{Type: event.TypeCodeRun}) // no door stream: nothing happens, nothing panics
+	c.Emit(event.Event{Type: code.TypeRun}) // no door stream: nothing happens, nothing panics
 	c.WithEvents(func(e event.Event) { got = append(got, e) })
-	c.Emit(event.Event{Type: event.TypeCodeRun})
-	c.Emit(event.Event{Type: event.TypeCodeRun, Meta: event.Meta{RunID: "given", Tenant: "t2"}})
+	c.Emit(event.Event{Type: code.TypeRun})
+	c.Emit(event.Event{Type: code.TypeRun, Meta: event.Meta{RunID: "given", Tenant: "t2"}})
 	if len(got) != 2 {
 		t.Fatalf("got %d events, want 2", len(got))
 	}
@@ -76,7 +78,7 @@ func TestCallEmitStampsTheDoorsMeta(t *testing.T) {
 		t.Fatalf("a tool's own meta was overwritten: %+v", m)
 	}
 	var anon []event.Event
-	tool.NewCall("x", "c", "", "", nil, nil, nil).WithEvents(func(e event.Event) { anon = append(anon, e) }).Emit(event.Event{Type: event.TypeCodeRun})
+	tool.NewCall("x", "c", "", "", nil, nil, nil).WithEvents(func(e event.Event) { anon = append(anon, e) }).Emit(event.Event{Type: code.TypeRun})
 	if m := anon[0].Meta; m.Tenant != "" || m.Principal != "" || m.RunID != "" {
 		t.Fatalf("identity or run invented: %+v", m)
 	}
@@ -87,9 +89,9 @@ func TestCapacityEvent(t *testing.T) {
 	o := toolsession.Origin{Tool: "run_code", RunID: "r", Tenant: "acme", Principal: "bob"}
 	opt := toolsession.Options{Scope: toolsession.ScopeSession, Key: "t=acme/p=bob/s=secret"}
 	e, ok := tool.CapacityEvent(o, opt, nil, fmt.Errorf("wrapped: %w", &toolsession.CapacityError{Tool: "run_code", MaxLive: 2, Waited: 3 * time.Second}))
-	p, _ := e.Payload.(*event.ToolSessionCapacity)
-	if !ok || e.Type != event.TypeSessionCapacity || p == nil || e.Meta.RunID != "r" || e.Meta.Principal != "bob" ||
-		*p != (event.ToolSessionCapacity{Tool: "run_code", Scope: "session", KeyHash: toolsession.HashKey(opt.Key), MaxLive: 2, WaitedMs: 3000, Outcome: event.CapacityRefused}) {
+	p, _ := e.Payload.(*tool.SessionCapacity)
+	if !ok || e.Type != tool.TypeSessionCapacity || p == nil || e.Meta.RunID != "r" || e.Meta.Principal != "bob" ||
+		*p != (tool.SessionCapacity{Tool: "run_code", Scope: "session", KeyHash: toolsession.HashKey(opt.Key), MaxLive: 2, WaitedMs: 3000, Outcome: tool.CapacityRefused}) {
 		t.Fatalf("refusal event = %v %+v %+v", ok, e, p)
 	}
 	if strings.Contains(fmt.Sprintf("%+v", *p), "secret") {

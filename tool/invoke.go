@@ -106,13 +106,13 @@ func Invoke(ctx context.Context, d *Door, r Request) Outcome {
 	if now == nil {
 		now = time.Now
 	}
-	if d.hears(event.TypeToolStart) {
-		d.Report(event.Event{Type: event.TypeToolStart, Meta: d.Meta,
-			Payload: &event.ToolStart{Tool: r.Name, ToolCallID: r.ToolCallID, Iteration: r.Iteration}})
+	if d.hears(TypeCallStart) {
+		d.Report(event.Event{Type: TypeCallStart, Meta: d.Meta,
+			Payload: &CallStart{Tool: r.Name, ToolCallID: r.ToolCallID, Iteration: r.Iteration}})
 	}
 	var out Outcome
 	var took time.Duration
-	told := d.hears(event.TypeToolEnd) // the clock is read only for someone
+	told := d.hears(TypeCallEnd) // the clock is read only for someone
 	if r.Refused != nil {
 		out = *r.Refused
 	} else {
@@ -132,7 +132,7 @@ func Invoke(ctx context.Context, d *Door, r Request) Outcome {
 		d.Settle(r.ToolCallID)
 	}
 	if told {
-		d.Report(event.Event{Type: event.TypeToolEnd, Meta: d.Meta, Payload: &event.ToolEnd{Tool: r.Name, ToolCallID: r.ToolCallID,
+		d.Report(event.Event{Type: TypeCallEnd, Meta: d.Meta, Payload: &CallEnd{Tool: r.Name, ToolCallID: r.ToolCallID,
 			DurationMs: event.Ms(took), IsError: out.Result.IsError, ErrorClass: out.Class}})
 	}
 	return out
@@ -145,12 +145,12 @@ func (d *Door) hears(t event.Type) bool {
 // call validates and runs the tool, and sorts what came back.
 func (d *Door) call(ctx context.Context, r Request) Outcome {
 	if r.Tool == nil {
-		return failed(fmt.Sprintf("There is no tool named %q here.", r.Name), event.ClassUnknownTool, nil)
+		return failed(fmt.Sprintf("There is no tool named %q here.", r.Name), ClassUnknownTool, nil)
 	}
 	args := normalise(r.Args)
 	if r.Valid != nil {
 		if err := r.Valid.Validate(args); err != nil {
-			return failed(err.Error(), event.ClassInvalidArguments, err)
+			return failed(err.Error(), ClassInvalidArguments, err)
 		}
 	}
 	if r.Approval != nil {
@@ -161,7 +161,7 @@ func (d *Door) call(ctx context.Context, r Request) Outcome {
 	res, err := d.run(ctx, r.Tool, c, args)
 	switch {
 	case err == nil && res.IsError:
-		return Outcome{Result: res, Class: event.ClassToolError}
+		return Outcome{Result: res, Class: ClassToolError}
 	case err == nil:
 		return Outcome{Result: res}
 	}
@@ -175,20 +175,20 @@ func (d *Door) failure(name string, err error) Outcome {
 	switch {
 	case errors.As(err, &pe):
 		return failed(fmt.Sprintf("The tool %s failed unexpectedly: it panicked. The call was stopped and the panic reported; its details are not shown here.", name),
-			event.ClassPanic, err)
+			ClassPanic, err)
 	case errors.As(err, &ask) && d.Asks:
 		return Outcome{Asked: ask.Question, Err: err}
 	case errors.As(err, &ask):
 		return failed(fmt.Sprintf("The tool %s asks a person before it goes on (%q), and nobody can be asked here; the call did not complete.", name, ask.Question),
-			event.ClassDeclined, err)
+			ClassDeclined, err)
 	case errors.Is(err, toolsession.ErrCapacity):
-		return failed(fmt.Sprintf("The tool %s could not open a session: %v", name, err), event.ClassCapacity, err)
+		return failed(fmt.Sprintf("The tool %s could not open a session: %v", name, err), ClassCapacity, err)
 	case IsArgumentError(err):
-		return failed(err.Error(), event.ClassInvalidArguments, err)
+		return failed(err.Error(), ClassInvalidArguments, err)
 	case isScopeRefusal(err):
-		return failed(fmt.Sprintf("The tool %s asked for what this door cannot give: %v", name, err), event.ClassDeclined, err)
+		return failed(fmt.Sprintf("The tool %s asked for what this door cannot give: %v", name, err), ClassDeclined, err)
 	}
-	return failed(fmt.Sprintf("The tool %s failed: %v", name, err), event.ClassToolError, err)
+	return failed(fmt.Sprintf("The tool %s failed: %v", name, err), ClassToolError, err)
 }
 
 // run calls the tool, turning a panic into a *toolsession.PanicError and
@@ -200,9 +200,9 @@ func (d *Door) run(ctx context.Context, t Tool, c *Call, args json.RawMessage) (
 			return
 		}
 		err = &toolsession.PanicError{Tool: c.Tool, ToolCallID: c.ToolCallID, Value: v, Stack: debug.Stack()}
-		if d.hears(event.TypeToolPanic) {
-			d.Report(event.Event{Type: event.TypeToolPanic, Meta: d.Meta,
-				Payload: &event.ToolPanic{Tool: c.Tool, ToolCallID: c.ToolCallID, Panic: clip(fmt.Sprint(v), 500)}})
+		if d.hears(TypePanic) {
+			d.Report(event.Event{Type: TypePanic, Meta: d.Meta,
+				Payload: &Panicked{Tool: c.Tool, ToolCallID: c.ToolCallID, Panic: clip(fmt.Sprint(v), 500)}})
 		}
 	}()
 	return t.Call(ctx, c, args)

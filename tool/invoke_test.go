@@ -49,11 +49,11 @@ func (d *door) types() []event.Type {
 	return ts
 }
 
-func (d *door) end() *event.ToolEnd {
+func (d *door) end() *tool.CallEnd {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, e := range d.events {
-		if p, ok := e.Payload.(*event.ToolEnd); ok {
+		if p, ok := e.Payload.(*tool.CallEnd); ok {
 			return p
 		}
 	}
@@ -91,19 +91,19 @@ func TestInvokeSortsEveryOutcome(t *testing.T) {
 	}{
 		{name: "ok", args: `{}`, fn: result(tool.Result{Content: "fine"}, nil), says: "fine"},
 		{name: "error result", args: `{}`, fn: result(tool.Result{Content: "no such file", IsError: true}, nil),
-			class: event.ClassToolError, says: "no such file", isError: true},
+			class: tool.ClassToolError, says: "no such file", isError: true},
 		{name: "error", args: `{}`, fn: result(tool.Result{}, errors.New("the disk is full")),
-			class: event.ClassToolError, says: "The tool t failed: the disk is full", isError: true},
+			class: tool.ClassToolError, says: "The tool t failed: the disk is full", isError: true},
 		{name: "invalid arguments", args: `{"n":"x"}`, fn: result(tool.Result{Content: "ran"}, nil),
-			class: event.ClassInvalidArguments, says: `field "n"`, isError: true},
+			class: tool.ClassInvalidArguments, says: `field "n"`, isError: true},
 		{name: "argument error from the tool", args: `{}`, fn: result(tool.Result{}, &tool.ArgumentError{Tool: "t", Problem: "bad"}),
-			class: event.ClassInvalidArguments, says: "bad", isError: true},
+			class: tool.ClassInvalidArguments, says: "bad", isError: true},
 		{name: "capacity", args: `{}`, fn: result(tool.Result{}, &toolsession.CapacityError{Tool: "t", MaxLive: 1}),
-			class: event.ClassCapacity, says: "could not open a session", isError: true},
+			class: tool.ClassCapacity, says: "could not open a session", isError: true},
 		{name: "scope refused", args: `{}`, fn: result(tool.Result{}, &tool.ScopeError{Tool: "t", Scope: toolsession.ScopeRun}),
-			class: event.ClassDeclined, says: "cannot give", isError: true},
+			class: tool.ClassDeclined, says: "cannot give", isError: true},
 		{name: "panic", args: `{}`, fn: func(context.Context, *tool.Call, json.RawMessage) (tool.Result, error) { panic("secret value") },
-			class: event.ClassPanic, says: "panicked", isError: true},
+			class: tool.ClassPanic, says: "panicked", isError: true},
 		{name: "null arguments", args: `null`, fn: result(tool.Result{Content: "fine"}, nil), says: "fine"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,11 +148,11 @@ func TestInvokeRecoversAPanic(t *testing.T) {
 	if !strings.Contains(pe.Error(), "panicked in call r1:c1") {
 		t.Fatalf("error text %q", pe.Error())
 	}
-	want := []event.Type{event.TypeToolStart, event.TypeToolPanic, event.TypeToolEnd}
+	want := []event.Type{tool.TypeCallStart, tool.TypePanic, tool.TypeCallEnd}
 	if got := d.types(); !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
-	if e := d.events[1]; e.Meta.RunID != "r1" || e.Payload.(*event.ToolPanic).Panic != "index out of range" {
+	if e := d.events[1]; e.Meta.RunID != "r1" || e.Payload.(*tool.Panicked).Panic != "index out of range" {
 		t.Fatalf("tool_panic %+v %+v", e.Meta, e.Payload)
 	}
 }
@@ -181,7 +181,7 @@ func TestInvokeCheckIn(t *testing.T) {
 	d2 := &door{}
 	out = tool.Invoke(context.Background(), d2.of(false), request(asker, `{}`))
 	var ask *tool.CheckInRequest
-	if out.Class != event.ClassDeclined || !out.Result.IsError || !strings.Contains(out.Result.Content, "drop the table?") ||
+	if out.Class != tool.ClassDeclined || !out.Result.IsError || !strings.Contains(out.Result.Content, "drop the table?") ||
 		!errors.As(out.Err, &ask) || len(d2.settled) != 1 {
 		t.Fatalf("door that cannot ask: %+v, settled %v", out, d2.settled)
 	}
@@ -198,15 +198,15 @@ func TestInvokeRefusedAndUnknown(t *testing.T) {
 	}}
 	d := &door{}
 	req := request(never, `{}`)
-	req.Refused = &tool.Outcome{Result: tool.Result{Content: "declined", IsError: true}, Class: event.ClassDeclined}
+	req.Refused = &tool.Outcome{Result: tool.Result{Content: "declined", IsError: true}, Class: tool.ClassDeclined}
 	out := tool.Invoke(context.Background(), d.of(true), req)
-	if ran || out.Class != event.ClassDeclined || len(d.settled) != 1 || d.end().ErrorClass != event.ClassDeclined {
+	if ran || out.Class != tool.ClassDeclined || len(d.settled) != 1 || d.end().ErrorClass != tool.ClassDeclined {
 		t.Fatalf("refused: ran %v, %+v, settled %v", ran, out, d.settled)
 	}
 	req = request(nil, `{}`)
 	req.Name = "nope"
 	out = tool.Invoke(context.Background(), (&door{}).of(true), req)
-	if out.Class != event.ClassUnknownTool || !strings.Contains(out.Result.Content, `"nope"`) {
+	if out.Class != tool.ClassUnknownTool || !strings.Contains(out.Result.Content, `"nope"`) {
 		t.Fatalf("unknown: %+v", out)
 	}
 }

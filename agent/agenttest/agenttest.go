@@ -131,8 +131,8 @@ func (r *recorder) of(runID string, typ event.Type) []event.Event {
 // in run runID.
 func (r *recorder) classes(runID string) map[string][]string {
 	out := map[string][]string{}
-	for _, e := range r.of(runID, event.TypeToolEnd) {
-		p := e.Payload.(*event.ToolEnd)
+	for _, e := range r.of(runID, tool.TypeCallEnd) {
+		p := e.Payload.(*tool.CallEnd)
 		out[p.Tool] = append(out[p.Tool], p.ErrorClass)
 	}
 	return out

@@ -153,7 +153,7 @@ func checkDecline(t *testing.T, newAgent func(*testing.T, Setup) Agent) {
 	if runs.count() != 0 || !strings.Contains(res.Output, "declined") || !strings.Contains(res.Output, "not on a Friday") {
 		t.Fatalf("after a decline the model was told %q and the tool ran %d times", res.Output, runs.count())
 	}
-	if got := rec.classes(turn.RunID)["guarded"]; !slices.Equal(got, []string{event.ClassDeclined}) {
+	if got := rec.classes(turn.RunID)["guarded"]; !slices.Equal(got, []string{tool.ClassDeclined}) {
 		t.Fatalf("tool_end classes of guarded %q, want [declined]", got)
 	}
 }
@@ -245,15 +245,15 @@ func checkFailureClasses(t *testing.T, newAgent func(*testing.T, Setup) Agent) {
 	if !strings.Contains(results[0].Content, "the disk is full") || results[1].Content != "no such file" || !strings.Contains(results[4].Content, `"nope"`) {
 		t.Errorf("results %+v", results)
 	}
-	want := map[string][]string{"failing": {event.ClassToolError}, "soft": {event.ClassToolError}, "panicky": {event.ClassPanic},
-		"strict": {event.ClassInvalidArguments}, "nope": {event.ClassUnknownTool}}
+	want := map[string][]string{"failing": {tool.ClassToolError}, "soft": {tool.ClassToolError}, "panicky": {tool.ClassPanic},
+		"strict": {tool.ClassInvalidArguments}, "nope": {tool.ClassUnknownTool}}
 	got := rec.classes(turn.RunID)
 	for name, classes := range want {
 		if !slices.Equal(got[name], classes) {
 			t.Errorf("tool_end classes of %s: %q, want %q", name, got[name], classes)
 		}
 	}
-	if n := len(rec.of(turn.RunID, event.TypeToolPanic)); n != 1 {
+	if n := len(rec.of(turn.RunID, tool.TypePanic)); n != 1 {
 		t.Errorf("%d tool_panic events, want 1", n)
 	}
 	if u := turn.Usage.ToolCalls; u["failing"] != 1 || u["panicky"] != 1 || u["strict"] != 1 || u["nope"] != 0 {
@@ -273,8 +273,8 @@ func checkMaxIterations(t *testing.T, newAgent func(*testing.T, Setup) Agent) {
 	if turn.Err == nil || !strings.Contains(turn.Err.Error(), "3 model calls") {
 		t.Fatalf("err %v; want the iteration limit, named", turn.Err)
 	}
-	if got := rec.fatalClass(turn.RunID); got != event.ClassMaxIterations {
-		t.Fatalf("fatal class %q, want %q", got, event.ClassMaxIterations)
+	if got := rec.fatalClass(turn.RunID); got != tool.ClassMaxIterations {
+		t.Fatalf("fatal class %q, want %q", got, tool.ClassMaxIterations)
 	}
 	if got := rec.outcome(turn.RunID); got != event.OutcomeError {
 		t.Fatalf("turn_end outcome %q", got)
@@ -298,8 +298,8 @@ func checkModelFailure(t *testing.T, newAgent func(*testing.T, Setup) Agent) {
 	if turn.Err == nil || !strings.Contains(turn.Err.Error(), "the model is down") {
 		t.Fatalf("err %v; want the model's failure", turn.Err)
 	}
-	if got := rec.fatalClass(turn.RunID); got != event.ClassModel {
-		t.Fatalf("fatal class %q, want %q", got, event.ClassModel)
+	if got := rec.fatalClass(turn.RunID); got != tool.ClassModel {
+		t.Fatalf("fatal class %q, want %q", got, tool.ClassModel)
 	}
 	if turn.Usage.ModelCalls < 1 {
 		t.Fatalf("usage %+v does not count the failed call", turn.Usage)

@@ -288,7 +288,7 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 			ip.stop()
 			return nil, nil, err
 		}
-		router := host.NewRouter()
+		router := host.NewEventSink()
 		o := opt
 		o.Routes = []agent.Route{{Sink: router, Filter: router.Filter()}}
 		reg, inst, err := native.Open(ctx, native.Config{Store: native.HostStore(st), TurnRunIDs: true, Agent: native.Fixed(o)})
@@ -315,8 +315,8 @@ func startInProcess(ctx context.Context, c config) (*inProcess, []string, error)
 				return nil, nil, err
 			}
 		}
-		h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Router: router, Leases: leases,
-			MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxOpenSessions: c.sessions + 1})
+		h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, Leases: leases,
+			MaxTurns: 4 * c.sessions, MaxTurnsPerPrincipal: c.sessions, MaxConversationsPerPrincipal: c.sessions + 1})
 		if err != nil {
 			_ = ln.Close()
 			_ = reg.Dispose(ctx)

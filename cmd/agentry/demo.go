@@ -86,15 +86,15 @@ func (s *story) Export(e event.Event) {
 	defer s.mu.Unlock()
 	s.counts[e.Type]++
 	switch p := e.Payload.(type) {
-	case *event.ToolSession:
-		if e.Type == event.TypeSessionReused {
+	case *tool.SessionOpened:
+		if e.Type == tool.TypeSessionReused {
 			fmt.Fprintf(s.w, "       · session %s reused (call %d): the same %s\n", p.KeyHash, p.Calls, sessionNoun(p.RunnerID))
 			return
 		}
 		fmt.Fprintf(s.w, "       · session %s opened for %s (scope %s, runner %s)\n", p.KeyHash, e.Meta.Principal, p.Scope, p.RunnerID)
-	case *event.ToolSessionClosed:
+	case *tool.SessionClosed:
 		held := time.Duration(p.HeldMs * float64(time.Millisecond)).Round(time.Second)
-		if e.Type == event.TypeSessionCloseFailed {
+		if e.Type == tool.TypeSessionCloseFailed {
 			fmt.Fprintf(s.w, "   ✗ session %s FAILED to close (%s, %s): %s\n", p.KeyHash, p.Reason, p.ErrorClass, p.Error)
 			return
 		}
@@ -378,7 +378,7 @@ func runDemo(ctx context.Context, o demoOptions, w, stderr io.Writer) error {
 		return failure(errors.Join(tourErr, shutErr))
 	}
 	fmt.Fprintf(w, "   (%d sessions opened, %d closed, %d failed to close; %d still live)\n",
-		st.count(event.TypeSessionStarted), st.count(event.TypeSessionClosed), st.count(event.TypeSessionCloseFailed), a.LiveToolSessions())
+		st.count(tool.TypeSessionStarted), st.count(tool.TypeSessionClosed), st.count(tool.TypeSessionCloseFailed), a.LiveToolSessions())
 
 	fmt.Fprintf(w, "\n6. The audit of the events file (agentry events audit %s)\n", o.sinks.events)
 	r := audit.Audit([]string{o.sinks.events})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/event/ndjson"
@@ -68,10 +70,10 @@ func writeEvents(t *testing.T, path string, evs ...event.Event) {
 func TestEventsAuditCleanLeakAndMissing(t *testing.T) {
 	dir := t.TempDir()
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	started := event.Event{Type: event.TypeSessionStarted, Payload: &event.ToolSession{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e"},
+	started := event.Event{Type: tool.TypeSessionStarted, Payload: &tool.SessionOpened{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e"},
 		Meta: event.Meta{RunID: "run-7", Time: at}}
 	answered := event.Event{Type: event.TypeTurnEnd, Payload: &event.TurnEnd{Outcome: "answer"}, Meta: event.Meta{RunID: "run-7", Time: at}}
-	closed := event.Event{Type: event.TypeSessionClosed, Payload: &event.ToolSessionClosed{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", Reason: "run-end"},
+	closed := event.Event{Type: tool.TypeSessionClosed, Payload: &tool.SessionClosed{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", Reason: "run-end"},
 		Meta: event.Meta{RunID: "run-7", Time: at}}
 
 	clean := filepath.Join(dir, "clean.ndjson")
@@ -148,7 +150,7 @@ func TestEventsTailFollows(t *testing.T) {
 	}
 	defer sink.Close(context.Background())
 	emit := func(tool string) {
-		sink.Export(event.Event{Type: event.TypeToolEnd, Payload: &event.ToolEnd{Tool: tool, ToolCallID: "c1"}, Meta: event.Meta{RunID: "r1"}})
+		sink.Export(event.Event{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{Tool: tool, ToolCallID: "c1"}, Meta: event.Meta{RunID: "r1"}})
 		if err := sink.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -170,7 +170,7 @@ func runMCP(ctx context.Context, o mcpOptions, stderr io.Writer) error {
 			}
 		}
 		if unjailed != nil {
-			bus.Export(event.Event{Type: event.TypeUnjailedServing, Payload: unjailed})
+			bus.Export(event.Event{Type: typeUnjailedServing, Payload: unjailed})
 		}
 	}
 	opt := mcpserve.Options{

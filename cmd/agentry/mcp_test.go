@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/code"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -193,7 +194,7 @@ func TestMCPHTTPWithTokens(t *testing.T) {
 	auditClean(t, events, 1)
 	saw := 0
 	for _, e := range readEvents(t, events) {
-		if e.Type == event.TypeCodeRun || e.Type == event.TypeSessionStarted {
+		if e.Type == code.TypeRun || e.Type == tool.TypeSessionStarted {
 			saw++
 			if e.Meta.Tenant != "acme" || e.Meta.Principal != "alice" {
 				t.Fatalf("%s meta %+v, want the token's acme/alice", e.Type, e.Meta)

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/code"
+
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/internal/hydratest"
 )
@@ -150,7 +151,7 @@ func TestMCPHTTPWithOIDC(t *testing.T) {
 	}
 	saw := 0
 	for _, e := range readEvents(t, events) {
-		if e.Type == event.TypeCodeRun {
+		if e.Type == code.TypeRun {
 			saw++
 			if e.Meta.Tenant != "acme" || e.Meta.Principal != c.ID {
 				t.Fatalf("%s meta %+v, want acme/%s", e.Type, e.Meta, c.ID)

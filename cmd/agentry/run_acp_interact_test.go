@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentry-dev/agentry/provider/acp"
+
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/provider"
@@ -39,7 +41,7 @@ func TestRefusedNotices(t *testing.T) {
 	n.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Target: "api.example.com:443", Via: "proxy"}})
 	n.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Target: "a b\n:1", Via: "proxy", Suppressed: 3}})
 	n.Export(event.Event{Type: jail.TypeRefused, Payload: &jail.Refused{Suppressed: 12}})
-	n.Export(event.Event{Type: event.TypeACPFile, Payload: &event.ACPFile{}})
+	n.Export(event.Event{Type: acp.TypeFile, Payload: &acp.FileEvent{}})
 	if err := n.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
@@ -149,12 +152,12 @@ func TestRunEventsAndIdentity(t *testing.T) {
 		if m.SessionID != "conv-7" || m.AgentID != "agentry-run" {
 			t.Fatalf("%s: meta %+v", e.Type, m)
 		}
-		if e.Type == event.TypeSessionStarted || e.Type == event.TypeCodeRun || e.Type == event.TypeTurnStart {
+		if e.Type == tool.TypeSessionStarted || e.Type == code.TypeRun || e.Type == event.TypeTurnStart {
 			if m.Tenant != "acme" || m.Principal != "alice" {
 				t.Fatalf("%s: meta %+v, want acme/alice", e.Type, m)
 			}
 		}
-		sawCodeRun = sawCodeRun || e.Type == event.TypeCodeRun
+		sawCodeRun = sawCodeRun || e.Type == code.TypeRun
 	}
 	if !sawCodeRun {
 		t.Fatal("no code_run event reached the file")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/jail"
 )
 
@@ -148,7 +147,7 @@ func (x exposure) describe() string {
 // naming bubblewrap and --allow-unjailed; with allow, it warns loudly and
 // returns the event to record. A door for one principal on loopback keeps
 // the single-user fallback.
-func doorRunner(ctx context.Context, kind string, opt local.Options, x exposure, allow bool, warn io.Writer) (code.Runner, *event.UnjailedServing, error) {
+func doorRunner(ctx context.Context, kind string, opt local.Options, x exposure, allow bool, warn io.Writer) (code.Runner, *unjailedServing, error) {
 	if !x.several() {
 		r, err := newRunner(ctx, kind, opt, warn)
 		return r, nil, err
@@ -168,6 +167,6 @@ func doorRunner(ctx context.Context, kind string, opt local.Options, x exposure,
 		"agentry %s: WARNING: the store and this process's environment (its secrets), and reach this process's own port.\n"+
 		"agentry %s: WARNING: install bubblewrap (Debian: apt-get install bubblewrap) and drop --allow-unjailed to jail it.\n",
 		x.command, x.describe(), why, x.command, x.command, x.command)
-	return r, &event.UnjailedServing{Command: x.command, RunnerID: r.ID(), Principals: x.principals,
+	return r, &unjailedServing{Command: x.command, RunnerID: r.ID(), Principals: x.principals,
 		Addr: x.addr, BeyondLoopback: x.beyond, Why: why}, nil
 }

@@ -89,6 +89,9 @@ flushed. A second signal exits at once.
 			if err := o.oidc.check(cmd.Flags()); err != nil {
 				return err
 			}
+			if err := warnRenamed(cmd.Flags(), renamedServeFlags, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), sig, func() { os.Exit(130) })
 		},
 	}
@@ -112,8 +115,9 @@ flushed. A second signal exits at once.
 	f.DurationVar(&o.turnTimeout, "turn-timeout", host.DefaultTurnTimeout, "bound on every turn: a turn still running then is interrupted and recorded timed_out (504 turn_timed_out)")
 	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
 	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
-	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
-	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
+	f.IntVar(&o.maxOpen, "max-conversations-per-principal", host.DefaultMaxConversationsPerPrincipal, "open conversations per principal; past it creating one is refused (429)")
+	f.IntVar(&o.maxLive, "max-live-tool-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
+	aliasRenamed(f, renamedServeFlags)
 	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	f.StringVar(&o.advertise, "advertise", "", "with a postgres:// store: the URL the other replicas reach this one at (default: the listen address; a wildcard host becomes this machine's hostname)")
@@ -150,7 +154,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		return usageError("--drain, --teardown and --turn-timeout must be positive durations (for example 30s)")
 	}
 	if o.maxLive < 0 {
-		return usageError("--max-live-sessions must not be negative")
+		return usageError("--max-live-tool-sessions must not be negative")
 	}
 	if o.advertise != "" {
 		if _, err := host.ParseReplicaURL(o.advertise); err != nil {
@@ -188,7 +192,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	for _, sk := range deps.sinks {
 		_ = bus.Add(sk, event.Filter{})
 	}
-	router := host.NewRouter()
+	router := host.NewEventSink()
 	_ = bus.Add(router, router.Filter())
 	if deps.bind != nil {
 		deps.bind(bus)
@@ -200,7 +204,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		return failure(err)
 	}
 	if deps.unjailed != nil {
-		bus.Export(event.Event{Type: event.TypeUnjailedServing, Payload: deps.unjailed})
+		bus.Export(event.Event{Type: typeUnjailedServing, Payload: deps.unjailed})
 	}
 	var reg *provider.Registry
 	var inst *provider.Instance
@@ -251,8 +255,8 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		return err
 	}
 	h, err := host.New(host.Options{
-		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router, Leases: leases,
-		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
+		Provider: inst, Store: st, Auth: auth, Bus: bus, EventSink: router, Leases: leases,
+		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxConversationsPerPrincipal: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
 	})
@@ -431,7 +435,7 @@ type serveDeps struct {
 	tools []tool.Tool
 	sinks []event.Sink // the agent flushes and closes them at Shutdown
 	// unjailed, when set, is the --allow-unjailed override to record.
-	unjailed *event.UnjailedServing
+	unjailed *unjailedServing
 	// bind, when set, is given the agent's bus once the agent exists.
 	bind func(*event.Bus)
 	// close releases what building them opened, once the agent is done.

@@ -116,7 +116,7 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 	// gives it (--agent-mode), so sessions open with none.
 	d.sessionConfig = func(tool.Identity, string) json.RawMessage { return nil }
 	if why != "" {
-		d.unjailed = &event.UnjailedServing{Command: "serve", RunnerID: "acp", Principals: o.reach.principals,
+		d.unjailed = &unjailedServing{Command: "serve", RunnerID: "acp", Principals: o.reach.principals,
 			Addr: o.addr, BeyondLoopback: o.reach.beyond, Why: why}
 	}
 	var closeRunner func()

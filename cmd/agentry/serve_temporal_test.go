@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -196,7 +198,7 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 		if !ok {
 			t.Fatal("the stream from A ended before its tool call started")
 		}
-		if e.name == string(event.TypeToolStart) {
+		if e.name == string(tool.TypeCallStart) {
 			var ev struct {
 				Meta struct{ RunID string } `json:"meta"`
 			}

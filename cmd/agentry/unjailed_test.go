@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -190,10 +189,10 @@ func TestUnjailedMultiUserServingIsRefused(t *testing.T) {
 
 func checkUnjailedEvent(t *testing.T, path, command string, principals int) {
 	t.Helper()
-	var found []*event.UnjailedServing
+	var found []*unjailedServing
 	for _, e := range readEvents(t, path) {
-		if e.Type == event.TypeUnjailedServing {
-			p, ok := e.Payload.(*event.UnjailedServing)
+		if e.Type == typeUnjailedServing {
+			p, ok := e.Payload.(*unjailedServing)
 			if !ok {
 				t.Fatalf("payload %T", e.Payload)
 			}
@@ -202,6 +201,6 @@ func checkUnjailedEvent(t *testing.T, path, command string, principals int) {
 	}
 	if len(found) != 1 || found[0].Command != command || found[0].Principals != principals || found[0].Why == "" ||
 		found[0].RunnerID != "local-interpreter" {
-		t.Fatalf("%s events in %s: %+v; want one for %s with %d principals", event.TypeUnjailedServing, path, found, command, principals)
+		t.Fatalf("%s events in %s: %+v; want one for %s with %d principals", typeUnjailedServing, path, found, command, principals)
 	}
 }

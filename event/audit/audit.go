@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/ndjson"
 )
@@ -214,14 +216,14 @@ func (a *Auditor) Add(e event.Event) {
 		if e.Meta.RunID != "" {
 			delete(a.runs, e.Meta.RunID)
 		}
-	case event.TypeSessionStarted, event.TypeSessionReused:
-		p, ok := e.Payload.(*event.ToolSession)
+	case tool.TypeSessionStarted, tool.TypeSessionReused:
+		p, ok := e.Payload.(*tool.SessionOpened)
 		if !ok {
 			return
 		}
 		ts := a.tool(p.Tool, p.Scope)
 		k := sessionKey{p.Tool, p.Scope, p.KeyHash}
-		if e.Type == event.TypeSessionReused {
+		if e.Type == tool.TypeSessionReused {
 			ts.Reused++
 			if p.KeyHash != "" && len(a.open[k]) > 0 {
 				return
@@ -231,18 +233,18 @@ func (a *Auditor) Add(e event.Event) {
 		}
 		s := &Session{Tool: p.Tool, Scope: p.Scope, KeyHash: p.KeyHash, RunID: e.Meta.RunID, SessionID: e.Meta.SessionID,
 			OpenedAt: e.Meta.Time, SeenFrom: "started"}
-		if e.Type == event.TypeSessionReused {
+		if e.Type == tool.TypeSessionReused {
 			s.SeenFrom = "reused"
 		}
 		a.open[k] = append(a.open[k], s)
 		a.order = append(a.order, s)
-	case event.TypeSessionClosed, event.TypeSessionCloseFailed:
-		p, ok := e.Payload.(*event.ToolSessionClosed)
+	case tool.TypeSessionClosed, tool.TypeSessionCloseFailed:
+		p, ok := e.Payload.(*tool.SessionClosed)
 		if !ok {
 			return
 		}
 		ts := a.tool(p.Tool, p.Scope)
-		if e.Type == event.TypeSessionClosed {
+		if e.Type == tool.TypeSessionClosed {
 			ts.Closed[p.Reason]++
 		} else {
 			ts.Failed[p.Reason]++

@@ -233,7 +233,7 @@ func TestAuditReadsTheRotatedGeneration(t *testing.T) {
 func TestAuditSeesASessionKnownOnlyFromAReuse(t *testing.T) {
 	t.Parallel()
 	a := audit.NewAuditor()
-	a.Add(event.Event{Type: event.TypeSessionReused, Payload: &event.ToolSession{Tool: "t", Scope: "session", KeyHash: "abc123abc123", Calls: 7}, Meta: event.Meta{RunID: "r9"}})
+	a.Add(event.Event{Type: tool.TypeSessionReused, Payload: &tool.SessionOpened{Tool: "t", Scope: "session", KeyHash: "abc123abc123", Calls: 7}, Meta: event.Meta{RunID: "r9"}})
 	r := a.Report()
 	if len(r.Open) != 1 || r.Open[0].SeenFrom != "reused" || r.Open[0].KeyHash != "abc123abc123" {
 		t.Fatalf("%+v", r.Open)

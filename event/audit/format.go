@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 )
 
@@ -83,11 +85,11 @@ func colorOf(e event.Event) string {
 	case e.Type.Domain() == "llm":
 		return blue
 	case e.Type.Domain() == "tool":
-		if p, ok := e.Payload.(*event.ToolEnd); ok && p.IsError {
+		if p, ok := e.Payload.(*tool.CallEnd); ok && p.IsError {
 			return red
 		}
 		return magenta
-	case e.Type == event.TypeSessionClosed:
+	case e.Type == tool.TypeSessionClosed:
 		return green
 	case e.Type.Domain() == "tools":
 		return cyan

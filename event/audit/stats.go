@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 )
 
@@ -114,7 +116,7 @@ func (s *Summarizer) Add(e event.Event) {
 		s.llm = append(s.llm, p.DurationMs)
 		s.in += p.InputTokens
 		s.out += p.OutputTokens
-	case *event.ToolEnd:
+	case *tool.CallEnd:
 		s.tool = append(s.tool, p.DurationMs)
 		s.perTool[p.Tool] = append(s.perTool[p.Tool], p.DurationMs)
 	}

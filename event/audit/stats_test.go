@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/event/ndjson"
@@ -50,7 +52,7 @@ func TestSummarize(t *testing.T) {
 		run := "r" + string(rune('a'+i%4))
 		emit(run, &event.TurnStart{}, event.TypeTurnStart)
 		emit(run, &event.LLMEnd{DurationMs: float64(i * 100), InputTokens: 10, OutputTokens: 2}, event.TypeLLMEnd)
-		emit(run, &event.ToolEnd{Tool: []string{"a", "b"}[i%2], DurationMs: float64(i)}, event.TypeToolEnd)
+		emit(run, &tool.CallEnd{Tool: []string{"a", "b"}[i%2], DurationMs: float64(i)}, tool.TypeCallEnd)
 		outcome := event.OutcomeAnswer
 		if i == 19 {
 			outcome = event.OutcomePaused // run rd's last turn
@@ -84,8 +86,8 @@ func TestSummarize(t *testing.T) {
 func TestFormat(t *testing.T) {
 	t.Parallel()
 	e := event.Event{
-		Type: event.TypeSessionClosed,
-		Payload: &event.ToolSessionClosed{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", Reason: "run-end",
+		Type: tool.TypeSessionClosed,
+		Payload: &tool.SessionClosed{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", Reason: "run-end",
 			HeldMs: 2611.5, TookMs: 12.25},
 		Meta: event.Meta{RunID: "run-1", SessionID: "conv 1", Seq: 3, Time: time.Date(2026, 11, 30, 9, 1, 2, 345e6, time.UTC)},
 	}
@@ -97,7 +99,7 @@ func TestFormat(t *testing.T) {
 	if !strings.Contains(colored, "\x1b[32m") || !strings.Contains(colored, "run_code") {
 		t.Fatalf("colour: %q", colored)
 	}
-	failed := audit.Format(event.Event{Type: event.TypeSessionCloseFailed, Payload: &event.ToolSessionClosed{Error: "boom"}}, true)
+	failed := audit.Format(event.Event{Type: tool.TypeSessionCloseFailed, Payload: &tool.SessionClosed{Error: "boom"}}, true)
 	if !strings.Contains(failed, "\x1b[1m\x1b[31m") || !strings.Contains(failed, "error=boom") {
 		t.Fatalf("failure: %q", failed)
 	}
@@ -108,7 +110,7 @@ func TestFormat(t *testing.T) {
 func TestFormatDoesNotPassTerminalEscapes(t *testing.T) {
 	t.Parallel()
 	evil := "\x1b]0;pwned\x07\x1b[2J"
-	e := event.Event{Type: event.Type("agentry.tool.end" + evil), Payload: &event.ToolEnd{Tool: evil, ToolCallID: "x\ny"},
+	e := event.Event{Type: event.Type("agentry.tool.end" + evil), Payload: &tool.CallEnd{Tool: evil, ToolCallID: "x\ny"},
 		Meta: event.Meta{RunID: evil}}
 	for _, color := range []bool{false, true} {
 		out := audit.Format(e, color)

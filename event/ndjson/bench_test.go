@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/ndjson"
 )
@@ -25,11 +28,11 @@ func turnEvents() []event.Event {
 		{Type: event.TypeTurnStart, Payload: &event.TurnStart{MessageChars: 412, Tools: 3}},
 		{Type: event.TypeLLMStart, Payload: &event.LLMStart{Model: "claude-sonnet-4-5", Iteration: 1, Messages: 3, Tools: 3}},
 		{Type: event.TypeLLMEnd, Payload: &event.LLMEnd{Model: "claude-sonnet-4-5", Iteration: 1, DurationMs: 1834.25, InputTokens: 2210, OutputTokens: 187, StopReason: "tool_use", ToolCalls: 1}},
-		{Type: event.TypeToolStart, Payload: &event.ToolStart{Tool: "run_code", ToolCallID: "toolu_01A9xQ3mZk7c", Iteration: 1}},
-		{Type: event.TypeSessionStarted, Payload: &event.ToolSession{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", RunnerID: "local-python", Label: "python", Calls: 1}},
-		{Type: event.TypeCodeRun, Payload: &event.CodeRun{Tool: "run_code", RunnerID: "local-python", Language: "python", OK: true, ExitCode: &exit, OutputChars: 918, StagedInputs: 1, ShapeHash: "9c1d7e20ab44", DurationMs: 412.5}},
-		{Type: event.TypeToolEnd, Payload: &event.ToolEnd{Tool: "run_code", ToolCallID: "toolu_01A9xQ3mZk7c", DurationMs: 455.125}},
-		{Type: event.TypeSessionClosed, Payload: &event.ToolSessionClosed{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", RunnerID: "local-python", Label: "python", Reason: "run-end", HeldMs: 2611.5, TookMs: 12.25}},
+		{Type: tool.TypeCallStart, Payload: &tool.CallStart{Tool: "run_code", ToolCallID: "toolu_01A9xQ3mZk7c", Iteration: 1}},
+		{Type: tool.TypeSessionStarted, Payload: &tool.SessionOpened{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", RunnerID: "local-python", Label: "python", Calls: 1}},
+		{Type: code.TypeRun, Payload: &code.RunReport{Tool: "run_code", RunnerID: "local-python", Language: "python", OK: true, ExitCode: &exit, OutputChars: 918, StagedInputs: 1, ShapeHash: "9c1d7e20ab44", DurationMs: 412.5}},
+		{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{Tool: "run_code", ToolCallID: "toolu_01A9xQ3mZk7c", DurationMs: 455.125}},
+		{Type: tool.TypeSessionClosed, Payload: &tool.SessionClosed{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e", RunnerID: "local-python", Label: "python", Reason: "run-end", HeldMs: 2611.5, TookMs: 12.25}},
 		{Type: event.TypeTurnEnd, Payload: &event.TurnEnd{Outcome: "answer", Iterations: 2, DurationMs: 4421.75}},
 	}
 	for i := range evs {

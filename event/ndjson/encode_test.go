@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 )
 
@@ -140,8 +142,8 @@ func TestEncodingOddShapes(t *testing.T) {
 func TestEncodingRefusesWhatJSONRefuses(t *testing.T) {
 	t.Parallel()
 	bad := []event.Event{
-		{Type: event.TypeToolEnd, Payload: &event.ToolEnd{DurationMs: math.NaN()}},
-		{Type: event.TypeToolEnd, Payload: &event.ToolEnd{DurationMs: math.Inf(-1)}},
+		{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{DurationMs: math.NaN()}},
+		{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{DurationMs: math.Inf(-1)}},
 		{Type: "x", Payload: make(chan int)},
 		{Type: "x", Payload: func() {}},
 		{Type: "x", Meta: event.Meta{Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}},

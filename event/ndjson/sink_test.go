@@ -16,6 +16,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/ndjson"
 )
@@ -43,10 +45,10 @@ func (r *errs) text() string {
 	return b.String()
 }
 
-func toolEnd(seq uint64, tool string) event.Event {
+func toolEnd(seq uint64, name string) event.Event {
 	return event.Event{
-		Type:    event.TypeToolEnd,
-		Payload: &event.ToolEnd{Tool: tool, ToolCallID: fmt.Sprintf("call-%d", seq), DurationMs: float64(seq) / 4},
+		Type:    tool.TypeCallEnd,
+		Payload: &tool.CallEnd{Tool: name, ToolCallID: fmt.Sprintf("call-%d", seq), DurationMs: float64(seq) / 4},
 		Meta:    event.Meta{RunID: "run-1", Seq: seq, Time: time.Date(2026, 11, 30, 9, 0, 0, int(seq), time.UTC)},
 	}
 }
@@ -55,8 +57,8 @@ func toolEnd(seq uint64, tool string) event.Event {
 // of three digits).
 func fixed(seq uint64) event.Event {
 	return event.Event{
-		Type:    event.TypeToolEnd,
-		Payload: &event.ToolEnd{Tool: "t", ToolCallID: "call", DurationMs: 1},
+		Type:    tool.TypeCallEnd,
+		Payload: &tool.CallEnd{Tool: "t", ToolCallID: "call", DurationMs: 1},
 		Meta:    event.Meta{RunID: "run-1", Seq: seq, Time: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)},
 	}
 }
@@ -283,7 +285,7 @@ func TestConcurrentExportersNeverInterleave(t *testing.T) {
 	last := map[string]int{}
 	evs := decoded(t, path)
 	for _, e := range evs {
-		p := e.Payload.(*event.ToolEnd)
+		p := e.Payload.(*tool.CallEnd)
 		w, _, _ := strings.Cut(p.Tool, "-")
 		seq := int(e.Meta.Seq)
 		if prev, ok := last[w]; ok && seq <= prev {
@@ -327,7 +329,7 @@ func TestUnserialisableEventsAreReportedAndSkipped(t *testing.T) {
 	var heard errs
 	s := open(t, path, ndjson.Options{OnError: heard.add})
 	bad := []event.Event{
-		{Type: event.TypeToolEnd, Payload: &event.ToolEnd{Tool: "t", DurationMs: math.Inf(1)}}, // not a JSON number
+		{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{Tool: "t", DurationMs: math.Inf(1)}}, // not a JSON number
 		{Type: "vendor.channel", Payload: make(chan int)},
 		{Type: "vendor.panics", Payload: panicky{}},
 		{Type: "vendor.old", Meta: event.Meta{Time: time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC)}},
@@ -579,7 +581,7 @@ func TestTypesFilter(t *testing.T) {
 	for _, e := range decoded(t, path) {
 		got = append(got, string(e.Type))
 	}
-	want := "agentry.agent.turn_end agentry.tools.session_started agentry.tools.session_reused agentry.tools.session_closed agentry.tools.session_close_failed agentry.tools.code_run agentry.tools.session_capacity"
+	want := "agentry.agent.turn_end agentry.tools.code_run agentry.tools.session_capacity agentry.tools.session_close_failed agentry.tools.session_closed agentry.tools.session_reused agentry.tools.session_started" // event.Types is sorted
 	if strings.Join(got, " ") != want {
 		t.Fatalf("kept %v", got)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -106,9 +108,9 @@ func TestNewFromEnvExportsOverOTLPHTTP(t *testing.T) {
 	at := time.Now()
 	for i, e := range []event.Event{
 		{Type: event.TypeTurnStart, Payload: &event.TurnStart{}},
-		{Type: event.TypeSessionStarted, Payload: &event.ToolSession{Tool: "run_code", Scope: "run", KeyHash: "k"}},
-		{Type: event.TypeToolStart, Payload: &event.ToolStart{Tool: "run_code", ToolCallID: "c1", Iteration: 1}},
-		{Type: event.TypeToolEnd, Payload: &event.ToolEnd{Tool: "run_code", ToolCallID: "c1", DurationMs: 5}},
+		{Type: tool.TypeSessionStarted, Payload: &tool.SessionOpened{Tool: "run_code", Scope: "run", KeyHash: "k"}},
+		{Type: tool.TypeCallStart, Payload: &tool.CallStart{Tool: "run_code", ToolCallID: "c1", Iteration: 1}},
+		{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{Tool: "run_code", ToolCallID: "c1", DurationMs: 5}},
 		{Type: event.TypeTurnEnd, Payload: &event.TurnEnd{Outcome: "answer"}},
 	} {
 		e.Meta = event.Meta{RunID: "r1", Time: at.Add(time.Duration(i) * time.Millisecond)}

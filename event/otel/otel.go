@@ -38,6 +38,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentry-dev/agentry/code"
+	"github.com/agentry-dev/agentry/tool"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -219,11 +222,11 @@ func (s *Sink) Export(e event.Event) {
 		s.llmStart(e, p)
 	case *event.LLMEnd:
 		s.llmEnd(e, p)
-	case *event.ToolStart:
+	case *tool.CallStart:
 		s.toolStart(e, p)
-	case *event.ToolEnd:
+	case *tool.CallEnd:
 		s.toolEnd(e, p)
-	case *event.ToolSession, *event.PauseRequest, *event.PauseResume, *event.Fatal, *event.ToolPanic, *event.CodeRun:
+	case *tool.SessionOpened, *event.PauseRequest, *event.PauseResume, *event.Fatal, *tool.Panicked, *code.RunReport:
 		s.annotate(e)
 	}
 }
@@ -432,7 +435,7 @@ func (s *Sink) llmEnd(e event.Event, p *event.LLMEnd) {
 	sp.End(trace.WithTimestamp(t))
 }
 
-func (s *Sink) toolStart(e event.Event, p *event.ToolStart) {
+func (s *Sink) toolStart(e event.Event, p *tool.CallStart) {
 	r := s.get(e.Meta.RunID, false)
 	if r == nil {
 		return
@@ -452,7 +455,7 @@ func (s *Sink) toolStart(e event.Event, p *event.ToolStart) {
 	r.tools[p.ToolCallID] = sp
 }
 
-func (s *Sink) toolEnd(e event.Event, p *event.ToolEnd) {
+func (s *Sink) toolEnd(e event.Event, p *tool.CallEnd) {
 	r := s.get(e.Meta.RunID, false)
 	if r == nil {
 		return
@@ -472,7 +475,7 @@ func (s *Sink) toolEnd(e event.Event, p *event.ToolEnd) {
 	if p.IsError {
 		class := p.ErrorClass
 		if class == "" {
-			class = event.ClassToolError
+			class = tool.ClassToolError
 		}
 		sp.SetStatus(codes.Error, class)
 		sp.SetAttributes(KeyErrorType.String(class))
@@ -488,17 +491,17 @@ func (s *Sink) annotate(e event.Event) {
 	}
 	var attrs []attribute.KeyValue
 	switch p := e.Payload.(type) {
-	case *event.ToolSession:
+	case *tool.SessionOpened:
 		attrs = []attribute.KeyValue{KeyTool.String(p.Tool), KeyScope.String(p.Scope), KeyKeyHash.String(p.KeyHash)}
 	case *event.PauseRequest:
 		attrs = []attribute.KeyValue{semconv.GenAIToolName(p.Tool), semconv.GenAIToolCallID(p.ToolCallID)}
 	case *event.PauseResume:
 		attrs = []attribute.KeyValue{semconv.GenAIToolName(p.Tool), semconv.GenAIToolCallID(p.ToolCallID), attribute.Bool("agentry.approved", p.Approved)}
-	case *event.ToolPanic:
+	case *tool.Panicked:
 		attrs = []attribute.KeyValue{semconv.GenAIToolName(p.Tool), semconv.GenAIToolCallID(p.ToolCallID)}
 	case *event.Fatal:
 		attrs = []attribute.KeyValue{attribute.String("agentry.where", p.Where), KeyErrorType.String(p.ErrorClass)}
-	case *event.CodeRun:
+	case *code.RunReport:
 		attrs = []attribute.KeyValue{KeyTool.String(p.Tool), attribute.Bool("agentry.ok", p.OK), attribute.Int("agentry.output_chars", p.OutputChars)}
 	}
 	r.turn.AddEvent(string(e.Type), trace.WithTimestamp(at(e)), trace.WithAttributes(attrs...))
@@ -507,18 +510,18 @@ func (s *Sink) annotate(e event.Event) {
 // metrics records the tool-session and GenAI metrics of an event.
 func (s *Sink) metrics(ctx context.Context, e event.Event) {
 	switch p := e.Payload.(type) {
-	case *event.ToolSession:
+	case *tool.SessionOpened:
 		set := metric.WithAttributes(KeyTool.String(p.Tool), KeyScope.String(p.Scope))
-		if e.Type == event.TypeSessionReused {
+		if e.Type == tool.TypeSessionReused {
 			s.reused.Add(ctx, 1, set)
 			return
 		}
 		s.opened.Add(ctx, 1, set)
 		s.liveUD.Add(ctx, 1, set)
-	case *event.ToolSessionClosed:
+	case *tool.SessionClosed:
 		s.liveUD.Add(ctx, -1, metric.WithAttributes(KeyTool.String(p.Tool), KeyScope.String(p.Scope)))
 		outcome := "closed"
-		if e.Type == event.TypeSessionCloseFailed {
+		if e.Type == tool.TypeSessionCloseFailed {
 			outcome = "failed"
 			class := p.ErrorClass
 			if class == "" {
@@ -544,12 +547,12 @@ func (s *Sink) metrics(ctx context.Context, e event.Event) {
 		}
 		s.tokensInt.Record(ctx, int64(p.InputTokens), metric.WithAttributes(append(attrs, semconv.GenAITokenTypeInput)...))
 		s.tokensInt.Record(ctx, int64(p.OutputTokens), metric.WithAttributes(append(attrs, semconv.GenAITokenTypeOutput)...))
-	case *event.ToolEnd:
+	case *tool.CallEnd:
 		attrs := []attribute.KeyValue{semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(p.Tool)}
 		if p.IsError {
 			class := p.ErrorClass
 			if class == "" {
-				class = event.ClassToolError
+				class = tool.ClassToolError
 			}
 			attrs = append(attrs, KeyErrorType.String(class))
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentry-dev/agentry/tool"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -87,9 +89,9 @@ func TestSpansForARun(t *testing.T) {
 	start := h.emit("r1", event.TypeTurnStart, &event.TurnStart{MessageChars: 10, Tools: 1})
 	llm1 := h.emit("r1", event.TypeLLMStart, &event.LLMStart{Model: "claude-x", Iteration: 1})
 	h.emit("r1", event.TypeLLMEnd, &event.LLMEnd{Model: "claude-x", Iteration: 1, DurationMs: 1000, InputTokens: 120, OutputTokens: 30, StopReason: "tool_use", ToolCalls: 1})
-	toolAt := h.emit("r1", event.TypeToolStart, &event.ToolStart{Tool: "run_code", ToolCallID: "call-1", Iteration: 1})
-	h.emit("r1", event.TypeSessionStarted, &event.ToolSession{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e"})
-	toolEnd := h.emit("r1", event.TypeToolEnd, &event.ToolEnd{Tool: "run_code", ToolCallID: "call-1", DurationMs: 1000})
+	toolAt := h.emit("r1", tool.TypeCallStart, &tool.CallStart{Tool: "run_code", ToolCallID: "call-1", Iteration: 1})
+	h.emit("r1", tool.TypeSessionStarted, &tool.SessionOpened{Tool: "run_code", Scope: "run", KeyHash: "3fa94c0d2b1e"})
+	toolEnd := h.emit("r1", tool.TypeCallEnd, &tool.CallEnd{Tool: "run_code", ToolCallID: "call-1", DurationMs: 1000})
 	it2 := h.emit("r1", event.TypeLLMStart, &event.LLMStart{Model: "claude-x", Iteration: 2})
 	h.emit("r1", event.TypeLLMEnd, &event.LLMEnd{Model: "claude-x", Iteration: 2, DurationMs: 1000, StopReason: "end_turn"})
 	end := h.emit("r1", event.TypeTurnEnd, &event.TurnEnd{Outcome: event.OutcomeAnswer, Iterations: 2})
@@ -99,8 +101,8 @@ func TestSpansForARun(t *testing.T) {
 		t.Fatalf("%d spans ended of %d started, want 6", len(spans), len(h.spans.Started()))
 	}
 	byName := h.ended()
-	turn, i1, i2, tool := byName["invoke_agent analyst"], byName["agentry.iteration 1"], byName["agentry.iteration 2"], byName["execute_tool run_code"]
-	if turn == nil || i1 == nil || i2 == nil || tool == nil {
+	turn, i1, i2, toolSpan := byName["invoke_agent analyst"], byName["agentry.iteration 1"], byName["agentry.iteration 2"], byName["execute_tool run_code"]
+	if turn == nil || i1 == nil || i2 == nil || toolSpan == nil {
 		t.Fatalf("span names: %v", names(spans))
 	}
 	var chats []sdktrace.ReadOnlySpan
@@ -115,7 +117,7 @@ func TestSpansForARun(t *testing.T) {
 	childOf(t, i1, turn)
 	childOf(t, i2, turn)
 	childOf(t, chats[0], i1)
-	childOf(t, tool, i1)
+	childOf(t, toolSpan, i1)
 	childOf(t, chats[1], i2)
 	if turn.Parent().IsValid() {
 		t.Fatal("the turn of a fresh run has a parent")
@@ -125,7 +127,7 @@ func TestSpansForARun(t *testing.T) {
 	for _, c := range []struct {
 		s          sdktrace.ReadOnlySpan
 		start, end time.Time
-	}{{turn, start, end}, {i1, llm1, it2}, {i2, it2, end}, {tool, toolAt, toolEnd}} {
+	}{{turn, start, end}, {i1, llm1, it2}, {i2, it2, end}, {toolSpan, toolAt, toolEnd}} {
 		if !c.s.StartTime().Equal(c.start) || !c.s.EndTime().Equal(c.end) {
 			t.Errorf("%s: %v → %v, want %v → %v", c.s.Name(), c.s.StartTime(), c.s.EndTime(), c.start, c.end)
 		}
@@ -143,11 +145,11 @@ func TestSpansForARun(t *testing.T) {
 		!slices.Equal(a["gen_ai.response.finish_reasons"].AsStringSlice(), []string{"tool_use"}) {
 		t.Fatalf("chat attributes %v", a)
 	}
-	a = attrs(tool)
+	a = attrs(toolSpan)
 	if a["gen_ai.operation.name"].AsString() != "execute_tool" || a["gen_ai.tool.name"].AsString() != "run_code" || a["gen_ai.tool.call.id"].AsString() != "call-1" {
 		t.Fatalf("tool attributes %v", a)
 	}
-	if evs := turn.Events(); len(evs) != 1 || evs[0].Name != string(event.TypeSessionStarted) {
+	if evs := turn.Events(); len(evs) != 1 || evs[0].Name != string(tool.TypeSessionStarted) {
 		t.Fatalf("turn events %v", evs)
 	}
 	for _, s := range spans {
@@ -169,19 +171,19 @@ func TestAResumedTurnContinuesTheRunsTrace(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, otel.Options{})
 	h.emit("r1", event.TypeTurnStart, &event.TurnStart{})
-	h.emit("r1", event.TypeToolStart, &event.ToolStart{Tool: "run_code", ToolCallID: "c1", Iteration: 1})
+	h.emit("r1", tool.TypeCallStart, &tool.CallStart{Tool: "run_code", ToolCallID: "c1", Iteration: 1})
 	h.emit("r1", event.TypeTurnEnd, &event.TurnEnd{Outcome: event.OutcomePaused})
 	h.emit("r1", event.TypeTurnStart, &event.TurnStart{Resumed: true})
 	h.emit("r1", event.TypeTurnEnd, &event.TurnEnd{Outcome: event.OutcomeAnswer})
 
 	var turns []sdktrace.ReadOnlySpan
-	var tool sdktrace.ReadOnlySpan
+	var toolSpan sdktrace.ReadOnlySpan
 	for _, s := range h.spans.Ended() {
 		switch {
 		case strings.HasPrefix(s.Name(), "invoke_agent"):
 			turns = append(turns, s)
 		case strings.HasPrefix(s.Name(), "execute_tool"):
-			tool = s
+			toolSpan = s
 		}
 	}
 	if len(turns) != 2 {
@@ -199,8 +201,8 @@ func TestAResumedTurnContinuesTheRunsTrace(t *testing.T) {
 		t.Fatal("the resumed turn does not say so")
 	}
 	// The tool call the pause interrupted ended with the paused turn.
-	if tool == nil || tool.Status().Code != codes.Error || !tool.EndTime().Equal(paused.EndTime()) {
-		t.Fatalf("interrupted tool span %v", tool)
+	if toolSpan == nil || toolSpan.Status().Code != codes.Error || !toolSpan.EndTime().Equal(paused.EndTime()) {
+		t.Fatalf("interrupted tool span %v", toolSpan)
 	}
 }
 
@@ -210,19 +212,19 @@ func TestErrorsAndReconstructedSpans(t *testing.T) {
 	h.emit("r1", event.TypeTurnStart, &event.TurnStart{})
 	// Ends without starts: spans are rebuilt from the durations.
 	llmEnd := h.emit("r1", event.TypeLLMEnd, &event.LLMEnd{Model: "m", Iteration: 1, DurationMs: 250, Error: "rate limited"})
-	toolEnd := h.emit("r1", event.TypeToolEnd, &event.ToolEnd{Tool: "t", ToolCallID: "c9", DurationMs: 1500, IsError: true, ErrorClass: "invalid_arguments"})
+	toolEnd := h.emit("r1", tool.TypeCallEnd, &tool.CallEnd{Tool: "t", ToolCallID: "c9", DurationMs: 1500, IsError: true, ErrorClass: "invalid_arguments"})
 	h.emit("r1", event.TypeTurnEnd, &event.TurnEnd{Outcome: event.OutcomeError, Error: "the model failed"})
 
 	byName := h.ended()
-	chat, tool, turn := byName["chat m"], byName["execute_tool t"], byName["invoke_agent analyst"]
-	if chat == nil || tool == nil || turn == nil {
+	chat, toolSpan, turn := byName["chat m"], byName["execute_tool t"], byName["invoke_agent analyst"]
+	if chat == nil || toolSpan == nil || turn == nil {
 		t.Fatalf("spans %v", names(h.spans.Ended()))
 	}
 	if !chat.StartTime().Equal(llmEnd.Add(-250*time.Millisecond)) || chat.Status().Code != codes.Error || chat.Status().Description != "rate limited" {
 		t.Fatalf("chat %v → %v %v", chat.StartTime(), chat.EndTime(), chat.Status())
 	}
-	if !tool.StartTime().Equal(toolEnd.Add(-1500*time.Millisecond)) || attrs(tool)["error.type"].AsString() != "invalid_arguments" || tool.Status().Code != codes.Error {
-		t.Fatalf("tool %v %v", attrs(tool), tool.Status())
+	if !toolSpan.StartTime().Equal(toolEnd.Add(-1500*time.Millisecond)) || attrs(toolSpan)["error.type"].AsString() != "invalid_arguments" || toolSpan.Status().Code != codes.Error {
+		t.Fatalf("tool %v %v", attrs(toolSpan), toolSpan.Status())
 	}
 	if turn.Status().Code != codes.Error || turn.Status().Description != "the model failed" {
 		t.Fatalf("turn status %v", turn.Status())
@@ -248,7 +250,7 @@ func TestCloseEndsOpenSpansAndEvictionBoundsMemory(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	h.emit("r4", event.TypeTurnStart, &event.TurnStart{})                               // ignored
-	h.emit("r4", event.TypeSessionStarted, &event.ToolSession{Tool: "t", Scope: "run"}) // ignored
+	h.emit("r4", tool.TypeSessionStarted, &tool.SessionOpened{Tool: "t", Scope: "run"}) // ignored
 	var rm metricdata.ResourceMetrics
 	if err := h.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -270,7 +272,7 @@ func TestEventsWithoutARunMakeNoSpans(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, otel.Options{})
 	h.emit("", event.TypeTurnStart, &event.TurnStart{})
-	h.emit("", event.TypeToolStart, &event.ToolStart{Tool: "t", ToolCallID: "c"})
+	h.emit("", tool.TypeCallStart, &tool.CallStart{Tool: "t", ToolCallID: "c"})
 	if n := len(h.spans.Started()); n != 0 {
 		t.Fatalf("%d spans for events without a run id", n)
 	}
@@ -348,19 +350,19 @@ func TestSessionAndGenAIMetrics(t *testing.T) {
 	if err := bus.Add(h.sink, event.Filter{}); err != nil {
 		t.Fatal(err)
 	}
-	open := func(tool, scope string, reused bool) {
-		typ := event.TypeSessionStarted
+	open := func(name, scope string, reused bool) {
+		typ := tool.TypeSessionStarted
 		if reused {
-			typ = event.TypeSessionReused
+			typ = tool.TypeSessionReused
 		}
-		bus.Export(event.Event{Type: typ, Payload: &event.ToolSession{Tool: tool, Scope: scope, KeyHash: "k"}})
+		bus.Export(event.Event{Type: typ, Payload: &tool.SessionOpened{Tool: name, Scope: scope, KeyHash: "k"}})
 	}
-	closeEv := func(tool, scope, reason string, failed bool, tookMs float64) {
-		typ, class := event.TypeSessionClosed, ""
+	closeEv := func(name, scope, reason string, failed bool, tookMs float64) {
+		typ, class := tool.TypeSessionClosed, ""
 		if failed {
-			typ, class = event.TypeSessionCloseFailed, "timeout"
+			typ, class = tool.TypeSessionCloseFailed, "timeout"
 		}
-		bus.Export(event.Event{Type: typ, Payload: &event.ToolSessionClosed{Tool: tool, Scope: scope, KeyHash: "k", Reason: reason,
+		bus.Export(event.Event{Type: typ, Payload: &tool.SessionClosed{Tool: name, Scope: scope, KeyHash: "k", Reason: reason,
 			TookMs: tookMs, HeldMs: 60000, ErrorClass: class}})
 	}
 	open("run_code", "run", false)
@@ -371,13 +373,13 @@ func TestSessionAndGenAIMetrics(t *testing.T) {
 	closeEv("run_code", "run", "run-end", false, 20)
 	closeEv("browser", "session", "idle", true, 5000)
 	bus.Export(event.Event{Type: event.TypeLLMEnd, Payload: &event.LLMEnd{Model: "m", DurationMs: 1500, InputTokens: 100, OutputTokens: 7}, Meta: event.Meta{RunID: "r"}})
-	bus.Export(event.Event{Type: event.TypeToolEnd, Payload: &event.ToolEnd{Tool: "run_code", DurationMs: 250}, Meta: event.Meta{RunID: "r"}})
+	bus.Export(event.Event{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{Tool: "run_code", DurationMs: 250}, Meta: event.Meta{RunID: "r"}})
 
 	var rm metricdata.ResourceMetrics
 	if err := h.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	tool := func(name, scope string) []attribute.KeyValue {
+	toolScope := func(name, scope string) []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("agentry.tool", name), attribute.String("agentry.scope", scope)}
 	}
 	checks := []struct {
@@ -385,11 +387,11 @@ func TestSessionAndGenAIMetrics(t *testing.T) {
 		got  int64
 		want int64
 	}{
-		{"live run_code/run", sum(t, rm, "agentry.tool_sessions.live", tool("run_code", "run")...), 0},
-		{"live browser/session", sum(t, rm, "agentry.tool_sessions.live", tool("browser", "session")...), 1},
-		{"opened run_code", sum(t, rm, "agentry.tool_sessions.opened", tool("run_code", "run")...), 1},
-		{"opened browser", sum(t, rm, "agentry.tool_sessions.opened", tool("browser", "session")...), 2},
-		{"reused", sum(t, rm, "agentry.tool_sessions.reused", tool("run_code", "run")...), 2},
+		{"live run_code/run", sum(t, rm, "agentry.tool_sessions.live", toolScope("run_code", "run")...), 0},
+		{"live browser/session", sum(t, rm, "agentry.tool_sessions.live", toolScope("browser", "session")...), 1},
+		{"opened run_code", sum(t, rm, "agentry.tool_sessions.opened", toolScope("run_code", "run")...), 1},
+		{"opened browser", sum(t, rm, "agentry.tool_sessions.opened", toolScope("browser", "session")...), 2},
+		{"reused", sum(t, rm, "agentry.tool_sessions.reused", toolScope("run_code", "run")...), 2},
 		{"closed run-end", sum(t, rm, "agentry.tool_sessions.closed", attribute.String("agentry.reason", "run-end")), 1},
 		{"closed idle", sum(t, rm, "agentry.tool_sessions.closed", attribute.String("agentry.reason", "idle")), 0},
 		{"failed timeout", sum(t, rm, "agentry.tool_sessions.close_failures", attribute.String("agentry.reason", "idle"), attribute.String("error.type", "timeout")), 1},

@@ -6,8 +6,6 @@ import (
 	"strings"
 
 	sdk "github.com/coder/acp-go-sdk"
-
-	"github.com/agentry-dev/agentry/event"
 )
 
 // refusingClient answers a probe's agent, which has no session: it
@@ -77,8 +75,8 @@ func (c *client) mine(id sdk.SessionId) error {
 }
 
 func (c *client) ReadTextFile(_ context.Context, p sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
-	ev := &event.ACPFile{Op: "read"}
-	defer c.s.emit(event.TypeACPFile, ev)
+	ev := &FileEvent{Op: "read"}
+	defer c.s.emit(TypeFile, ev)
 	if c.s.in.cfg.FS == FSWrite {
 		ev.Refused, ev.Error = true, errReadsNotOffered.Error()
 		return sdk.ReadTextFileResponse{}, refusal("fs/read_text_file", errReadsNotOffered)
@@ -118,8 +116,8 @@ func (c *client) ReadTextFile(_ context.Context, p sdk.ReadTextFileRequest) (sdk
 }
 
 func (c *client) WriteTextFile(_ context.Context, p sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
-	ev := &event.ACPFile{Op: "write"}
-	defer c.s.emit(event.TypeACPFile, ev)
+	ev := &FileEvent{Op: "write"}
+	defer c.s.emit(TypeFile, ev)
 	if err := c.mine(p.SessionId); err != nil {
 		ev.Refused, ev.Error = true, err.Error()
 		return sdk.WriteTextFileResponse{}, refusal("fs/write_text_file", err)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider/acp"
 )
 
@@ -109,8 +108,8 @@ func TestFilesAreConfinedToTheWorkspace(t *testing.T) {
 	}
 
 	var refused, allowed int
-	for _, e := range r.events.of(event.TypeACPFile) {
-		p := e.Payload.(*event.ACPFile)
+	for _, e := range r.events.of(acp.TypeFile) {
+		p := e.Payload.(*acp.FileEvent)
 		if e.Meta.SessionID != "s1" {
 			t.Errorf("a file event without the session: %+v", e)
 		}
@@ -162,8 +161,8 @@ func TestTerminals(t *testing.T) {
 		}
 	}
 	var ops []string
-	for _, e := range r.events.of(event.TypeACPTerminal) {
-		p := e.Payload.(*event.ACPTerminal)
+	for _, e := range r.events.of(acp.TypeTerminal) {
+		p := e.Payload.(*acp.TerminalEvent)
 		ops = append(ops, p.Op)
 		if p.Cwd != "" && filepath.IsAbs(p.Cwd) {
 			t.Errorf("a terminal event's cwd %q is not relative", p.Cwd)

@@ -10,7 +10,6 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 )
 
@@ -151,8 +150,8 @@ var (
 // elicit answers one elicitation/create through the session's
 // interactions.
 func (s *session) elicit(ctx context.Context, p sdk.UnstableCreateElicitationRequest) sdk.UnstableCreateElicitationResponse {
-	ev := &event.ACPElicitation{}
-	defer s.emit(event.TypeACPElicitation, ev)
+	ev := &ElicitationEvent{}
+	defer s.emit(TypeElicitation, ev)
 	decline := func(reason string) sdk.UnstableCreateElicitationResponse {
 		ev.Outcome, ev.Reason = "declined", reason
 		return elicitDecline

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/provider/acp"
+
 	"github.com/agentry-dev/agentry/provider"
 )
 
@@ -55,10 +56,10 @@ func (r *rig) createWith(inst *provider.Instance, id string, ia provider.Interac
 	return s
 }
 
-func (r *rig) elicitations() []*event.ACPElicitation {
-	var out []*event.ACPElicitation
-	for _, e := range r.events.of(event.TypeACPElicitation) {
-		out = append(out, e.Payload.(*event.ACPElicitation))
+func (r *rig) elicitations() []*acp.ElicitationEvent {
+	var out []*acp.ElicitationEvent
+	for _, e := range r.events.of(acp.TypeElicitation) {
+		out = append(out, e.Payload.(*acp.ElicitationEvent))
 	}
 	return out
 }
@@ -204,8 +205,8 @@ func TestElicitationIsCancelledWhenTheSessionCloses(t *testing.T) {
 	<-done
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	evs := r.events.await(ctx, event.TypeACPElicitation, 1)
-	if len(evs) != 1 || evs[0].Payload.(*event.ACPElicitation).Outcome != "cancelled" {
+	evs := r.events.await(ctx, acp.TypeElicitation, 1)
+	if len(evs) != 1 || evs[0].Payload.(*acp.ElicitationEvent).Outcome != "cancelled" {
 		t.Fatalf("elicitation events %+v", evs)
 	}
 }

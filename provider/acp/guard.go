@@ -142,11 +142,11 @@ func (g *guard) cut(reason string, cause error, refused int) {
 		g.cause = cause
 		close(g.cutCh)
 		if g.events != nil {
-			ev := &event.ACPAgentCutOff{Label: g.label, Reason: reason, Error: cause.Error()}
+			ev := &AgentCutOff{Label: g.label, Reason: reason, Error: cause.Error()}
 			if reason == cutFlood {
 				ev.Refused, ev.Limit = refused, g.limit
 			}
-			g.events(event.Event{Type: event.TypeACPAgentCutOff, Payload: ev})
+			g.events(event.Event{Type: TypeAgentCutOff, Payload: ev})
 		}
 	})
 }

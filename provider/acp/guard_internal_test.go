@@ -31,13 +31,13 @@ func (e *events) add(ev event.Event) {
 	e.mu.Unlock()
 }
 
-func (e *events) cuts() []*event.ACPAgentCutOff {
+func (e *events) cuts() []*AgentCutOff {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []*event.ACPAgentCutOff
+	var out []*AgentCutOff
 	for _, ev := range e.all {
-		if ev.Type == event.TypeACPAgentCutOff {
-			out = append(out, ev.Payload.(*event.ACPAgentCutOff))
+		if ev.Type == TypeAgentCutOff {
+			out = append(out, ev.Payload.(*AgentCutOff))
 		}
 	}
 	return out

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
 )
@@ -79,8 +78,8 @@ func TestReadsOpenNothingButRegularFiles(t *testing.T) {
 		t.Fatalf("the turn after the refusals: %q", got)
 	}
 	var refused int
-	for _, e := range r.events.of(event.TypeACPFile) {
-		if p := e.Payload.(*event.ACPFile); p.Op == "read" && strings.Contains(p.Error, "not a regular file") {
+	for _, e := range r.events.of(acp.TypeFile) {
+		if p := e.Payload.(*acp.FileEvent); p.Op == "read" && strings.Contains(p.Error, "not a regular file") {
 			refused++
 		}
 	}
@@ -146,7 +145,7 @@ func TestRequestsPastTheSessionBoundAreRefused(t *testing.T) {
 	if got := said(turn(t, s, "after", "hello")); got != "hello back" {
 		t.Fatalf("after the bursts: %q", got)
 	}
-	if len(r.events.of(event.TypeACPAgentCutOff)) != 0 {
+	if len(r.events.of(acp.TypeAgentCutOff)) != 0 {
 		t.Fatal("a burst that waits for its answers was taken for a flood")
 	}
 }
@@ -197,11 +196,11 @@ func TestAFloodingAgentIsCutOff(t *testing.T) {
 	if !provider.HasCode(s.Err(), provider.CodeSessionUnusable) {
 		t.Fatalf("after a flood the session says %v; want session_unusable", s.Err())
 	}
-	cuts := r.events.of(event.TypeACPAgentCutOff)
+	cuts := r.events.of(acp.TypeAgentCutOff)
 	if len(cuts) != 1 {
 		t.Fatalf("%d agent_cut_off events", len(cuts))
 	}
-	cut := cuts[0].Payload.(*event.ACPAgentCutOff)
+	cut := cuts[0].Payload.(*acp.AgentCutOff)
 	if cuts[0].Meta.SessionID != "s1" || cut.Reason != "flood" || cut.Limit != acp.DefaultMaxClientRequests || cut.Refused != 8*acp.DefaultMaxClientRequests {
 		t.Fatalf("the cut: %s %+v", cuts[0].Meta.SessionID, *cut)
 	}

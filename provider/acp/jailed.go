@@ -37,7 +37,7 @@ func (l jailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) {
 		return nil, err
 	}
 	jp := &jailedProcess{Process: p, spec: spec, began: time.Now(), stopped: make(chan struct{})}
-	jp.emit(event.TypeACPAgentStarted, &event.ACPAgentStarted{Label: spec.Label, Launcher: "jail", Confined: true,
+	jp.emit(TypeAgentStarted, &AgentStarted{Label: spec.Label, Launcher: "jail", Confined: true,
 		TookMs: event.Ms(time.Since(began))})
 	go jp.watch()
 	return jp, nil
@@ -87,7 +87,7 @@ func (p *jailedProcess) Stop(ctx context.Context) error {
 
 func (p *jailedProcess) watch() {
 	<-p.Process.Done()
-	st := &event.ACPAgentStopped{Label: p.spec.Label, HeldMs: event.Ms(time.Since(p.began))}
+	st := &AgentStopped{Label: p.spec.Label, HeldMs: event.Ms(time.Since(p.began))}
 	err := p.Process.Err()
 	switch {
 	case p.asked.Load():
@@ -101,6 +101,6 @@ func (p *jailedProcess) watch() {
 	if st.Reason != "stopped" {
 		st.Stderr = lastWords(p, p.spec.Env)
 	}
-	p.emit(event.TypeACPAgentStopped, st)
+	p.emit(TypeAgentStopped, st)
 	close(p.stopped)
 }

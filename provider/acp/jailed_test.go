@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
@@ -104,8 +103,8 @@ func TestJailedLauncher(t *testing.T) {
 	}
 
 	var sawJail bool
-	for _, e := range r.events.of(event.TypeACPAgentStarted) {
-		p := e.Payload.(*event.ACPAgentStarted)
+	for _, e := range r.events.of(acp.TypeAgentStarted) {
+		p := e.Payload.(*acp.AgentStarted)
 		if p.Launcher != "jail" || !p.Confined {
 			t.Errorf("agent_started %+v; want launcher jail, confined", p)
 		}
@@ -114,12 +113,12 @@ func TestJailedLauncher(t *testing.T) {
 	if !sawJail {
 		t.Fatal("no agent_started event")
 	}
-	stopped := r.events.of(event.TypeACPAgentStopped)
+	stopped := r.events.of(acp.TypeAgentStopped)
 	if len(stopped) == 0 {
 		t.Fatal("no agent_stopped event")
 	}
 	for _, e := range stopped {
-		if p := e.Payload.(*event.ACPAgentStopped); p.Reason != "stopped" {
+		if p := e.Payload.(*acp.AgentStopped); p.Reason != "stopped" {
 			t.Errorf("agent_stopped %+v; want reason stopped", p)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
 )
@@ -144,10 +143,10 @@ func TestPermissionOptionsFollowTheResolution(t *testing.T) {
 			t.Errorf("approve=%v: notes.txt written = %v", c.approve, err == nil)
 		}
 	}
-	reqs := r.events.of(event.TypeProviderRequest)
+	reqs := r.events.of(provider.TypeRequest)
 	_ = reqs // the wrapper's own events are not wired to this recorder
-	files := r.events.of(event.TypeACPFile)
-	if len(files) != 2 || files[0].Payload.(*event.ACPFile).Path != "notes.txt" || files[0].Meta.SessionID != "s1" {
+	files := r.events.of(acp.TypeFile)
+	if len(files) != 2 || files[0].Payload.(*acp.FileEvent).Path != "notes.txt" || files[0].Meta.SessionID != "s1" {
 		t.Fatalf("file events %+v", files)
 	}
 }
@@ -210,16 +209,16 @@ func TestCrashMidTurnQuarantinesTheSession(t *testing.T) {
 		t.Fatalf("closing a crashed session: %v", err)
 	}
 	// Close waited for the exit, so its report is in.
-	stops := r.events.of(event.TypeACPAgentStopped)
-	var crashed *event.ACPAgentStopped
+	stops := r.events.of(acp.TypeAgentStopped)
+	var crashed *acp.AgentStopped
 	for _, e := range stops {
-		if p := e.Payload.(*event.ACPAgentStopped); e.Meta.SessionID == "s1" && p.Reason == "crashed" {
+		if p := e.Payload.(*acp.AgentStopped); e.Meta.SessionID == "s1" && p.Reason == "crashed" {
 			crashed = p
 		}
 	}
 	if crashed == nil || crashed.ExitCode == nil || *crashed.ExitCode != 3 {
 		for _, e := range stops {
-			t.Logf("%s: %+v", e.Meta.SessionID, *e.Payload.(*event.ACPAgentStopped))
+			t.Logf("%s: %+v", e.Meta.SessionID, *e.Payload.(*acp.AgentStopped))
 		}
 		t.Fatal("no crashed agent_stopped event for s1 with exit code 3")
 	}
@@ -316,7 +315,7 @@ func TestWorkingDirectoryMustBeUnderTheRoot(t *testing.T) {
 	if !errors.Is(err, acp.ErrOutsideWorkspaceRoot) {
 		t.Fatalf("a symbolic link out of the root: %v", err)
 	}
-	if n := len(r.events.of(event.TypeACPAgentStarted)); n != 1 {
+	if n := len(r.events.of(acp.TypeAgentStarted)); n != 1 {
 		t.Fatalf("%d agents started; only the probe should have", n)
 	}
 }
@@ -400,11 +399,11 @@ func TestDisposeStopsEveryAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	started, stopped := map[string]int{}, map[string]bool{}
-	for _, e := range r.events.of(event.TypeACPAgentStarted) {
-		started[e.Meta.SessionID] = e.Payload.(*event.ACPAgentStarted).Pid
+	for _, e := range r.events.of(acp.TypeAgentStarted) {
+		started[e.Meta.SessionID] = e.Payload.(*acp.AgentStarted).Pid
 	}
-	for _, e := range r.events.of(event.TypeACPAgentStopped) {
-		p := e.Payload.(*event.ACPAgentStopped)
+	for _, e := range r.events.of(acp.TypeAgentStopped) {
+		p := e.Payload.(*acp.AgentStopped)
 		stopped[e.Meta.SessionID] = p.Reason == "stopped"
 	}
 	for _, id := range []string{"s1", "s2"} {

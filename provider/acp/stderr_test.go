@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
 )
@@ -54,9 +53,9 @@ func checkStartFailure(t *testing.T, r *rig, cmd []string) {
 		t.Fatalf("create: %v", err)
 	}
 	checkLastWords(t, "the error", err.Error())
-	var stopped *event.ACPAgentStopped
-	for _, e := range r.events.of(event.TypeACPAgentStopped) {
-		if p := e.Payload.(*event.ACPAgentStopped); p.Reason != "stopped" {
+	var stopped *acp.AgentStopped
+	for _, e := range r.events.of(acp.TypeAgentStopped) {
+		if p := e.Payload.(*acp.AgentStopped); p.Reason != "stopped" {
 			stopped = p
 		}
 	}

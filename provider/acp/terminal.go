@@ -73,7 +73,7 @@ func shellLine(command string, args []string) bool {
 }
 
 func (ts *terminals) create(ctx context.Context, command string, args []string, cwd string, env []string, limit int) (string, error) {
-	ev := &event.ACPTerminal{Op: "create", Command: filepath.Base(command)}
+	ev := &TerminalEvent{Op: "create", Command: filepath.Base(command)}
 	if shellLine(command, args) {
 		// The line itself may hold user data: the event names the shell.
 		command, args = "/bin/sh", []string{"-c", command}
@@ -81,7 +81,7 @@ func (ts *terminals) create(ctx context.Context, command string, args []string, 
 	}
 	fail := func(refused bool, err error) (string, error) {
 		ev.Refused, ev.Error = refused, err.Error()
-		ts.emit(event.TypeACPTerminal, ev)
+		ts.emit(TypeTerminal, ev)
 		return "", err
 	}
 	rel := "."
@@ -153,7 +153,7 @@ func (ts *terminals) create(ctx context.Context, command string, args []string, 
 	}
 	ts.byID[id] = t
 	ts.mu.Unlock()
-	ts.emit(event.TypeACPTerminal, ev)
+	ts.emit(TypeTerminal, ev)
 	return id, nil
 }
 
@@ -214,18 +214,18 @@ func (ts *terminals) get(op, id string) (*terminal, error) {
 	t := ts.byID[id]
 	ts.mu.Unlock()
 	if t == nil {
-		ts.emit(event.TypeACPTerminal, &event.ACPTerminal{Op: op, Refused: true, Error: "no such terminal"})
+		ts.emit(TypeTerminal, &TerminalEvent{Op: op, Refused: true, Error: "no such terminal"})
 		return nil, errors.New("the session has no terminal with that id (it was released, or never created)")
 	}
 	return t, nil
 }
 
-func (ts *terminals) report(op string, t *terminal, set func(*event.ACPTerminal)) {
-	ev := &event.ACPTerminal{Op: op, TerminalID: t.id, Command: t.name}
+func (ts *terminals) report(op string, t *terminal, set func(*TerminalEvent)) {
+	ev := &TerminalEvent{Op: op, TerminalID: t.id, Command: t.name}
 	if set != nil {
 		set(ev)
 	}
-	ts.emit(event.TypeACPTerminal, ev)
+	ts.emit(TypeTerminal, ev)
 }
 
 func (ts *terminals) output(id string) (out string, truncated bool, code *int, signal string, exited bool, err error) {
@@ -235,7 +235,7 @@ func (ts *terminals) output(id string) (out string, truncated bool, code *int, s
 	}
 	out, truncated = t.out.snapshot()
 	code, signal, exited = t.exit()
-	ts.report("output", t, func(e *event.ACPTerminal) {
+	ts.report("output", t, func(e *TerminalEvent) {
 		e.Bytes, e.Truncated, e.ExitCode, e.Signal = len(out), truncated, code, signal
 	})
 	return out, truncated, code, signal, exited, nil
@@ -252,7 +252,7 @@ func (ts *terminals) waitForExit(ctx context.Context, id string) (*int, string, 
 		return nil, "", context.Cause(ctx)
 	}
 	code, signal, _ := t.exit()
-	ts.report("wait_for_exit", t, func(e *event.ACPTerminal) { e.ExitCode, e.Signal = code, signal })
+	ts.report("wait_for_exit", t, func(e *TerminalEvent) { e.ExitCode, e.Signal = code, signal })
 	return code, signal, nil
 }
 

@@ -128,7 +128,7 @@ func (u unjailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) 
 	}
 	p.cmd, p.stdin, p.stdout, p.began = cmd, inW, outR, time.Now()
 	go p.watch()
-	p.emit(event.TypeACPAgentStarted, &event.ACPAgentStarted{Label: spec.Label, Launcher: "unjailed", Confined: false,
+	p.emit(TypeAgentStarted, &AgentStarted{Label: spec.Label, Launcher: "unjailed", Confined: false,
 		Pid: cmd.Process.Pid, TookMs: event.Ms(time.Since(began))})
 	return p, nil
 }
@@ -253,7 +253,7 @@ func (p *process) watch() {
 	p.stdin.Close()
 	rerr := os.RemoveAll(p.home)
 
-	st := &event.ACPAgentStopped{Label: p.spec.Label, HeldMs: event.Ms(time.Since(p.began)), Forced: p.forced.Load()}
+	st := &AgentStopped{Label: p.spec.Label, HeldMs: event.Ms(time.Since(p.began)), Forced: p.forced.Load()}
 	ours := false // it ended the way a stop ends it
 	if ps := p.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -288,7 +288,7 @@ func (p *process) watch() {
 		p.err = errors.Join(p.err, e)
 		st.Error = p.err.Error()
 	}
-	p.emit(event.TypeACPAgentStopped, st)
+	p.emit(TypeAgentStopped, st)
 	close(p.done)
 }
 

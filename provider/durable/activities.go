@@ -103,7 +103,7 @@ func (a activities) tool(ctx context.Context, ti ToolInput) (tool.Outcome, error
 		return tool.Outcome{}, err
 	}
 	if res.Asked == "" {
-		w.push(ctx, stepKey("end", c.Iteration, c.Call.ID), out(in.phrases.Ended(&event.ToolEnd{Tool: c.Call.Name,
+		w.push(ctx, stepKey("end", c.Iteration, c.Call.ID), out(in.phrases.Ended(&tool.CallEnd{Tool: c.Call.Name,
 			IsError: res.Result.IsError, ErrorClass: res.Class})))
 	}
 	return res, nil

@@ -175,8 +175,8 @@ func TestTurnEventsPassTheAudit(t *testing.T) {
 			t.Errorf("%s has meta %+v", e.Type, e.Meta)
 		}
 	})
-	want := []event.Type{event.TypeTurnStart, event.TypeLLMStart, event.TypeLLMEnd, event.TypeToolStart, event.TypeSessionStarted,
-		event.TypeToolEnd, event.TypeLLMStart, event.TypeLLMEnd, event.TypeSessionClosed, event.TypeTurnEnd}
+	want := []event.Type{event.TypeTurnStart, event.TypeLLMStart, event.TypeLLMEnd, tool.TypeCallStart, tool.TypeSessionStarted,
+		tool.TypeCallEnd, event.TypeLLMStart, event.TypeLLMEnd, tool.TypeSessionClosed, event.TypeTurnEnd}
 	if !slices.Equal(types, want) {
 		t.Fatalf("events %v\nwant   %v", types, want)
 	}

@@ -250,7 +250,7 @@ func (s *session) missed(turnID string, st Step, seen map[string]bool) []provide
 		outs = append(outs, o)
 	}
 	if !seen[stepKey("end", st.Iteration, st.CallID)] {
-		o.Text = s.in.phrases.Ended(&event.ToolEnd{Tool: st.Tool, IsError: st.IsError, ErrorClass: st.ErrorClass})
+		o.Text = s.in.phrases.Ended(&tool.CallEnd{Tool: st.Tool, IsError: st.IsError, ErrorClass: st.ErrorClass})
 		outs = append(outs, o)
 	}
 	return outs

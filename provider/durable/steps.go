@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentry-dev/agentry/agent"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/tool"
 )
@@ -138,12 +137,12 @@ func (x *steps) settled(c agent.ToolCall, f workflow.Future) tool.Outcome {
 		out = *c.Refused // told or not, the call did not run
 	case err != nil && x.st.interrupted:
 		out = tool.Outcome{Result: tool.Result{IsError: true, Content: "This tool call was stopped: the turn was interrupted."},
-			Class: event.ClassCancelled}
+			Class: tool.ClassCancelled}
 	case err != nil:
-		out = tool.Outcome{Result: tool.Result{IsError: true, Content: lostText(err, x.in)}, Class: event.ClassLost}
+		out = tool.Outcome{Result: tool.Result{IsError: true, Content: lostText(err, x.in)}, Class: tool.ClassLost}
 		var ae *temporal.ApplicationError
 		if errors.As(err, &ae) {
-			out.Class = event.ClassToolError
+			out.Class = tool.ClassToolError
 		}
 	}
 	if out.Asked == "" {

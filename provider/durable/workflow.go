@@ -239,7 +239,7 @@ func TurnWorkflow(ctx workflow.Context, in TurnInput) (TurnResult, error) {
 	rctx := workflow.WithActivityOptions(ctx, recordOptions())
 	if err := workflow.ExecuteActivity(rctx, recordActivity, RecordInput{Binding: in.Binding, TurnID: in.TurnID,
 		Identity: in.Identity, Added: res.Added, Done: true}).Get(rctx, nil); err != nil {
-		res.Outcome, res.Problem, why.class = "failed", "the turn could not be saved: "+err.Error(), event.ClassStore
+		res.Outcome, res.Problem, why.class = "failed", "the turn could not be saved: "+err.Error(), tool.ClassStore
 	}
 	mark(ctx, in, st, MarkInput{Outcome: res.Outcome, Problem: res.Problem, Class: why.class, Unsettled: why.unsettled})
 	st.stop = Stop{Done: true, Result: &res}
@@ -309,9 +309,9 @@ func runTurn(ctx, tctx workflow.Context, in TurnInput, st *turnState) (TurnResul
 		}
 		var stop string
 		if d, stop = awaitDecision(ctx, in, st, state, asks); stop != "" {
-			res.Outcome, res.Problem, why.class = stop, st.saveProblem, event.ClassStore
+			res.Outcome, res.Problem, why.class = stop, st.saveProblem, tool.ClassStore
 			if stop == "interrupted" {
-				res.Problem, why.class = "", event.ClassCancelled
+				res.Problem, why.class = "", tool.ClassCancelled
 			}
 			why.unsettled = askedMidCall(state)
 			break

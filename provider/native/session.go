@@ -569,9 +569,9 @@ func (t *turn) observe(e event.Event) {
 			return
 		}
 		o = t.output(provider.OutputText, p.Content)
-	case *event.ToolStart:
+	case *tool.CallStart:
 		o = t.output(provider.OutputActivity, t.s.in.phrases.Calling(p.Tool))
-	case *event.ToolEnd:
+	case *tool.CallEnd:
 		o = t.output(provider.OutputActivity, t.s.in.phrases.Ended(p))
 	default:
 		t.mu.Unlock()
@@ -623,10 +623,10 @@ func (b *Phrasebook) of(name string) *toolPhrases {
 func (b *Phrasebook) Calling(tool string) string { return b.of(tool).calling }
 
 // Ended is the text of a tool call that ended as e says.
-func (b *Phrasebook) Ended(e *event.ToolEnd) string {
+func (b *Phrasebook) Ended(e *tool.CallEnd) string {
 	p := b.of(e.Tool)
 	switch {
-	case e.ErrorClass == event.ClassDeclined:
+	case e.ErrorClass == tool.ClassDeclined:
 		return p.declined
 	case e.IsError && e.ErrorClass != "":
 		return p.failed + " (" + e.ErrorClass + ")"

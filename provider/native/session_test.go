@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/agent"
-	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
@@ -40,7 +39,7 @@ func TestIdentityIsPassedNeverSynthesised(t *testing.T) {
 		t.Fatalf("the tool was told %+v", ids[1])
 	}
 	// The agent's events carry the identity given, and none where none was.
-	for _, e := range w.sink.of(event.TypeToolStart) {
+	for _, e := range w.sink.of(tool.TypeCallStart) {
 		switch e.Meta.SessionID {
 		case "anon-session":
 			if e.Meta.Tenant != "" || e.Meta.Principal != "" {
@@ -269,15 +268,15 @@ func TestCloseFiresTheSessionsToolSessions(t *testing.T) {
 	if w.lab.closes() != 1 {
 		t.Fatalf("closing one session closed %d workspaces", w.lab.closes())
 	}
-	closed := w.sink.of(event.TypeSessionClosed)
-	if len(closed) != 1 || closed[0].Meta.SessionID != a.ID() || closed[0].Payload.(*event.ToolSessionClosed).Reason != "session-end" {
+	closed := w.sink.of(tool.TypeSessionClosed)
+	if len(closed) != 1 || closed[0].Meta.SessionID != a.ID() || closed[0].Payload.(*tool.SessionClosed).Reason != "session-end" {
 		t.Fatalf("close events %+v", closed)
 	}
 	if err := b.Close(t.Context(), provider.CloseEvicted); err != nil {
 		t.Fatal(err)
 	}
-	closed = w.sink.of(event.TypeSessionClosed)
-	if len(closed) != 2 || closed[1].Payload.(*event.ToolSessionClosed).Reason != "evicted" {
+	closed = w.sink.of(tool.TypeSessionClosed)
+	if len(closed) != 2 || closed[1].Payload.(*tool.SessionClosed).Reason != "evicted" {
 		t.Fatalf("close events %+v", closed)
 	}
 }

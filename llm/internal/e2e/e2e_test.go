@@ -176,20 +176,20 @@ func checkEvents(t *testing.T, evs []event.Event, runID string) {
 			t.Fatalf("event %s of run %q, want %q", e.Type, e.Meta.RunID, runID)
 		}
 		switch p := e.Payload.(type) {
-		case *event.CodeRun:
+		case *code.RunReport:
 			if !p.OK || p.Language != "python" || p.ShapeHash == "" {
 				t.Fatalf("code_run %+v", p)
 			}
 			order = append(order, "code_run")
-		case *event.ToolSessionClosed:
+		case *tool.SessionClosed:
 			order = append(order, string(e.Type)+":"+p.Reason)
 		case *event.TurnEnd:
 			order = append(order, "turn_end:"+p.Outcome)
-		case *event.ToolSession:
+		case *tool.SessionOpened:
 			order = append(order, string(e.Type))
 		}
 	}
-	want := []string{string(event.TypeSessionStarted), "code_run", string(event.TypeSessionClosed) + ":run-end", "turn_end:answer"}
+	want := []string{string(tool.TypeSessionStarted), "code_run", string(tool.TypeSessionClosed) + ":run-end", "turn_end:answer"}
 	if !slices.Equal(order, want) {
 		t.Fatalf("events %v, want %v", order, want)
 	}

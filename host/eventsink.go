@@ -9,13 +9,14 @@ import (
 	"github.com/agentry-dev/agentry/provider"
 )
 
-// Router is the host's event sink: it hands each event of a conversation
-// to the request streaming that conversation's turn (SSE), and counts what
-// the metrics report. Attach it with [Router.Filter] wherever the
+// EventSink is the host's [event.Sink] (it was called Router): it hands
+// each event of a conversation to the request streaming that
+// conversation's turn (SSE), feeds the console's record, and counts what
+// the metrics report. Attach it with [EventSink.Filter] wherever the
 // provider's events go (for a native agent, agent.Route{Sink: router,
-// Filter: router.Filter()} in its Routes) and pass it as Options.Router;
+// Filter: router.Filter()} in its Routes) and pass it as Options.EventSink;
 // or let New make one on the host's bus.
-type Router struct {
+type EventSink struct {
 	mu   sync.RWMutex
 	subs map[string]*subscription
 
@@ -24,16 +25,16 @@ type Router struct {
 	owned   atomic.Bool
 }
 
-// NewRouter returns a router with no subscribers.
-func NewRouter() *Router { return &Router{subs: make(map[string]*subscription)} }
+// NewEventSink returns a router with no subscribers.
+func NewEventSink() *EventSink { return &EventSink{subs: make(map[string]*subscription)} }
 
 // Filter is the filter to attach the router with: the full tier
 // (streamed text included: a stream goes only to the conversation's
 // owner).
-func (r *Router) Filter() event.Filter { return event.Filter{Tier: event.TierFull} }
+func (r *EventSink) Filter() event.Filter { return event.Filter{Tier: event.TierFull} }
 
 // Export routes e by its session id. It never blocks.
-func (r *Router) Export(e event.Event) {
+func (r *EventSink) Export(e event.Event) {
 	if m := r.metrics.Load(); m != nil {
 		m.observe(e)
 	}
@@ -52,10 +53,10 @@ func (r *Router) Export(e event.Event) {
 }
 
 // Flush does nothing: the router holds nothing for later.
-func (r *Router) Flush(context.Context) error { return nil }
+func (r *EventSink) Flush(context.Context) error { return nil }
 
 // Close does nothing; streams end with their turns.
-func (r *Router) Close(context.Context) error { return nil }
+func (r *EventSink) Close(context.Context) error { return nil }
 
 // maxQueued bounds the events queued for one stream; past it events are
 // dropped and the stream is told how many.
@@ -76,7 +77,7 @@ type subscription struct {
 	ready   chan struct{} // one token: something was queued
 }
 
-func (r *Router) subscribe(sessionID string) *subscription {
+func (r *EventSink) subscribe(sessionID string) *subscription {
 	s := &subscription{ready: make(chan struct{}, 1)}
 	r.mu.Lock()
 	r.subs[sessionID] = s
@@ -84,7 +85,7 @@ func (r *Router) subscribe(sessionID string) *subscription {
 	return s
 }
 
-func (r *Router) unsubscribe(sessionID string, s *subscription) {
+func (r *EventSink) unsubscribe(sessionID string, s *subscription) {
 	r.mu.Lock()
 	if r.subs[sessionID] == s {
 		delete(r.subs, sessionID)
@@ -99,7 +100,7 @@ func (s *subscription) pushOutput(o provider.Output) { s.add(item{output: &o}) }
 
 // tell shows a session interaction on the stream of the conversation's
 // turn, if one is open.
-func (r *Router) tell(sessionID string, v *InteractionView) {
+func (r *EventSink) tell(sessionID string, v *InteractionView) {
 	r.mu.RLock()
 	s := r.subs[sessionID]
 	r.mu.RUnlock()
