@@ -110,6 +110,12 @@ type Options struct {
 	CleanupRetry, CleanupRetryMax time.Duration
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// WorkspaceMaxBytes bounds the bytes of the files one workspace
+	// upload (PUT /v1/sessions/{id}/workspace) holds (default 1 GiB);
+	// WorkspaceMaxEntries bounds its entries (default 100000). An upload
+	// is not a request body of MaxBodyBytes.
+	WorkspaceMaxBytes   int64
+	WorkspaceMaxEntries int
 	// KeepAlive is how often an SSE stream that has nothing to say sends a
 	// comment line, so proxies and load balancers do not close a long
 	// turn's stream as idle (default 15s; negative: never).
@@ -298,6 +304,8 @@ func withDefaults(opt Options) (Options, error) {
 	orDefault(&opt.CleanupRetryMax, DefaultCleanupRetryMax)
 	opt.CleanupRetryMax = max(opt.CleanupRetryMax, opt.CleanupRetry)
 	orDefault(&opt.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&opt.WorkspaceMaxBytes, DefaultWorkspaceMaxBytes)
+	orDefault(&opt.WorkspaceMaxEntries, DefaultWorkspaceMaxEntries)
 	orDefault(&opt.CutGrace, DefaultCutGrace)
 	orDefault(&opt.KeepAlive, DefaultKeepAlive)
 	if opt.Now == nil {

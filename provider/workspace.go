@@ -6,6 +6,11 @@ import (
 	"path/filepath"
 )
 
+// ErrNoWorkspace is for providers: a Workspace error that wraps it says
+// this session keeps no files after all (an agent without a tool that
+// keeps them); the wrapper answers workspace_unsupported.
+var ErrNoWorkspace = errors.New("provider: the session keeps no workspace")
+
 // HasWorkspace reports whether the session keeps files the host can move
 // in and out ([Workspacer]).
 func (s *ValidatedSession) HasWorkspace() bool {
@@ -48,6 +53,9 @@ func (s *ValidatedSession) Workspace(ctx context.Context) (string, error) {
 		dir, err = ws.Workspace(ctx)
 		return err
 	})
+	if errors.Is(err, ErrNoWorkspace) {
+		return "", &ContractError{Provider: key, Code: CodeWorkspaceUnsupported, Message: "the provider's session keeps no workspace", Err: err}
+	}
 	if err != nil {
 		var pe *PanicError
 		return "", &OperationError{Provider: key, Op: "workspace", Started: errors.As(err, &pe), Err: err}
