@@ -36,7 +36,7 @@ func (a *Agent) Workspace(ctx context.Context, sessionID string, id *tool.Identi
 	var ws tool.Workspacer
 	var name string
 	for _, d := range a.defs {
-		if w, ok := a.tools[d.Name].tool.(tool.Workspacer); ok {
+		if w, ok := tool.WorkspaceOf(a.tools[d.Name].tool); ok {
 			ws, name = w, d.Name
 			break
 		}

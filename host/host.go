@@ -81,6 +81,11 @@ type Options struct {
 	// WorkingDirectory is each session's working directory, absolute and
 	// clean (default "/": the native agent does not use one).
 	WorkingDirectory func(owner tool.Identity, sessionID string) (string, error)
+	// DropWorkspace, when set, is called once a conversation is closed
+	// for good (DELETE), after its provider session closed: it removes
+	// what WorkingDirectory made for it, so a workspace lasts as long as
+	// its conversation. A failure is logged; the close stands.
+	DropWorkspace func(owner tool.Identity, sessionID string) error
 
 	// MaxTurns bounds the turns running at once across the host (default
 	// 256); MaxTurnsPerPrincipal bounds them per principal (default 32).

@@ -24,14 +24,14 @@ const (
 // The workspace's error codes: an upload refused, and a provider whose
 // sessions keep no files.
 const (
-	CodeWorkspaceUnsupported     Code = "workspace_unsupported"      // 501: the agent keeps no files the host can reach
-	CodeWorkspaceUnsafePath      Code = "workspace_unsafe_path"      // 400: an absolute name, "..", or not a local name
-	CodeWorkspaceLinkOutside     Code = "workspace_link_outside"     // 400: a symlink or hard link leaving the workspace
-	CodeWorkspaceSpecialFile     Code = "workspace_special_file"     // 400: a device node, FIFO or socket
-	CodeWorkspaceTooLarge        Code = "workspace_too_large"        // 413: past the byte bound
-	CodeWorkspaceTooManyEntries  Code = "workspace_too_many_entries" // 413: past the entry bound
-	CodeWorkspaceInvalidArchive  Code = "workspace_invalid_archive"  // 400: not a tar (or gzip of one), or cut short
-	CodeWorkspaceConflict        Code = "workspace_conflict"         // 409: an entry collides with what the workspace holds
+	CodeWorkspaceUnsupported    Code = "workspace_unsupported"      // 501: the agent keeps no files the host can reach
+	CodeWorkspaceUnsafePath     Code = "workspace_unsafe_path"      // 400: an absolute name, "..", or not a local name
+	CodeWorkspaceLinkOutside    Code = "workspace_link_outside"     // 400: a symlink or hard link leaving the workspace
+	CodeWorkspaceSpecialFile    Code = "workspace_special_file"     // 400: a device node, FIFO or socket
+	CodeWorkspaceTooLarge       Code = "workspace_too_large"        // 413: past the byte bound
+	CodeWorkspaceTooManyEntries Code = "workspace_too_many_entries" // 413: past the entry bound
+	CodeWorkspaceInvalidArchive Code = "workspace_invalid_archive"  // 400: not a tar (or gzip of one), or cut short
+	CodeWorkspaceConflict       Code = "workspace_conflict"         // 409: an entry collides with what the workspace holds
 )
 
 // Event types of the host's workspace transfers.
@@ -101,7 +101,7 @@ func (h *Host) workspaceError(lc *liveConv, err error) *apiError {
 	switch provider.CodeOf(err) {
 	case provider.CodeWorkspaceUnsupported:
 		return newError(http.StatusNotImplemented, CodeWorkspaceUnsupported,
-			"host: this agent keeps no files the host can reach ("+clipMessage(err.Error())+"); upload and download need an ACP agent, or the native agent's interpreter with scope session")
+			"host: this agent keeps no files the host can reach; upload and download need an ACP agent, or the native agent with an interpreter kept for the conversation (agentry serve's run_code)")
 	case provider.CodeConcurrentTurn, provider.CodeRequestPending:
 		return newError(http.StatusConflict, CodeSessionBusy, "host: a turn is running on this session; wait for its answer")
 	}
@@ -181,7 +181,9 @@ func (h *Host) uploadError(lc *liveConv, err error, lim tarws.Limits) *apiError 
 
 // bodyBroke reports a failure reading the request body (the client went
 // away).
-func bodyBroke(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) }
+func bodyBroke(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled)
+}
 
 // handleGetWorkspace streams the conversation's workspace, or the one path
 // ?path= names, as a tar stream.

@@ -153,12 +153,21 @@ func TestWorkspaceUploadRefusals(t *testing.T) {
 }
 
 // TestWorkspaceUnsupported: a provider whose sessions keep no files says
-// so by name.
+// so by name; closing a conversation drops its workspace.
 func TestWorkspaceUnsupported(t *testing.T) {
-	f := newFixture(t, config{kind: onFake})
+	dropped := make(chan string, 4)
+	f := newFixture(t, config{kind: onFake, opt: host.Options{DropWorkspace: func(o tool.Identity, id string) error {
+		dropped <- o.Principal + "/" + id
+		return nil
+	}}})
 	id := f.open("alice")
 	want(t, f.do("GET", "/v1/sessions/"+id+"/workspace", "alice", nil), 501, string(host.CodeWorkspaceUnsupported))
 	want(t, f.do("DELETE", "/v1/sessions/"+id, "alice", nil), 204, "")
+	// The workspace goes with its conversation, once.
+	want(t, f.do("DELETE", "/v1/sessions/"+id, "alice", nil), 204, "")
+	if got := <-dropped; got != "alice/"+id || len(dropped) != 0 {
+		t.Fatalf("dropped %q (and %d more), want alice's %s once", got, len(dropped), id)
+	}
 	want(t, f.do("GET", "/v1/sessions/"+id+"/workspace", "alice", nil), 409, "session_closed")
 }
 

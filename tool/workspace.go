@@ -20,3 +20,20 @@ type Workspacer interface {
 
 // ErrNoWorkspace says no tool keeps a conversation's files.
 var ErrNoWorkspace = errors.New("no tool keeps a conversation's files; give the agent a code tool whose sessions last the conversation (scope session) on a local runner")
+
+// WorkspaceOf finds the Workspacer t is, or wraps: a wrapper that adds to
+// a tool ([WithCheckIn], a provider's guard) leads to it with an
+// Unwrap() Tool method.
+func WorkspaceOf(t Tool) (Workspacer, bool) {
+	for range 16 { // wrappers nest a few deep, never in a cycle
+		if w, ok := t.(Workspacer); ok {
+			return w, true
+		}
+		u, ok := t.(interface{ Unwrap() Tool })
+		if !ok {
+			return nil, false
+		}
+		t = u.Unwrap()
+	}
+	return nil, false
+}

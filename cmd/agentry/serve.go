@@ -255,6 +255,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
+		DropWorkspace: deps.dropWorkspace,
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -443,5 +444,6 @@ type serveDeps struct {
 	acpConfig     json.RawMessage
 	lent          []tool.Tool
 	workingDir    func(tool.Identity, string) (string, error)
+	dropWorkspace func(tool.Identity, string) error
 	sessionConfig func(tool.Identity, string) json.RawMessage
 }
