@@ -44,6 +44,8 @@ type serveOptions struct {
 	forwardTimeout                             time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
+	wsMaxBytes                                 int64
+	wsMaxEntries                               int
 	caps                                       sessionCaps
 	pool                                       int
 	allowUnjailed                              bool
@@ -113,6 +115,8 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxTurns, "max-turns", host.DefaultMaxTurns, "turns running at once, across everyone")
 	f.IntVar(&o.maxTurnsPerPrincipal, "max-turns-per-principal", host.DefaultMaxTurnsPerPrincipal, "turns running at once, per principal")
 	f.IntVar(&o.maxOpen, "max-open-sessions", host.DefaultMaxOpenSessions, "open conversations per principal")
+	f.Int64Var(&o.wsMaxBytes, "workspace-max-bytes", host.DefaultWorkspaceMaxBytes, "bound on the bytes of the files one workspace upload (PUT /v1/sessions/{id}/workspace) holds")
+	f.IntVar(&o.wsMaxEntries, "workspace-max-entries", host.DefaultWorkspaceMaxEntries, "bound on the entries (files, directories, links) of one workspace upload")
 	f.IntVar(&o.maxLive, "max-live-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
 	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
@@ -151,6 +155,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	if o.maxLive < 0 {
 		return usageError("--max-live-sessions must not be negative")
+	}
+	if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
+		return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
 	}
 	if o.advertise != "" {
 		if _, err := host.ParseReplicaURL(o.advertise); err != nil {
@@ -255,7 +262,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
-		DropWorkspace: deps.dropWorkspace,
+		DropWorkspace: deps.dropWorkspace, WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
 	})
 	if err != nil {
 		_ = ln.Close()
