@@ -88,6 +88,9 @@ flushed. A second signal exits at once.
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sig)
 			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
+			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
+				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
+			}
 			if err := o.oidc.check(cmd.Flags()); err != nil {
 				return err
 			}
@@ -155,9 +158,6 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	}
 	if o.maxLive < 0 {
 		return usageError("--max-live-sessions must not be negative")
-	}
-	if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
-		return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
 	}
 	if o.advertise != "" {
 		if _, err := host.ParseReplicaURL(o.advertise); err != nil {
@@ -261,8 +261,8 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		Provider: inst, Store: st, Auth: auth, Bus: bus, Router: router, Leases: leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxOpenSessions: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
-		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
-		DropWorkspace: deps.dropWorkspace, WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
+		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig, DropWorkspace: deps.dropWorkspace,
+		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
 	})
 	if err != nil {
 		_ = ln.Close()
