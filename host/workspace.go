@@ -64,6 +64,14 @@ var workspaceMedia = map[string]bool{
 // openWorkspace takes the conversation, opens its provider session and
 // returns the workspace's root. done releases both.
 func (h *Host) openWorkspace(r *http.Request, o tool.Identity) (lc *liveConv, root *os.Root, done func(), ae *apiError) {
+	if h.rep != nil {
+		// A transfer is not forwarded to the replica holding the
+		// conversation (an upload is too large to hold in memory, as
+		// forwarded bodies are); refused rather than served by a replica
+		// that does not hold the conversation.
+		return nil, nil, nil, newError(http.StatusNotImplemented, CodeWorkspaceUnsupported,
+			"host: workspace transfers are not served across replicas yet; serve with one replica (a SQLite store) to move files in and out")
+	}
 	lc, ae = h.acquire(r.Context(), o, r.PathValue("id"))
 	if ae != nil {
 		return nil, nil, nil, ae
