@@ -101,7 +101,7 @@ flushed. A second signal exits at once.
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "where to listen (host:port)")
 	f.StringVar(&o.agent, "agent", "native", "the agent each conversation talks to: native (agentry's own agent, with --model and --runner) or acp (a coding agent over the Agent Client Protocol, jailed, with --agent-cmd)")
 	o.acp.add(f)
-	f.StringVar(&o.workspaces, "workspaces", "agentry-workspaces", "with --agent acp: the directory holding each conversation's workspace (kept at close, so a resumed conversation finds its files)")
+	f.StringVar(&o.workspaces, "workspaces", "agentry-workspaces", "with --agent acp: the directory holding each conversation's workspace (kept across evictions and restarts, so a resumed conversation finds its files; removed when the conversation is closed)")
 	f.StringArrayVar(&o.lend, "lend", nil, "with --agent acp: lend this host tool to every agent over MCP (repeat; run_code is the one there is: agentry's interpreter on --runner)")
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	o.oidc.add(f, true)
