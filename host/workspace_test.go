@@ -118,7 +118,11 @@ func TestWorkspaceRoundTrip(t *testing.T) {
 // TestWorkspaceUploadRefusals: each unsafe archive is refused with its
 // code, and the agent's workspace holds nothing of it outside.
 func TestWorkspaceUploadRefusals(t *testing.T) {
-	f := newFixture(t, config{tools: []tool.Tool{jailedRunCode(t)}})
+	f := newFixture(t, config{tools: []tool.Tool{jailedRunCode(t)}, opt: host.Options{WorkspaceMaxEntries: 5}})
+	many := make([][2]string, 6)
+	for i := range many {
+		many[i] = [2]string{"d/f" + string(rune('a'+i)), "x"}
+	}
 	id := f.open("alice")
 	for _, c := range []struct {
 		name   string
@@ -132,6 +136,7 @@ func TestWorkspaceUploadRefusals(t *testing.T) {
 		{"hard link out", tarOf(t, [][2]string{{"h", "=>../../etc/passwd"}}, 0), 400, host.CodeWorkspaceLinkOutside},
 		{"device", tarOf(t, [][2]string{{"null", "chardev"}}, 0), 400, host.CodeWorkspaceSpecialFile},
 		{"2 GiB", tarOf(t, nil, 2<<30), 413, host.CodeWorkspaceTooLarge},
+		{"too many entries", tarOf(t, many, 0), 413, host.CodeWorkspaceTooManyEntries},
 		{"garbage", []byte(strings.Repeat("not a tar ", 100)), 400, host.CodeWorkspaceInvalidArchive},
 	} {
 		r := f.do("PUT", "/v1/sessions/"+id+"/workspace", "alice", c.body, "Content-Type", tarType)
@@ -141,10 +146,16 @@ func TestWorkspaceUploadRefusals(t *testing.T) {
 	}
 	r := f.do("PUT", "/v1/sessions/"+id+"/workspace", "alice", "{}")
 	want(t, r, http.StatusUnsupportedMediaType, "unsupported_media_type")
-	// Nothing landed: the workspace is empty.
+	// Nothing of the unsafe entries landed: the workspace holds only the
+	// entries the too-many upload wrote before its refusal.
 	r = f.do("GET", "/v1/sessions/"+id+"/workspace", "alice", nil)
 	want(t, r, 200, "")
-	if got := untar(t, r.body); len(got) != 0 {
+	got := untar(t, r.body)
+	delete(got, "d/")
+	for i := range 5 {
+		delete(got, many[i][0])
+	}
+	if len(got) != 0 {
 		t.Fatalf("refused uploads left %v", keysOf(got))
 	}
 	if out := f.runCode("alice", id, "import os\nprint(os.path.exists('/tmp/agentry-evil'))"); !strings.Contains(out, "False") {
