@@ -571,3 +571,36 @@ func (t *codeTool) closeSlot(ctx context.Context, key string, s *slot) error {
 	}
 	return sess.Stop(ctx)
 }
+
+// Workspace is the directory of the session a call with c's facts uses —
+// the code's working directory, /work in a jail — starting the session
+// when none is live, as a call would (its teardown registered under the
+// conversation). Only a tool of scope session keeps one: a run's or a
+// call's files are gone before a person could take them. The session is
+// pinned while it is found, not after: an idle conversation's interpreter
+// may still be evicted later, taking its files with it.
+func (t *codeTool) Workspace(ctx context.Context, c *tool.Call) (string, error) {
+	if t.opt.Scope != toolsession.ScopeSession {
+		return "", fmt.Errorf("tool %s: its sessions last one %s, not the conversation: %w", t.opt.Name, t.opt.Scope, tool.ErrNoWorkspace)
+	}
+	key, err := t.refuse(c)
+	if err != nil {
+		return "", err
+	}
+	lease, err := c.Hold(ctx, t.options(key))
+	if err != nil {
+		return "", fmt.Errorf("tool %s: %w", t.name(c), err)
+	}
+	defer lease.Release()
+	h, err := t.acquire(ctx, c, key, lease.Gen())
+	if err != nil {
+		return "", err
+	}
+	d, ok := h.sess.(interface{ Dir() string })
+	if !ok {
+		return "", fmt.Errorf("tool %s: runner %s keeps its files where this machine cannot reach them: %w", t.opt.Name, t.runner.ID(), tool.ErrNoWorkspace)
+	}
+	return d.Dir(), nil
+}
+
+var _ tool.Workspacer = (*codeTool)(nil)

@@ -97,6 +97,8 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/decision", h.authed(h.handleDecision))
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", h.authed(h.handleCancel))
 	mux.HandleFunc("GET /v1/sessions/{id}/messages", h.authed(h.handleMessages))
+	mux.HandleFunc("PUT /v1/sessions/{id}/workspace", h.authed(h.handlePutWorkspace))
+	mux.HandleFunc("GET /v1/sessions/{id}/workspace", h.authed(h.handleGetWorkspace))
 	// A tenant's admins: its conversations' metadata, and closing them.
 	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions", h.authed(h.handleTenantList))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantGet))
@@ -116,6 +118,7 @@ func (h *Host) routes() http.Handler {
 		"/v1/sessions/{id}/decision":         "POST",
 		"/v1/sessions/{id}/cancel":           "POST",
 		"/v1/sessions/{id}/messages":         "GET, HEAD",
+		"/v1/sessions/{id}/workspace":        "GET, HEAD, PUT",
 		"/v1/tenants/{tenant}/sessions":      "GET, HEAD",
 		"/v1/tenants/{tenant}/sessions/{id}": "GET, HEAD, DELETE",
 	}

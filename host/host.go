@@ -81,6 +81,11 @@ type Options struct {
 	// WorkingDirectory is each session's working directory, absolute and
 	// clean (default "/": the native agent does not use one).
 	WorkingDirectory func(owner tool.Identity, sessionID string) (string, error)
+	// DropWorkspace, when set, is called once a conversation is closed
+	// for good (DELETE), after its provider session closed: it removes
+	// what WorkingDirectory made for it, so a workspace lasts as long as
+	// its conversation. A failure is logged; the close stands.
+	DropWorkspace func(owner tool.Identity, sessionID string) error
 
 	// MaxTurns bounds the turns running at once across the host (default
 	// 256); MaxTurnsPerPrincipal bounds them per principal (default 32).
@@ -110,6 +115,12 @@ type Options struct {
 	CleanupRetry, CleanupRetryMax time.Duration
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// WorkspaceMaxBytes bounds the bytes of the files one workspace
+	// upload (PUT /v1/sessions/{id}/workspace) holds (default 1 GiB);
+	// WorkspaceMaxEntries bounds its entries (default 100000). An upload
+	// is not a request body of MaxBodyBytes.
+	WorkspaceMaxBytes   int64
+	WorkspaceMaxEntries int
 	// KeepAlive is how often an SSE stream that has nothing to say sends a
 	// comment line, so proxies and load balancers do not close a long
 	// turn's stream as idle (default 15s; negative: never).
@@ -298,6 +309,8 @@ func withDefaults(opt Options) (Options, error) {
 	orDefault(&opt.CleanupRetryMax, DefaultCleanupRetryMax)
 	opt.CleanupRetryMax = max(opt.CleanupRetryMax, opt.CleanupRetry)
 	orDefault(&opt.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&opt.WorkspaceMaxBytes, DefaultWorkspaceMaxBytes)
+	orDefault(&opt.WorkspaceMaxEntries, DefaultWorkspaceMaxEntries)
 	orDefault(&opt.CutGrace, DefaultCutGrace)
 	orDefault(&opt.KeepAlive, DefaultKeepAlive)
 	if opt.Now == nil {

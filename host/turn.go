@@ -542,6 +542,12 @@ func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identi
 	delete(h.live, id)
 	h.mu.Unlock()
 	h.releaseLease(ctx, id)
+	if h.opt.DropWorkspace != nil {
+		// The workspace goes with the conversation; the transcript stays.
+		if err := h.opt.DropWorkspace(o, id); err != nil {
+			h.log.Error("host: removing a closed conversation's workspace", "session", id, "err", err)
+		}
+	}
 	h.emit(TypeConversationClosed, &ConversationEvent{ToolSessionsClosed: n, Reason: string(toolsession.ReasonSessionEnd)}, id, o)
 	w.WriteHeader(http.StatusNoContent)
 }

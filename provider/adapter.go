@@ -86,6 +86,18 @@ type Steerer interface {
 	Steer(ctx context.Context, req SteerRequest) error
 }
 
+// Workspacer is the optional session port of a provider whose session
+// works on files in a directory of this machine: an external agent's
+// workspace, the native agent's interpreter's /work. The host moves a
+// person's files in and out of it. Like database/sql's optional driver
+// interfaces it is found by type assertion and declares no capability.
+type Workspacer interface {
+	// Workspace returns the absolute directory holding the session's
+	// files, making what it needs first (an interpreter not yet started).
+	// What the host writes there is confined to it (an os.Root).
+	Workspace(ctx context.Context) (string, error)
+}
+
 // Binding is a provider's native identity of a conversation (its session
 // id, thread id, conversation id): an opaque id a host stores to resume.
 type Binding string

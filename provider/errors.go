@@ -62,6 +62,9 @@ const (
 	CodeInvalidSessionInteraction      Code = "invalid_session_interaction"
 	CodeSessionInteractionsUnsupported Code = "session_interactions_unsupported"
 
+	// Workspaces.
+	CodeWorkspaceUnsupported Code = "workspace_unsupported"
+
 	// Registry.
 	CodeInvalidDriver                Code = "invalid_driver"
 	CodeDuplicateProvider            Code = "duplicate_provider"
@@ -110,6 +113,7 @@ var fixes = map[Code]string{
 	CodeHostToolFailed:                 "see the host's logs",
 	CodeInvalidSessionInteraction:      "send a well-formed interaction with a new id while the session is open, and answer a question with one of its options",
 	CodeSessionInteractionsUnsupported: "use only the interaction kinds the capabilities declare",
+	CodeWorkspaceUnsupported:           "use a provider whose sessions keep files (its Session implements Workspacer)",
 	CodeInvalidDriver:                  "register a driver with a valid provider key whose materialisation declares matching capabilities",
 	CodeDuplicateProvider:              "register one driver per provider key",
 	CodeDuplicateInstance:              "give every instance a distinct id",
@@ -133,7 +137,7 @@ func Codes() []Code {
 		CodeInvalidHostBinding, CodeHostBindingUnsupported, CodeHostBindingReused, CodeHostBindingClosed,
 		CodeHostToolNameConflict, CodeHostToolInputInvalid, CodeHostToolResultInvalid,
 		CodeHostToolCapacityExhausted, CodeHostToolFailed,
-		CodeInvalidSessionInteraction, CodeSessionInteractionsUnsupported,
+		CodeInvalidSessionInteraction, CodeSessionInteractionsUnsupported, CodeWorkspaceUnsupported,
 		CodeInvalidDriver, CodeDuplicateProvider, CodeDuplicateInstance, CodeProviderNotRegistered,
 		CodeMultipleInstancesUnsupported, CodeInstanceNotFound, CodeInstanceDisposed, CodeRegistryDisposed,
 		CodeInstanceCleanupFailed,

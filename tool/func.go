@@ -81,6 +81,9 @@ func WithCheckIn(t Tool) Tool { return checkIn{t} }
 
 type checkIn struct{ Tool }
 
+// Unwrap is the tool the check-in wraps ([WorkspaceOf]).
+func (c checkIn) Unwrap() Tool { return c.Tool }
+
 func (c checkIn) Spec() Spec {
 	s := c.Tool.Spec()
 	s.CheckIn = true

@@ -249,6 +249,18 @@ func workspaces(dir string) (string, error) {
 // conversation's workspace is root/<digest of its owner and id>, made 0700
 // on first use (the jail hands it to the agent's user) and kept when the
 // conversation closes, so a resumed session finds its files.
+// dropConversationDir removes a closed conversation's workspace under
+// root (the directory conversationDir made).
+func dropConversationDir(root string) func(tool.Identity, string) error {
+	return func(owner tool.Identity, sessionID string) error {
+		key, ok := toolsession.Key(toolsession.ScopeSession, toolsession.Facts{Tenant: owner.Tenant, Principal: owner.Principal, SessionID: sessionID})
+		if !ok {
+			return nil
+		}
+		return os.RemoveAll(filepath.Join(root, toolsession.HashKey(key)))
+	}
+}
+
 func conversationDir(root string) func(tool.Identity, string) (string, error) {
 	return func(owner tool.Identity, sessionID string) (string, error) {
 		key, ok := toolsession.Key(toolsession.ScopeSession, toolsession.Facts{Tenant: owner.Tenant, Principal: owner.Principal, SessionID: sessionID})

@@ -44,6 +44,8 @@ type serveOptions struct {
 	forwardTimeout                             time.Duration
 	maxTurns, maxTurnsPerPrincipal, maxOpen    int
 	maxLive                                    int
+	wsMaxBytes                                 int64
+	wsMaxEntries                               int
 	caps                                       sessionCaps
 	pool                                       int
 	allowUnjailed                              bool
@@ -86,6 +88,9 @@ flushed. A second signal exits at once.
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sig)
 			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
+			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
+				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
+			}
 			if err := o.oidc.check(cmd.Flags()); err != nil {
 				return err
 			}
@@ -99,7 +104,7 @@ flushed. A second signal exits at once.
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "where to listen (host:port)")
 	f.StringVar(&o.agent, "agent", "native", "the agent each conversation talks to: native (agentry's own agent, with --model and --runner) or acp (a coding agent over the Agent Client Protocol, jailed, with --agent-cmd)")
 	o.acp.add(f)
-	f.StringVar(&o.workspaces, "workspaces", "agentry-workspaces", "with --agent acp: the directory holding each conversation's workspace (kept at close, so a resumed conversation finds its files)")
+	f.StringVar(&o.workspaces, "workspaces", "agentry-workspaces", "with --agent acp: the directory holding each conversation's workspace (kept across evictions and restarts, so a resumed conversation finds its files; removed when the conversation is closed)")
 	f.StringArrayVar(&o.lend, "lend", nil, "with --agent acp: lend this host tool to every agent over MCP (repeat; run_code is the one there is: agentry's interpreter on --runner)")
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	o.oidc.add(f, true)
@@ -118,6 +123,8 @@ flushed. A second signal exits at once.
 	f.IntVar(&o.maxOpen, "max-conversations-per-principal", host.DefaultMaxConversationsPerPrincipal, "open conversations per principal; past it creating one is refused (429)")
 	f.IntVar(&o.maxLive, "max-live-tool-sessions", 256, "live tool sessions (interpreters) across the host; past it the coldest idle one is closed (reason evicted), and a turn that needs one more while all are busy waits, then fails with capacity")
 	aliasRenamed(f, renamedServeFlags)
+	f.Int64Var(&o.wsMaxBytes, "workspace-max-bytes", host.DefaultWorkspaceMaxBytes, "bound on the bytes of the files one workspace upload (PUT /v1/sessions/{id}/workspace) holds")
+	f.IntVar(&o.wsMaxEntries, "workspace-max-entries", host.DefaultWorkspaceMaxEntries, "bound on the entries (files, directories, links) of one workspace upload")
 	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	f.StringVar(&o.advertise, "advertise", "", "with a postgres:// store: the URL the other replicas reach this one at (default: the listen address; a wildcard host becomes this machine's hostname)")
@@ -258,7 +265,8 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		Provider: inst, Store: st, Auth: auth, Bus: bus, EventSink: router, Leases: leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxConversationsPerPrincipal: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
-		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig,
+		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig, DropWorkspace: deps.dropWorkspace,
+		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -447,5 +455,6 @@ type serveDeps struct {
 	acpConfig     json.RawMessage
 	lent          []tool.Tool
 	workingDir    func(tool.Identity, string) (string, error)
+	dropWorkspace func(tool.Identity, string) error
 	sessionConfig func(tool.Identity, string) json.RawMessage
 }

@@ -111,7 +111,7 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 	if err != nil {
 		return fail(err)
 	}
-	d.launcher, d.acpConfig, d.workingDir = l, cfg, conversationDir(root)
+	d.launcher, d.acpConfig, d.workingDir, d.dropWorkspace = l, cfg, conversationDir(root), dropConversationDir(root)
 	// An ACP session's configuration is its mode at most; the definition
 	// gives it (--agent-mode), so sessions open with none.
 	d.sessionConfig = func(tool.Identity, string) json.RawMessage { return nil }

@@ -81,7 +81,12 @@ type session struct {
 var (
 	_ provider.Session     = (*session)(nil)
 	_ provider.Interrupter = (*session)(nil)
+	_ provider.Workspacer  = (*session)(nil)
 )
+
+// Workspace is the session's workspace: the agent's working directory,
+// where the files a person puts in are what the agent sees.
+func (s *session) Workspace(context.Context) (string, error) { return s.ws.dir, nil }
 
 func (s *session) Binding() provider.Binding { return s.binding }
 

@@ -78,6 +78,9 @@ func guardTools(ts []tool.Tool) []tool.Tool {
 
 type guardedTool struct{ tool.Tool }
 
+// Unwrap is the tool behind the guard (tool.WorkspaceOf).
+func (g guardedTool) Unwrap() tool.Tool { return g.Tool }
+
 func (g guardedTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage) (tool.Result, error) {
 	if err := stepAllowed(ctx, provider.StepTool); err != nil {
 		return tool.Result{}, err

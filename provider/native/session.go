@@ -55,7 +55,19 @@ var (
 	_ provider.Session     = (*session)(nil)
 	_ provider.Interrupter = (*session)(nil)
 	_ provider.Pender      = (*session)(nil)
+	_ provider.Workspacer  = (*session)(nil)
 )
+
+// Workspace is the directory of the conversation's interpreter (its
+// /work): the agent's tool that keeps files for the conversation, its
+// session started when none is live.
+func (s *session) Workspace(ctx context.Context) (string, error) {
+	dir, err := s.in.agent.Workspace(ctx, s.id, s.identity)
+	if errors.Is(err, tool.ErrNoWorkspace) {
+		return "", fmt.Errorf("%w: %w", provider.ErrNoWorkspace, err)
+	}
+	return dir, err
+}
 
 // Pending reports the turn a resumed conversation was waiting on (the
 // pause its record keeps) as the approval request it raised.
