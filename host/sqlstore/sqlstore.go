@@ -379,8 +379,12 @@ func pendingCols(p *host.Pending) (q, t, r sql.NullString) {
 	if len(pr.Args) > 0 && !json.Valid(pr.Args) {
 		pr.Args = nil
 	}
-	b, _ := json.Marshal(pr)
-	return sql.NullString{String: p.Question, Valid: true}, sql.NullString{String: p.Tool, Valid: true}, sql.NullString{String: string(b), Valid: true}
+	// Kept as the provider sent it: no HTML escaping of <, > and &.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(pr) // strings and valid JSON always encode
+	return sql.NullString{String: p.Question, Valid: true}, sql.NullString{String: p.Tool, Valid: true}, sql.NullString{String: strings.TrimSuffix(b.String(), "\n"), Valid: true}
 }
 
 func (s *Store) fail(what string, err error) error {
