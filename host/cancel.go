@@ -279,6 +279,7 @@ func (h *Host) cancelPaused(r *http.Request, lc *liveConv) (string, *apiError) {
 	c.Version = v
 	c.Messages += len(add)
 	lc.conv = c
+	h.tellConversation(lc, false)
 	h.metrics.turns.WithLabelValues("cancel", TurnCancelled).Inc()
 	return p.TurnID, nil
 }

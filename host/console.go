@@ -134,6 +134,7 @@ func (h *Host) consoleRoutes(mux *http.ServeMux) {
 			writeJSON(w, http.StatusOK, map[string]any{"oidc": signIn})
 		})
 	}
+	mux.HandleFunc("GET /v1/events", h.authed(h.handleEvents))
 	mux.HandleFunc("GET /v1/me", h.authed(func(w http.ResponseWriter, r *http.Request, _ tool.Identity) {
 		writeJSON(w, http.StatusOK, callerOf(r))
 	}))
@@ -163,6 +164,7 @@ func (h *Host) consoleRoutes(mux *http.ServeMux) {
 	}))
 	for p, methods := range map[string]string{
 		"/v1/me":                          "GET, HEAD",
+		"/v1/events":                      "GET",
 		"/v1/sessions/{id}/tool-sessions": "GET, HEAD",
 		"/v1/sessions/{id}/timeline":      "GET, HEAD",
 	} {

@@ -41,6 +41,7 @@ const (
 	CodeTurnCancelled        Code = "turn_cancelled"         // 409: the turn was cancelled before it answered
 	CodeTooManyTurns         Code = "too_many_turns"         // 429
 	CodeTooManySessions      Code = "too_many_sessions"      // 429
+	CodeTooManyStreams       Code = "too_many_streams"       // 429: the caller has as many event streams (GET /v1/events) open as allowed
 	CodeCapacity             Code = "capacity"               // 429: every live tool session is busy
 	CodeTurnFailed           Code = "turn_failed"            // 500: the turn ran and failed
 	CodeTurnCut              Code = "turn_cut"               // 503: the shutdown drain bound cut the turn

@@ -297,6 +297,7 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	h.mu.Unlock()
 	h.metrics.opened.Inc()
 	h.emit(TypeConversationOpened, &ConversationEvent{}, c.ID, o)
+	h.feed.publish(o, FeedConversation, feedView{sessionView: viewOf(c)}, now)
 	w.Header().Set("Location", "/v1/sessions/"+c.ID)
 	writeJSON(w, http.StatusCreated, viewOf(c))
 }
@@ -318,6 +319,9 @@ func (h *Host) handleList(w http.ResponseWriter, r *http.Request, o tool.Identit
 	views := make([]sessionView, len(cs))
 	for i, c := range cs {
 		views[i] = viewOf(c)
+		if qs := h.askingViews(c.ID); len(qs) > 0 {
+			views[i].Interaction, views[i].Interactions = &qs[0], qs
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": views})
 }

@@ -166,6 +166,8 @@ type Host struct {
 	mu       sync.Mutex
 	live     map[string]*liveConv
 	draining bool
+	drained  chan struct{} // closed by Drain: long streams end
+	feed     *feed         // each person's notices (GET /v1/events)
 	inflight int
 	idle     chan struct{} // closed when inflight drops to 0 while draining
 	running  map[*turnCtl]struct{}
@@ -241,6 +243,8 @@ func New(opt Options) (_ *Host, err error) {
 		running:  make(map[*turnCtl]struct{}),
 		byOwner:  make(map[tool.Identity]int),
 		shutDone: make(chan struct{}),
+		drained:  make(chan struct{}),
+		feed:     newFeed(opt.Now()),
 	}
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err
@@ -468,6 +472,9 @@ func (h *Host) leave() {
 // balancer before anything else). It is idempotent.
 func (h *Host) Drain() {
 	h.mu.Lock()
+	if !h.draining {
+		close(h.drained)
+	}
 	h.draining = true
 	h.mu.Unlock()
 }

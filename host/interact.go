@@ -55,11 +55,13 @@ func (hi interactions) Interact(ctx context.Context, sessionID string, in provid
 		}
 		lc.asking[in.ID] = a
 	}
+	owner := lc.owner
 	h.mu.Unlock()
 	h.router.tell(sessionID, &v)
 	if a == nil {
 		return provider.InteractionReply{}, nil // a notice: shown, acknowledged
 	}
+	h.tellInteractions(owner, sessionID)
 	select {
 	case r := <-a.reply:
 		return r, nil
@@ -69,6 +71,7 @@ func (hi interactions) Interact(ctx context.Context, sessionID string, in provid
 			delete(lc.asking, in.ID)
 		}
 		h.mu.Unlock()
+		h.tellInteractions(owner, sessionID)
 		return provider.InteractionReply{}, context.Cause(ctx)
 	}
 }
@@ -102,6 +105,9 @@ func (h *Host) dropAsking(lc *liveConv) {
 	qs := lc.asking
 	lc.asking = nil
 	h.mu.Unlock()
+	if len(qs) > 0 {
+		h.tellInteractions(lc.owner, lc.id)
+	}
 	for _, a := range qs {
 		select {
 		case a.reply <- provider.InteractionReply{Declined: true}:
@@ -152,5 +158,6 @@ func (h *Host) answerInteraction(w http.ResponseWriter, r *http.Request, o tool.
 	delete(lc.asking, dec.Interaction)
 	h.mu.Unlock()
 	a.reply <- reply
+	h.tellInteractions(o, id)
 	writeJSON(w, http.StatusOK, map[string]any{"interaction": a.view.ID, "answered": true})
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -116,7 +117,16 @@ type Pending struct {
 	// raised it, so a decision reaches it after a restart.
 	RequestID string `json:"requestId,omitempty"`
 	TurnID    string `json:"turnId,omitempty"`
+	// Args is what the approval is about as the provider knows it (the
+	// tool call's input; a file edit's {"path","oldText","newText"}), a
+	// JSON object of at most MaxPendingArgs bytes, for the person to read;
+	// nil when the provider did not say or it was larger (ArgsCut).
+	Args    json.RawMessage `json:"args,omitempty"`
+	ArgsCut int             `json:"argsCut,omitempty"` // the size of arguments too large to keep
 }
+
+// MaxPendingArgs bounds Pending.Args.
+const MaxPendingArgs = 64 << 10
 
 // Message is one entry of a conversation's transcript as the host keeps
 // it: what the person said, what the agent did (its activity outputs, in

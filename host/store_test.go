@@ -3,8 +3,10 @@ package host_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -172,13 +174,14 @@ var storeCases = []struct {
 			t.Fatal(err)
 		}
 		c := conv("c", alice)
-		c.State, c.Pending = host.StatePaused, &host.Pending{Question: "deploy?", Tool: "deploy", Kind: "approval", RequestID: "req-1", TurnID: "run-1"}
+		c.State, c.Pending = host.StatePaused, &host.Pending{Question: "deploy?", Tool: "deploy", Kind: "approval", RequestID: "req-1", TurnID: "run-1",
+			Args: json.RawMessage(`{"target":"prod","code":"print(1)\n<script>x</script>"}`)}
 		v, err := s.Save(ctx, host.Update{Conversation: c})
 		if err != nil {
 			t.Fatal(err)
 		}
 		l, _ := s.Load(ctx, alice, "c")
-		if l.State != host.StatePaused || l.Pending == nil || *l.Pending != *c.Pending {
+		if l.State != host.StatePaused || l.Pending == nil || !reflect.DeepEqual(*l.Pending, *c.Pending) {
 			t.Fatalf("paused: %+v", l)
 		}
 		l.State, l.Pending, l.Version = host.StateOpen, nil, v

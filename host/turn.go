@@ -1,7 +1,9 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -184,6 +186,11 @@ func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, 
 		writeError(w, ae)
 		return
 	}
+
+	// The person's other tabs hear the turn begin, and end as saved (this
+	// runs before the conversation is let go, so lc.conv is the saved one).
+	h.tellConversation(lc, true)
+	defer h.tellConversation(lc, false)
 
 	start = ctl.tracking(h, start)
 	h.mu.Lock()
@@ -458,6 +465,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		add = append(add, t.activityMessages()...)
 		c.State = StatePaused
 		c.Pending = &Pending{Question: t.request.Prompt, Tool: t.request.Tool, Kind: string(t.request.Kind), RequestID: t.request.ID, TurnID: t.runID}
+		c.Pending.Args, c.Pending.ArgsCut = pendingArgs(t.request.Args)
 		c.LastRunID = t.runID
 		turn.Outcome = TurnPaused
 		out.Awaiting = c.Pending
@@ -538,6 +546,7 @@ func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identi
 	}
 	c.Version = v
 	lc.conv = c
+	h.tellConversation(lc, false)
 	h.mu.Lock()
 	delete(h.live, id)
 	h.mu.Unlock()
@@ -550,4 +559,18 @@ func (h *Host) handleClose(w http.ResponseWriter, r *http.Request, o tool.Identi
 	}
 	h.emit(TypeConversationClosed, &ConversationEvent{ToolSessionsClosed: n, Reason: string(toolsession.ReasonSessionEnd)}, id, o)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// pendingArgs keeps a request's arguments when they are a JSON object
+// within MaxPendingArgs; past it, only their size (the person is told
+// they were too large to show).
+func pendingArgs(a json.RawMessage) (json.RawMessage, int) {
+	a = bytes.TrimSpace(a)
+	switch {
+	case len(a) == 0 || a[0] != '{' || !json.Valid(a):
+		return nil, 0
+	case len(a) > MaxPendingArgs:
+		return nil, len(a)
+	}
+	return bytes.Clone(a), 0
 }

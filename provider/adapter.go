@@ -260,6 +260,11 @@ type Request struct {
 	Tool string
 	// Schema is an elicitation's JSON Schema for the answer, if any.
 	Schema json.RawMessage
+	// Args is what an approval is about, for a person to read before
+	// answering: the tool call's input as the agent sent it (a JSON
+	// object; for a file edit {"path","oldText","newText"}), or nil when
+	// the adapter does not know it. Never markup: a host shows it as text.
+	Args json.RawMessage
 }
 
 // AuthRequest starts an authentication flow.

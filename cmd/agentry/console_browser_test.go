@@ -336,7 +336,7 @@ func TestBrowserConsole(t *testing.T) {
 		t.Fatal("the tool calls are not folded")
 	}
 	a.do("unfold the call", chromedp.Click(chromedp.CSS("#transcript details.calls summary")))
-	if r := a.text("#transcript details.calls"); !strings.Contains(r, "calling run_code") || !strings.Contains(r, "run_code returned") {
+	if r := a.text("#transcript details.calls"); !strings.Contains(r, "the agent called run_code") || !strings.Contains(r, "run_code answered") {
 		t.Fatalf("the folded activities: %q", r)
 	}
 
@@ -392,7 +392,12 @@ func TestBrowserConsole(t *testing.T) {
 	a.do("desktop width", chromedp.EmulateViewport(1280, 800))
 
 	// Close the conversation: it stays listed, closed, its session closed.
-	a.do("close", chromedp.Click(chromedp.ID("close-conv")))
+	// Closing asks first.
+	a.do("ask to close", chromedp.Click(chromedp.ID("close-conv")), chromedp.WaitVisible(chromedp.ID("close-yes")))
+	if st := a.text("#conv-state"); st == "closed" {
+		t.Fatal("closed before the person confirmed")
+	}
+	a.do("close", chromedp.Click(chromedp.ID("close-yes")))
 	a.until("closed", `document.getElementById("conv-state").textContent === "closed"`)
 	a.until("the session closed", `document.querySelector("#tool-sessions tbody tr.closed") && !document.querySelector("#tool-sessions tbody tr.live")`)
 	if st := a.text("#tool-sessions tbody tr.closed td:last-child"); !strings.Contains(st, "session-end") {

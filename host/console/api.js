@@ -239,3 +239,99 @@ export async function finishSignIn(cfg) {
   }
   return { token: out.access_token, keep: flow.keep };
 }
+
+// ---- the person's feed ----
+
+// follow keeps GET /v1/events open: it calls onEvent(name, data) for each
+// event, and onState(state, detail) as the connection changes: "live"
+// (the stream is open), "retrying" (it ended; a new one is tried after
+// detail ms), "unreachable" (the host did not answer; retried likewise),
+// "refused" (an ApiError in detail: the token is refused, or the bound
+// of streams is reached; not retried before retry() is called). A
+// reconnect sends Last-Event-ID, so the host sends what was missed (or a
+// reset when it no longer can). It returns {stop, retry}: stop ends it
+// for good; retry reconnects now.
+export function follow(onEvent, onState) {
+  let last = "";
+  let stopped = false;
+  let ctl = null;
+  let wait = 0;
+  let timer = null;
+  let wake = null;
+  const pause = (ms) => new Promise((resolve) => {
+    wake = resolve;
+    timer = setTimeout(resolve, ms);
+  });
+  const loop = async () => {
+    while (!stopped) {
+      ctl = new AbortController();
+      let res;
+      try {
+        const h = headers({ Accept: "text/event-stream" });
+        if (last) h.set("Last-Event-ID", last);
+        res = await fetch("/v1/events", { headers: h, cache: "no-store", credentials: "omit", redirect: "error", signal: ctl.signal });
+      } catch (e) {
+        if (stopped) return;
+        wait = Math.min(wait ? wait * 2 : 1000, 15000);
+        onState("unreachable", wait);
+        await pause(wait);
+        continue;
+      }
+      if (!res.ok) {
+        const err = await failure(res);
+        if (res.status === 429 || res.status === 401 || res.status === 400) {
+          if (res.status === 400) last = ""; // an id the host does not take: start afresh
+          onState("refused", err);
+          await pause(res.status === 429 ? 15000 : 2 ** 31 - 1);
+        } else {
+          wait = Math.min(wait ? wait * 2 : 1000, 15000);
+          onState("unreachable", wait);
+          await pause(wait);
+        }
+        continue;
+      }
+      const parser = new SSEParser((ev) => {
+        if (ev.id) last = ev.id;
+        let data = null;
+        try {
+          data = JSON.parse(ev.data);
+        } catch {
+          return;
+        }
+        if (ev.event === "ready" || ev.event === "reset") {
+          wait = 0;
+          onState("live");
+        }
+        onEvent(ev.event, data);
+      });
+      try {
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          parser.feed(value);
+        }
+      } catch {
+        // the connection broke: reconnect below
+      }
+      if (stopped) return;
+      wait = Math.min(wait ? wait * 2 : 500, 15000);
+      onState("retrying", wait);
+      await pause(wait);
+    }
+  };
+  loop();
+  return {
+    stop() {
+      stopped = true;
+      if (ctl) ctl.abort();
+      clearTimeout(timer);
+      if (wake) wake();
+    },
+    retry() {
+      wait = 0;
+      clearTimeout(timer);
+      if (wake) wake();
+    },
+  };
+}

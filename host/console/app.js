@@ -4,7 +4,7 @@
 // the /v1 API with the caller's token; the page is built with textContent
 // only (the policy refuses HTML from strings).
 
-import { api, stream, token, ApiError, signInConfig, beginSignIn, finishSignIn } from "./api.js";
+import { api, stream, follow, token, ApiError, signInConfig, beginSignIn, finishSignIn } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -59,14 +59,19 @@ const state = {
   busy: false, // a turn or decision in flight
   interaction: null, // the session interaction shown, if any
   signIn: null, // how to sign in at the OpenID provider, when the host offers it
+  feed: null, // the open GET /v1/events (follow's handle)
+  running: new Set(), // conversations the feed says run a turn now
 };
 
 // ---- sign in ----
 
 // showSignedOut shows the sign-in card. The conversation in the address
 // and an unsent message stay, for after the next sign-in.
-function showSignedOut(message) {
+function showSignedOut(message, keepField) {
   token.clear();
+  if (state.feed) state.feed.stop();
+  state.feed = null;
+  $("banner").hidden = true;
   state.me = null;
   state.current = null;
   $("app").hidden = true;
@@ -74,25 +79,126 @@ function showSignedOut(message) {
   $("who").textContent = "";
   $("signin").hidden = false;
   $("signin-error").textContent = message || "";
-  $("token").value = "";
+  $("signin-progress").textContent = "";
+  $("signin-button").disabled = false;
+  if (!keepField) $("token").value = "";
   (state.signIn ? $("oidc-signin") : $("token")).focus();
 }
 
 async function signIn(t) {
   token.set(t);
+  $("signin-progress").textContent = "Signing in…";
+  $("signin-button").disabled = true;
   try {
     state.me = await api("GET", "/v1/me");
   } catch (e) {
-    showSignedOut(e.status === 401 ? "The host did not accept this token: " + e.message : e.message);
+    // The field keeps what was typed, to correct it.
+    showSignedOut(e.status === 401 ? "The host did not accept this token: " + e.message : e.message, true);
     return;
   }
+  $("token").value = "";
+  $("signin-progress").textContent = "";
+  $("signin-button").disabled = false;
   $("signin").hidden = true;
   $("app").hidden = false;
   $("signout").hidden = false;
   $("who").textContent = "Signed in as " + state.me.principal + " (tenant " + state.me.tenant + (state.me.role === "admin" ? ", admin" : "") + ")";
-  await loadConvs();
+  // The feed opens first; its first event (ready) loads the list, so
+  // nothing that changes between the two is missed.
+  await new Promise((resolve) => startFeed(resolve));
   const id = location.hash.slice(1);
   if (/^ses_[0-9a-f]{32}$/.test(id)) await openConv(id);
+}
+
+// ---- the feed: what changes in any of the person's conversations ----
+
+function startFeed(onFirst) {
+  let first = onFirst;
+  state.feed = follow(async (name, data) => {
+    if (name === "ready" || name === "reset") {
+      // A fresh start, or changes that could not be replayed: reload.
+      if (name === "ready" && data.resumed && !first) return;
+      await loadConvs();
+      if (!first && state.current && !state.busy) await refreshConv();
+      if (first) {
+        first();
+        first = null;
+      }
+      return;
+    }
+    if (name === "conversation") feedConversation(data);
+    else if (name === "interactions") feedInteractions(data);
+  }, feedState);
+}
+
+// feedState shows how the feed stands: an unreachable host is a banner
+// with a retry, until the feed is back.
+function feedState(st, detail) {
+  const banner = $("banner");
+  if (st === "live") {
+    banner.hidden = true;
+    $("feed-state").textContent = "Live: changes appear as they happen.";
+    return;
+  }
+  if (st === "refused" && detail && detail.status === 401) {
+    fail(detail);
+    return;
+  }
+  const secs = typeof detail === "number" ? Math.round(detail / 1000) : 0;
+  $("feed-state").textContent = "Not live: reconnecting.";
+  if (st === "retrying") return; // the stream ended; it reconnects at once
+  $("banner-text").textContent = st === "refused"
+    ? "Live updates are off: " + detail.message
+    : "The host cannot be reached. Trying again" + (secs ? " in " + secs + " s" : "") + "; what you see may be out of date.";
+  banner.hidden = false;
+}
+
+function feedConversation(v) {
+  if (v.running) state.running.add(v.sessionId);
+  else state.running.delete(v.sessionId);
+  const i = state.convs.findIndex((c) => c.sessionId === v.sessionId);
+  if (i >= 0) state.convs[i] = v;
+  else state.convs.unshift(v);
+  renderConvs();
+  if (v.sessionId === state.current && !state.busy) refreshConv();
+}
+
+function feedInteractions(d) {
+  const c = state.convs.find((x) => x.sessionId === d.sessionId);
+  if (c) {
+    c.interactions = d.interactions;
+    c.interaction = d.interactions[0];
+    renderConvs();
+  }
+  if (d.sessionId === state.current && !state.busy) refreshConv();
+}
+
+// renderInbox lists everything waiting on the person, oldest first: each
+// paused turn's approval and each question, with its conversation.
+function renderInbox() {
+  const items = [];
+  for (const c of state.convs) {
+    if (c.state === "paused" && c.pending) {
+      items.push({ id: c.sessionId, since: c.updatedAt, what: c.pending.tool ? "Approve " + c.pending.tool + "?" : "A decision", detail: c.pending.question });
+    }
+    for (const q of c.interactions || []) items.push({ id: c.sessionId, since: q.since, what: "A question", detail: q.message });
+  }
+  items.sort((a, b) => new Date(a.since) - new Date(b.since));
+  const list = $("inbox-list");
+  list.replaceChildren();
+  $("inbox-empty").hidden = items.length > 0;
+  $("inbox-count").textContent = items.length ? "(" + items.length + ")" : "";
+  for (const it of items) {
+    list.append(el("li", {},
+      el("button", {
+        type: "button", class: "inbox-item", "data-id": it.id,
+        "aria-label": it.what + " in conversation " + short(it.id) + ", waiting since " + clock(it.since) + ": " + it.detail,
+        onclick: () => openConv(it.id),
+      },
+      el("span", { class: "inbox-what" }, it.what),
+      el("span", { class: "inbox-detail" }, it.detail || ""),
+      el("span", { class: "conv-meta" }, "conversation " + short(it.id) + " · since " + clock(it.since)))));
+  }
 }
 
 // signInAtProvider sends the person to the identity provider, keeping the
@@ -108,13 +214,26 @@ async function signInAtProvider() {
 // fail shows an error where the person is looking; a refused token signs
 // out (an expired one says so: nothing shown is lost by signing in again).
 function fail(e, where) {
+  if (e instanceof ApiError && e.code === "unreachable") feedState("unreachable");
   if (e instanceof ApiError && e.status === 401) {
     showSignedOut(e.code === "token_expired"
       ? "Your sign-in has expired. Sign in again: this conversation and any message you had not sent are kept."
       : "The host no longer accepts this token; sign in again.");
     return;
   }
-  (where || $("conv-error")).textContent = e.message;
+  showError(where || "conv", e.message);
+}
+
+// showError puts a message in the error box of where ("conv", "composer"
+// or "approval"); it stays until dismissed or the next attempt there.
+function showError(where, message) {
+  $(where + "-error").textContent = message;
+  $(where + "-error-box").hidden = false;
+}
+
+function clearError(where) {
+  $(where + "-error").textContent = "";
+  $(where + "-error-box").hidden = true;
 }
 
 // ---- conversations ----
@@ -123,6 +242,7 @@ async function loadConvs() {
   try {
     const res = await api("GET", "/v1/sessions");
     state.convs = res.sessions || [];
+    $("banner").hidden = true;
   } catch (e) {
     fail(e);
     return;
@@ -131,20 +251,22 @@ async function loadConvs() {
 }
 
 function renderConvs() {
+  renderInbox();
   const list = $("conv-list");
   list.replaceChildren();
   $("convs-empty").hidden = state.convs.length > 0;
   for (const c of state.convs) {
     const current = c.sessionId === state.current;
+    const st = state.running.has(c.sessionId) ? "running" : c.state;
     list.append(el("li", {},
       el("button", {
         type: "button", class: "conv-item", "data-id": c.sessionId,
         "aria-current": current ? "true" : undefined,
-        "aria-label": "Conversation " + short(c.sessionId) + ", " + c.state + ", " + c.turns + " turns, updated " + clock(c.updatedAt),
+        "aria-label": "Conversation " + short(c.sessionId) + ", " + st + ", " + c.turns + " turns, updated " + clock(c.updatedAt),
         onclick: () => openConv(c.sessionId),
       },
       el("span", { class: "conv-id" }, short(c.sessionId)),
-      el("span", { class: "badge " + c.state }, c.state),
+      el("span", { class: "badge " + st }, st),
       el("span", { class: "conv-meta" }, c.turns + (c.turns === 1 ? " turn · " : " turns · ") + clock(c.updatedAt)))));
   }
 }
@@ -156,7 +278,7 @@ async function newConv() {
     await openConv(c.sessionId);
     $("message").focus();
   } catch (e) {
-    fail(e, $("conv-error"));
+    fail(e, "conv");
   }
 }
 
@@ -165,7 +287,8 @@ async function openConv(id) {
   if (location.hash !== "#" + id) history.replaceState(null, "", "#" + id);
   $("conv-none").hidden = true;
   $("conv-body").hidden = false;
-  $("conv-error").textContent = "";
+  for (const w of ["conv", "composer", "approval"]) clearError(w);
+  $("close-confirm").hidden = true;
   $("live").hidden = true;
   $("conv-h").textContent = "Conversation " + short(id);
   $("waterfall").replaceChildren();
@@ -216,10 +339,13 @@ function renderSession(s) {
   $("close-conv").hidden = closed;
   $("composer").hidden = closed;
   const paused = s.state === "paused";
-  $("message").disabled = paused || state.busy;
-  $("send").disabled = paused || state.busy;
-  // Stop cancels the turn that runs (this tab's) or waits for a decision.
-  $("stop").hidden = !(state.busy || paused);
+  const elsewhere = state.running.has(s.sessionId) && !state.busy; // a turn another tab or client runs
+  $("message").disabled = paused || state.busy || elsewhere;
+  $("send").disabled = paused || state.busy || elsewhere;
+  $("message-state").textContent = paused ? "The agent waits for your decision above; the message box opens once you answer (or Stop)."
+    : state.busy || elsewhere ? "A turn is running; the message box opens when it ends (or Stop it)." : "";
+  // Stop cancels the turn that runs or waits for a decision.
+  $("stop").hidden = !(state.busy || paused || elsewhere);
   $("stop").disabled = false;
   renderApproval(s);
   const c = state.convs.find((x) => x.sessionId === s.sessionId);
@@ -252,7 +378,9 @@ function renderApproval(s) {
     $("approval-note-label").textContent = "Note for the agent (optional)";
     $("approve").textContent = "Approve";
     detail.hidden = true;
+    showArgs($("approval-args"), s.pending.tool, s.pending.args, s.pending.argsCut);
   } else {
+    $("approval-args").hidden = true;
     $("approval-h").textContent = "The agent asks";
     $("approval-q").textContent = String(it.message || "The agent is waiting for you.");
     $("approval-note-label").textContent = "Your answer";
@@ -280,9 +408,10 @@ async function answerInteraction(answer) {
   if (!it) return;
   const body = answer === null ? { interaction: it.id, approve: false } : { interaction: it.id, answer };
   try {
+    clearError("approval");
     await api("POST", "/v1/sessions/" + state.current + "/decision", body);
   } catch (e) {
-    fail(e);
+    fail(e, "approval");
     return;
   }
   $("approval-note").value = "";
@@ -308,13 +437,15 @@ function renderTranscript(msgs) {
         el("summary", {}, calls.length + (calls.length === 1 ? " step" : " steps")));
       for (const c of calls) {
         if (c.activity) {
-          d.append(el("div", { class: "call activity" }, el("p", { class: "call-head" }, c.call.name)));
+          d.append(el("div", { class: "call activity" }, el("p", { class: "call-head" }, activityWords(c.call.name))));
           continue;
         }
         d.append(el("div", { class: "call" + (c.result && c.result.isError ? " is-error" : "") },
           el("p", { class: "call-head" }, c.call.name + " ", el("code", {}, c.call.id)),
-          el("pre", { class: "args" }, argsText(c.call)),
-          c.result ? el("pre", { class: "result" }, c.result.content || "(no output)") : el("p", { class: "help" }, "No result recorded.")));
+          el("p", { class: "io-h" }, "Input"),
+          argsView(c.call.name, c.call.args) || el("p", { class: "help" }, "No input."),
+          el("p", { class: "io-h" }, "Output"),
+          c.result ? el("pre", { class: "result" }, ...cut(c.result.content || "(no output)")) : el("p", { class: "help" }, "No result recorded.")));
       }
       item.append(d);
     }
@@ -346,17 +477,119 @@ function renderTranscript(msgs) {
   flush();
 }
 
-function argsText(call) {
-  const a = call.args;
-  if (a === undefined || a === null) return "";
-  if (a && typeof a === "object" && typeof a.code === "string" && Object.keys(a).length === 1) return a.code;
-  return JSON.stringify(a, null, 2);
+// ---- arguments, by kind, always as text ----
+
+const SHOW_MAX = 20000; // characters shown of one value before it is cut with a note
+
+function cut(text) {
+  const s = String(text);
+  if (s.length <= SHOW_MAX) return [s, null];
+  return [s.slice(0, SHOW_MAX), el("p", { class: "help cut" }, "Cut: " + (s.length - SHOW_MAX) + " more characters not shown.")];
+}
+
+// codeView shows code as numbered lines (monospace; the numbers are the
+// list's, not part of the text).
+function codeView(code, label) {
+  const [text, note] = cut(code);
+  const ol = el("ol", { class: "code-lines", "aria-label": label || "Code" });
+  for (const line of text.split("\n")) ol.append(el("li", {}, el("code", {}, line)));
+  return el("div", { class: "code-view" }, ol, note);
+}
+
+// lineDiff is the lines of old and new as a unified diff body: a longest
+// common subsequence over lines (bounded: past 4000 × 4000 it shows all
+// of old removed and all of new added, and says so).
+function lineDiff(oldText, newText) {
+  const a = oldText === "" ? [] : oldText.split("\n");
+  const b = newText === "" ? [] : newText.split("\n");
+  if (a.length * b.length > 16e6) {
+    return { lines: [...a.map((l) => ["-", l]), ...b.map((l) => ["+", l])], rough: true };
+  }
+  const n = a.length, m = b.length;
+  const lcs = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+    }
+  }
+  const lines = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && a[i] === b[j]) { lines.push([" ", a[i]]); i++; j++; }
+    else if (j < m && (i === n || lcs[i][j + 1] >= lcs[i + 1][j])) { lines.push(["+", b[j]]); j++; }
+    else { lines.push(["-", a[i]]); i++; }
+  }
+  return { lines, rough: false };
+}
+
+// diffView shows a file write or edit as a unified diff from what the
+// agent sent (old text absent: a new file).
+function diffView(path, oldText, newText) {
+  const d = lineDiff(oldText || "", newText || "");
+  const pre = el("pre", { class: "diff", "aria-label": "Changes to " + path });
+  pre.append(el("span", { class: "diff-head" }, "--- " + (oldText === undefined || oldText === null ? "/dev/null" : "a/" + path) + "\n+++ b/" + path + "\n"));
+  let shown = 0;
+  for (const [mark, line] of d.lines) {
+    if (shown > SHOW_MAX) break;
+    shown += line.length + 1;
+    pre.append(el("span", { class: mark === "+" ? "add" : mark === "-" ? "del" : "ctx" }, mark + line + "\n"));
+  }
+  return el("div", { class: "diff-view" }, pre,
+    shown > SHOW_MAX ? el("p", { class: "help cut" }, "Cut: the rest of the diff is not shown.") : null,
+    d.rough ? el("p", { class: "help" }, "Too large to align: shown as all old lines removed and all new lines added.") : null);
+}
+
+// argsView renders a tool call's arguments by kind: code as code, a file
+// write or edit as a diff, a command as its command line, else formatted
+// JSON. Everything is text (textContent): nothing is parsed as markup.
+function argsView(tool, a) {
+  if (a === undefined || a === null) return null;
+  if (typeof a !== "object" || Array.isArray(a)) return el("pre", { class: "json" }, cut(JSON.stringify(a, null, 2))[0]);
+  const str = (k) => (typeof a[k] === "string" ? a[k] : undefined);
+  const path = str("path") || str("file_path") || str("filePath") || str("file");
+  if (typeof a.code === "string") return codeView(a.code, "Code for " + (tool || "the tool"));
+  if (path !== undefined && (str("newText") !== undefined || str("new_string") !== undefined)) {
+    return diffView(path, str("oldText") ?? str("old_string") ?? null, str("newText") ?? str("new_string"));
+  }
+  if (path !== undefined && str("content") !== undefined) return diffView(path, null, str("content"));
+  const cmd = a.command ?? a.cmd;
+  if (typeof cmd === "string" || Array.isArray(cmd)) {
+    const argv = [].concat(cmd, Array.isArray(a.args) ? a.args : []).map(String);
+    const line = argv.map((w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : "'" + w.replace(/'/g, "'\\''") + "'")).join(" ");
+    return el("pre", { class: "command", "aria-label": "Command line" }, "$ " + cut(line)[0]);
+  }
+  const [text, note] = cut(JSON.stringify(a, null, 2));
+  return el("div", {}, el("pre", { class: "json" }, text), note);
+}
+
+// showArgs fills box with what an approval is about.
+function showArgs(box, tool, args, argsCut) {
+  box.replaceChildren();
+  if (argsCut) {
+    box.append(el("p", { class: "help" }, "The arguments (" + argsCut + " bytes) are too large to show here."));
+  } else {
+    const v = argsView(tool, args);
+    if (v) box.append(v);
+  }
+  box.hidden = box.childElementCount === 0;
+}
+
+// activityWords says an activity the way a person reads it: "calling
+// write_file" becomes "the agent called write_file".
+function activityWords(text) {
+  const t = String(text || "");
+  let m;
+  if ((m = /^calling (\S+)$/.exec(t))) return "the agent called " + m[1];
+  if ((m = /^(\S+) returned$/.exec(t))) return m[1] + " answered";
+  if ((m = /^(\S+) returned an error(.*)$/.exec(t))) return m[1] + " failed" + m[2];
+  if ((m = /^(\S+) was declined$/.exec(t))) return "you declined " + m[1];
+  return t;
 }
 
 // ---- the current turn ----
 
 function liveEvent(type, e) {
-  const p = e.payload || {};
+  const p = e.payload || e || {};
   const short = type.replace(/^agentry\./, "");
   let text = null;
   switch (type) {
@@ -373,8 +606,14 @@ function liveEvent(type, e) {
     case "agentry.tools.session_closed": text = "tool session " + p.keyHash + " closed (" + p.reason + ")"; break;
     case "agentry.tools.code_run": text = "code ran on " + p.runnerId + ": " + (p.ok ? "ok" : "failed") + " (" + ms(p.durationMs) + ")"; break;
     case "agentry.pause.request": text = "waiting for a person's decision on " + p.tool; break;
+    case "output":
+      if (p.kind === "activity") text = activityWords(p.text);
+      else if (p.kind === "request") text = "the agent asks: " + ((p.request && p.request.prompt) || "a decision");
+      else return; // text arrives as the answer; start and end are the turn's own lines
+      break;
+    case "interaction": text = "the agent asks: " + (p.message || ""); break;
     case "agentry.pause.resume": text = "a person " + (p.approved ? "approved" : "declined") + " " + p.tool; break;
-    default: text = short;
+    default: text = short.replace(/[._]/g, " ");
   }
   $("live-events").append(el("li", { "data-type": type }, text));
 }
@@ -384,7 +623,8 @@ async function runTurn(path, body) {
   state.busy = true;
   focusFrom = document.activeElement;
   const id = state.current;
-  $("conv-error").textContent = "";
+  const where = body.message !== undefined ? "composer" : "approval";
+  for (const w of ["conv", "composer", "approval"]) clearError(w);
   $("live").hidden = false;
   $("live-text").textContent = "";
   $("live-message").textContent = body.message !== undefined ? "You: " + body.message :
@@ -406,7 +646,7 @@ async function runTurn(path, body) {
     // A message refused before it ran goes back where it was typed.
     if (e instanceof ApiError && e.status === 401 && body.message !== undefined && !$("message").value) $("message").value = body.message;
     if (e.code === "turn_cancelled") $("live-text").textContent = "Stopped: the turn was cancelled before it answered.";
-    else fail(e);
+    else fail(e, where);
   } finally {
     state.busy = false;
     $("live").removeAttribute("aria-busy");
@@ -456,7 +696,7 @@ async function stopTurn() {
   } catch (e) {
     $("stop").disabled = false;
     if (e.code === "no_turn") await refreshConv(); // it ended meanwhile
-    else fail(e);
+    else fail(e, "composer");
     return;
   }
   if (res && res.waiting && id === state.current) {
@@ -469,12 +709,26 @@ async function stopTurn() {
   }
 }
 
+// askClose asks before closing: closing ends the conversation's tool
+// sessions and cannot be undone.
+function askClose() {
+  $("close-confirm").hidden = false;
+  $("close-yes").focus();
+}
+
+function keepOpen() {
+  $("close-confirm").hidden = true;
+  $("close-conv").focus();
+}
+
 async function closeConv() {
   const id = state.current;
+  $("close-confirm").hidden = true;
+  clearError("conv");
   try {
     await api("DELETE", "/v1/sessions/" + id);
   } catch (e) {
-    fail(e);
+    fail(e, "conv");
     return;
   }
   $("live").hidden = true;
@@ -566,7 +820,6 @@ function wire() {
   $("signin-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const t = $("token").value.trim();
-    $("token").value = "";
     if (!t) {
       $("signin-error").textContent = "Paste a token first.";
       return;
@@ -584,7 +837,21 @@ function wire() {
     await refreshConv();
   });
   $("new-conv").addEventListener("click", newConv);
-  $("close-conv").addEventListener("click", closeConv);
+  $("close-conv").addEventListener("click", askClose);
+  $("close-yes").addEventListener("click", closeConv);
+  $("close-no").addEventListener("click", keepOpen);
+  $("retry").addEventListener("click", async () => {
+    if (state.feed) state.feed.retry();
+    await loadConvs();
+    if (state.current) await refreshConv();
+  });
+  for (const b of document.querySelectorAll(".error-box .dismiss")) {
+    b.addEventListener("click", () => {
+      const box = b.closest(".error-box");
+      box.hidden = true;
+      box.querySelector(".error").textContent = "";
+    });
+  }
   $("composer").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sendMessage();

@@ -363,17 +363,28 @@ func (s *Store) Create(ctx context.Context, c host.Conversation) error {
 // pendingRequest is the pending_request column: what a decision needs to
 // reach the provider's request.
 type pendingRequest struct {
-	Kind      string `json:"kind,omitempty"`
-	RequestID string `json:"requestId,omitempty"`
-	TurnID    string `json:"turnId,omitempty"`
+	Kind      string          `json:"kind,omitempty"`
+	RequestID string          `json:"requestId,omitempty"`
+	TurnID    string          `json:"turnId,omitempty"`
+	Args      json.RawMessage `json:"args,omitempty"`
+	ArgsCut   int             `json:"argsCut,omitempty"`
 }
 
 func pendingCols(p *host.Pending) (q, t, r sql.NullString) {
 	if p == nil {
 		return
 	}
-	b, _ := json.Marshal(pendingRequest{Kind: p.Kind, RequestID: p.RequestID, TurnID: p.TurnID}) // strings always marshal
-	return sql.NullString{String: p.Question, Valid: true}, sql.NullString{String: p.Tool, Valid: true}, sql.NullString{String: string(b), Valid: true}
+	// Args is valid JSON (the host keeps no other); if not, it is left out.
+	pr := pendingRequest{Kind: p.Kind, RequestID: p.RequestID, TurnID: p.TurnID, Args: p.Args, ArgsCut: p.ArgsCut}
+	if len(pr.Args) > 0 && !json.Valid(pr.Args) {
+		pr.Args = nil
+	}
+	// Kept as the provider sent it: no HTML escaping of <, > and &.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(pr) // strings and valid JSON always encode
+	return sql.NullString{String: p.Question, Valid: true}, sql.NullString{String: p.Tool, Valid: true}, sql.NullString{String: strings.TrimSuffix(b.String(), "\n"), Valid: true}
 }
 
 func (s *Store) fail(what string, err error) error {
@@ -433,6 +444,7 @@ func scanConversation(row scanner) (host.Conversation, error) {
 				return host.Conversation{}, fmt.Errorf("sqlstore: the stored pending request of %s is not JSON: %w", c.ID, err)
 			}
 			c.Pending.Kind, c.Pending.RequestID, c.Pending.TurnID = r.Kind, r.RequestID, r.TurnID
+			c.Pending.Args, c.Pending.ArgsCut = r.Args, r.ArgsCut
 		}
 	}
 	return c, nil

@@ -2,6 +2,7 @@ package acp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -361,7 +362,7 @@ func (s *session) permission(ctx context.Context, p sdk.RequestPermissionRequest
 	} else if p.ToolCall.Kind != nil {
 		tool = string(*p.ToolCall.Kind)
 	}
-	req := &provider.Request{ID: id, Kind: provider.RequestApproval, Prompt: permissionPrompt(tool, p.Options), Tool: tool}
+	req := &provider.Request{ID: id, Kind: provider.RequestApproval, Prompt: permissionPrompt(tool, p.Options), Tool: tool, Args: permissionArgs(p.ToolCall)}
 	if !s.push(ctx, t, item{out: s.output(provider.OutputRequest, t.id, func(o *provider.Output) { o.Request = req }), perm: perm}) {
 		return cancelled
 	}
@@ -745,4 +746,31 @@ func (s *session) teardown(ctx context.Context) error {
 		_ = s.ws.close()
 	}
 	return errors.Join(errs...)
+}
+
+// permissionArgs is what a permission request is about, for the person
+// asked: a file edit's diff as the agent sent it ({"path","oldText",
+// "newText"}; oldText absent for a new file), else the call's raw input
+// when it is a JSON object, else nil.
+func permissionArgs(tc sdk.ToolCallUpdate) json.RawMessage {
+	for _, c := range tc.Content {
+		if d := c.Diff; d != nil {
+			b, err := json.Marshal(struct {
+				Path    string  `json:"path"`
+				OldText *string `json:"oldText,omitempty"`
+				NewText string  `json:"newText"`
+			}{d.Path, d.OldText, d.NewText})
+			if err == nil {
+				return b
+			}
+		}
+	}
+	if tc.RawInput == nil {
+		return nil
+	}
+	b, err := json.Marshal(tc.RawInput)
+	if err != nil || len(b) == 0 || b[0] != '{' {
+		return nil
+	}
+	return b
 }

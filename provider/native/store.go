@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -36,7 +37,22 @@ type PendingTurn struct {
 // request is the approval request the pause raised; its id is the
 // checkpoint's.
 func (p *PendingTurn) request() provider.Request {
-	return provider.Request{ID: p.Checkpoint.ID, Kind: provider.RequestApproval, Prompt: p.Question, Tool: p.Tool}
+	return provider.Request{ID: p.Checkpoint.ID, Kind: provider.RequestApproval, Prompt: p.Question, Tool: p.Tool, Args: p.args()}
+}
+
+// args is the input of the call the pause asks about (the first waiting
+// one), from the checkpoint's last assistant message; nil when the
+// checkpoint does not hold it.
+func (p *PendingTurn) args() json.RawMessage {
+	cp := &p.Checkpoint
+	if len(cp.Waiting) == 0 || len(cp.Messages) == 0 {
+		return nil
+	}
+	calls := cp.Messages[len(cp.Messages)-1].ToolCalls
+	if i := cp.Waiting[0].Index; i >= 0 && i < len(calls) {
+		return slices.Clone(calls[i].Args)
+	}
+	return nil
 }
 
 // clone copies what a PendingTurn holds, so nothing is shared.
