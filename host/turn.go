@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -292,6 +293,8 @@ type turnRun struct {
 	failure    string // what a failed turn said
 	err        error  // the stream broke, or the provider refused
 	unbegun    bool   // stopped before the provider was asked anything
+	usage      llm.TurnUsage
+	reported   bool // the provider reported usage (usage outputs came)
 	fz         *fencing
 }
 
@@ -322,6 +325,11 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 		if err != nil {
 			t.err = err
 			break
+		}
+		if o.Kind == provider.OutputUsage {
+			t.usage.Add(*o.Usage)
+			t.reported = true
+			continue // for the usage record, not the stream
 		}
 		if out != nil {
 			out(o)
@@ -484,6 +492,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		failed("host: " + msg)
 	}
 
+	turn.Usage = h.usageRecord(lc, t, turn)
 	v, err := h.store.Save(ctx, Update{Conversation: c, Append: add, Turn: turn, Epoch: t.fz.epoch(), Records: t.fz.scope.take()})
 	if err != nil {
 		return "", turnResult{Error: h.storeError(err)}
@@ -491,6 +500,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	c.Version = v
 	c.Messages += len(add)
 	lc.conv = c
+	h.metrics.countUsage(turn.Usage)
 	h.metrics.turns.WithLabelValues(t.kind, turn.Outcome).Inc()
 	h.metrics.durations.WithLabelValues(t.kind, turn.Outcome).Observe(time.Since(began).Seconds())
 	return turn.Outcome, out
