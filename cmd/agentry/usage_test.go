@@ -76,4 +76,3 @@ func TestUsageCommandSumsTheRecords(t *testing.T) {
 		t.Fatal("--by week was taken")
 	}
 }
-
