@@ -348,6 +348,7 @@ func (h *Host) settleLost(r *http.Request, lc *liveConv, t *turnRun, began time.
 	add = append(add, Message{Role: "activity", Content: lostNote, RunID: t.runID})
 	c.State, c.Pending, c.LastRunID, c.UpdatedAt = StateOpen, nil, t.runID, now
 	turn := &Turn{RunID: t.runID, Kind: t.kind, Outcome: TurnLost, Error: lostNote, Started: now.Add(-time.Since(began)), Ended: now}
+	turn.Usage = h.usageRecord(lc, t, turn)
 	_, err := h.store.Save(ctx, Update{Conversation: c, Append: add, Turn: turn, Epoch: t.fz.epoch(), Records: t.fz.scope.take()})
 	switch {
 	case errors.Is(err, ErrFenced) && t.fz.begun.Load():
@@ -361,6 +362,8 @@ func (h *Host) settleLost(r *http.Request, lc *liveConv, t *turnRun, began time.
 		}
 	case err != nil:
 		h.log.Error("host: recording a lost turn", "session", lc.id, "run", t.runID, "err", err)
+	default:
+		h.metrics.countUsage(turn.Usage)
 	}
 	if !t.fz.closed.Load() {
 		h.closeSession(ctx, lc, provider.CloseEvicted, "lost")

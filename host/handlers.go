@@ -103,6 +103,9 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions", h.authed(h.handleTenantList))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantGet))
 	mux.HandleFunc("DELETE /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantClose))
+	// What turns used: the caller's own, and a tenant's for its admins.
+	mux.HandleFunc("GET /v1/usage", h.authed(h.handleUsage))
+	mux.HandleFunc("GET /v1/tenants/{tenant}/usage", h.authed(h.handleTenantUsage))
 	h.consoleRoutes(mux) // the web console at /, and the endpoints it reads (console.go)
 
 	// Known paths with an unknown method: 405 in JSON, after the caller is
@@ -121,6 +124,8 @@ func (h *Host) routes() http.Handler {
 		"/v1/sessions/{id}/workspace":        "GET, HEAD, PUT",
 		"/v1/tenants/{tenant}/sessions":      "GET, HEAD",
 		"/v1/tenants/{tenant}/sessions/{id}": "GET, HEAD, DELETE",
+		"/v1/usage":                          "GET, HEAD",
+		"/v1/tenants/{tenant}/usage":         "GET, HEAD",
 	}
 	for path, methods := range allow {
 		notAllowed := func(w http.ResponseWriter, _ *http.Request) {

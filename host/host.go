@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/host/price"
 	"github.com/agentry-dev/agentry/internal/undo"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
@@ -142,6 +143,10 @@ type Options struct {
 	Logger *slog.Logger
 	// NoConsole leaves the web console out: / is a 404 like any unknown path.
 	NoConsole bool
+	// Prices turns each turn's tokens into its estimated cost, stored
+	// with the turn's usage record (default price.Default(), the table
+	// agentry ships).
+	Prices *price.Table
 }
 
 // Host serves conversations over HTTP. It is an http.Handler; the caller
@@ -162,6 +167,7 @@ type Host struct {
 	lent     *lending
 	cleanups *cleanups
 	rep      *replicas // nil: the only replica
+	prices   *price.Table
 
 	mu       sync.Mutex
 	live     map[string]*liveConv
@@ -245,6 +251,10 @@ func New(opt Options) (_ *Host, err error) {
 		shutDone: make(chan struct{}),
 		drained:  make(chan struct{}),
 		feed:     newFeed(opt.Now()),
+		prices:   opt.Prices,
+	}
+	if h.prices == nil {
+		h.prices = price.Default()
 	}
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err

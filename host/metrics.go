@@ -22,6 +22,7 @@ type metrics struct {
 	refused   *prometheus.CounterVec   // limit
 	opened    prometheus.Counter
 	evicted   prometheus.Counter
+	usage     *usageMetrics
 	// liveTools counts tool sessions open now, from the events every
 	// provider's tools send (started +1, closed or close_failed −1).
 	liveTools atomic.Int64
@@ -59,7 +60,9 @@ func newMetrics(inMemory, cleanupsPending func() float64) *metrics {
 			Name: "agentry_host_sessions_evicted_total",
 			Help: "Idle conversations evicted from memory.",
 		}),
+		usage: newUsageMetrics(),
 	}
+	m.reg.MustRegister(m.usage.collectors()...)
 	m.reg.MustRegister(m.turns, m.durations, m.closes, m.failures, m.refused, m.opened, m.evicted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "agentry_tool_sessions_live",

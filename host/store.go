@@ -67,6 +67,11 @@ type Store interface {
 	CountOpen(ctx context.Context, owner tool.Identity) (int, error)
 	// Turns returns a conversation's turn log, oldest first.
 	Turns(ctx context.Context, owner tool.Identity, id string) ([]Turn, error)
+	// UsageRecords returns the usage records q selects, oldest first.
+	UsageRecords(ctx context.Context, q UsageQuery) ([]UsageRecord, error)
+	// UsageTotal sums the usage of a tenant's turns (one principal's when
+	// principal is set) that ended at or after since.
+	UsageTotal(ctx context.Context, tenant, principal string, since time.Time) (UsageTotal, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store. Safe to call twice.
@@ -252,6 +257,9 @@ type Turn struct {
 	Error   string    `json:"error,omitempty"`
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
+	// Usage is what a message or decision turn used: the store keeps it
+	// beside the entry, in the same transaction (and sets its Seq).
+	Usage *UsageRecord `json:"-"`
 }
 
 // ListOptions narrow List.

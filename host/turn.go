@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -298,6 +299,8 @@ type turnRun struct {
 	failure    string // what a failed turn said
 	err        error  // the stream broke, or the provider refused
 	unbegun    bool   // stopped before the provider was asked anything
+	usage      llm.TurnUsage
+	reported   bool // the provider reported usage (usage outputs came)
 	fz         *fencing
 }
 
@@ -328,6 +331,11 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 		if err != nil {
 			t.err = err
 			break
+		}
+		if o.Kind == provider.OutputUsage {
+			t.usage.Add(*o.Usage)
+			t.reported = true
+			continue // for the usage record, not the stream
 		}
 		if out != nil {
 			out(o)
@@ -491,6 +499,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 		failed("host: " + msg)
 	}
 
+	turn.Usage = h.usageRecord(lc, t, turn)
 	v, err := h.store.Save(ctx, Update{Conversation: c, Append: add, Turn: turn, Epoch: t.fz.epoch(), Records: t.fz.scope.take()})
 	if err != nil {
 		return "", turnResult{Error: h.storeError(err)}
@@ -498,6 +507,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	c.Version = v
 	c.Messages += len(add)
 	lc.conv = c
+	h.metrics.countUsage(turn.Usage)
 	h.metrics.turns.WithLabelValues(t.kind, turn.Outcome).Inc()
 	h.metrics.durations.WithLabelValues(t.kind, turn.Outcome).Observe(time.Since(began).Seconds())
 	return turn.Outcome, out

@@ -20,6 +20,42 @@ type TurnUsage struct {
 	// Duration is how long the loop worked; time spent waiting for a
 	// person is not in it.
 	Duration time.Duration `json:"duration"`
+	// SandboxCPU is the CPU time the turn's sandboxes spent, and
+	// SandboxPeakMemory the most memory one held (bytes), as their
+	// cgroups count them; zero where a sandbox has no cgroup. AgentWall is
+	// how long an agent process worked on the turn (an external agent's
+	// own sandbox time).
+	SandboxCPU        time.Duration `json:"sandboxCpu,omitempty"`
+	SandboxPeakMemory int64         `json:"sandboxPeakMemory,omitempty"`
+	AgentWall         time.Duration `json:"agentWall,omitempty"`
+	// Basis says where the token counts come from (see the Basis
+	// constants); "" is BasisCounted.
+	Basis Basis `json:"basis,omitempty"`
+}
+
+// Basis says how a turn's token counts were known.
+type Basis string
+
+const (
+	// BasisCounted: the loop counted every model call itself.
+	BasisCounted Basis = "counted"
+	// BasisPerTurn: an agent process reported what the turn used.
+	BasisPerTurn Basis = "per_turn"
+	// BasisCumulative: an agent process reported running totals for its
+	// session; the turn's usage is the difference from the totals before it.
+	BasisCumulative Basis = "cumulative"
+	// BasisNone: the agent reported no token usage; only turns, time and
+	// tool calls are known.
+	BasisNone Basis = "none"
+)
+
+// Tokens is the sum of every model's tokens.
+func (u *TurnUsage) Tokens() Usage {
+	var t Usage
+	for _, m := range u.Models {
+		t = t.Add(m)
+	}
+	return t
 }
 
 // CountModel counts one model call by model name and its tokens.
@@ -55,4 +91,10 @@ func (u *TurnUsage) Add(o TurnUsage) {
 		u.ToolCalls[name] += n
 	}
 	u.Duration += o.Duration
+	u.SandboxCPU += o.SandboxCPU
+	u.SandboxPeakMemory = max(u.SandboxPeakMemory, o.SandboxPeakMemory)
+	u.AgentWall += o.AgentWall
+	if u.Basis == "" || u.Basis == BasisNone {
+		u.Basis = o.Basis
+	}
 }

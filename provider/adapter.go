@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+
+	"github.com/agentry-dev/agentry/llm"
 )
 
 // Adapter is what a provider implements: it opens sessions. Resume,
@@ -213,6 +215,11 @@ const (
 	OutputActivity      OutputKind = "activity"
 	OutputRequest       OutputKind = "request"
 	OutputTurnCompleted OutputKind = "turn.completed"
+	// OutputUsage reports what the turn used since the turn's previous
+	// usage output (Usage): a provider sends one or more after
+	// turn.started and before the turn's last output, or before the error
+	// that ends a turn, so a turn that fails still says what it used.
+	OutputUsage OutputKind = "usage"
 )
 
 // Output is one thing a turn produced.
@@ -227,6 +234,9 @@ type Output struct {
 	Request *Request
 	// Outcome is set for OutputTurnCompleted.
 	Outcome Outcome
+	// Usage is set for OutputUsage: what the turn used since its previous
+	// usage output (never a running total).
+	Usage *llm.TurnUsage
 }
 
 // Outcome is how a turn ended.

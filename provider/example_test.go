@@ -94,6 +94,8 @@ func Example() {
 			fmt.Printf("  %s: %s to run %s\n", out.Kind, out.Request.Kind, out.Request.Tool)
 		case out.Kind == provider.OutputTurnCompleted:
 			fmt.Printf("  %s: %s\n", out.Kind, out.Outcome)
+		case out.Kind == provider.OutputUsage:
+			fmt.Printf("  %s: %d model calls, tools %v\n", out.Kind, out.Usage.ModelCalls, out.Usage.ToolCalls)
 		default:
 			fmt.Printf("  %s\n", out.Kind)
 		}
@@ -133,14 +135,17 @@ func Example() {
 	//   activity: calling ticket_status
 	//   activity: ticket_status returned
 	//   text: T-7 is open.
+	//   usage: 2 model calls, tools map[ticket_status:1]
 	//   turn.completed: completed
 	// turn 2
 	//   turn.started
+	//   usage: 1 model calls, tools map[]
 	//   request: approval to run deploy
 	// a person approves
 	//   activity: calling deploy
 	//   activity: deploy returned
 	//   text: Deployed 1.2.
+	//   usage: 1 model calls, tools map[deploy:1]
 	//   turn.completed: completed
 	// deploy ran for acme/alice
 	// host binding released

@@ -509,7 +509,7 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 			s.v.emit(s.id, TypeTurnStart, &TurnEvent{Provider: key, TurnID: turnID})
 		}
 		return nil
-	case OutputText, OutputActivity, OutputRequest, OutputTurnCompleted:
+	case OutputText, OutputActivity, OutputRequest, OutputTurnCompleted, OutputUsage:
 		if !*started {
 			return violation(key, CodeInvalidTurnSequence, "the first output was %s, not turn.started", out.Kind)
 		}
@@ -517,6 +517,10 @@ func (s *ValidatedSession) checkOutput(out Output, turnID string, started *bool)
 		return violation(key, CodeOutputCapabilityMismatch, "an output has an unknown kind")
 	}
 	switch out.Kind {
+	case OutputUsage:
+		if out.Usage == nil {
+			return violation(key, CodeInvalidOperationResult, "a usage output carries no usage")
+		}
 	case OutputRequest:
 		r := out.Request
 		if r == nil {

@@ -149,8 +149,8 @@ func TestEventsTailFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(context.Background())
-	emit := func(tool string) {
-		sink.Export(event.Event{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{Tool: tool, ToolCallID: "c1"}, Meta: event.Meta{RunID: "r1"}})
+	emit := func(name string) {
+		sink.Export(event.Event{Type: tool.TypeCallEnd, Payload: &tool.CallEnd{Tool: name, ToolCallID: "c1"}, Meta: event.Meta{RunID: "r1"}})
 		if err := sink.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -36,6 +36,7 @@ func init() { commands = append(commands, newServeCmd) }
 // default.
 type serveOptions struct {
 	addr, tokens, store, events, model, runner string
+	prices                                     string
 	agent, advertise                           string
 	temporal, temporalReplica                  string
 	temporalNamespace, temporalQueue           string
@@ -110,6 +111,7 @@ flushed. A second signal exits at once.
 	o.oidc.add(f, true)
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
+	f.StringVar(&o.prices, "prices", "", "the price table each turn's cost is estimated with (JSON; docs/usage.md); default: the table agentry ships")
 	f.StringVar(&o.model, "model", defaultModel, "the model: scripted (offline: runs the code in each message), anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
 	f.StringVar(&o.runner, "runner", "", "where model-written code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
 	o.caps.add(f)
@@ -167,6 +169,10 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		if _, err := host.ParseReplicaURL(o.advertise); err != nil {
 			return usageError("--advertise: %v", err)
 		}
+	}
+	prices, err := loadPrices(o.prices)
+	if err != nil {
+		return usageError("--prices: %v", err)
 	}
 	if o.lease < 0 || o.forwardTimeout < 0 {
 		return usageError("--lease and --forward-timeout must be positive durations (for example 15s and 5s)")
@@ -267,6 +273,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig, DropWorkspace: deps.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
+		Prices: prices,
 	})
 	if err != nil {
 		_ = ln.Close()

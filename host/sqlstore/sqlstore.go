@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -62,7 +62,7 @@ type Store struct {
 		save, head, insertTurn, insertMsg  *sql.Stmt
 		insertMsgs, recordAdds, fence      *sql.Stmt
 		recordCount, recordSave, recordAdd *sql.Stmt
-		recordAddMark                      *sql.Stmt
+		recordAddMark, insertUsage         *sql.Stmt
 	}
 
 	saves      chan *saveReq
@@ -87,6 +87,7 @@ type queries struct {
 	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear        string
 	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState          string
 	listTenant, listTenantOpen, tenantInfo                                                string // a tenant's admins' reads
+	insertUsage, usageTotal, usageTotalOne                                                string
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -257,6 +258,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 		}
 	}
+	if version < 5 {
+		for _, q := range v5 {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("sqlstore: upgrading the %s store to schema 5: %w", kind, err)
+			}
+		}
+	}
 	if _, err := tx.ExecContext(ctx, s.rebind(`UPDATE agentry_meta SET value = ? WHERE key = ?`), strconv.Itoa(SchemaVersion), "schema"); err != nil {
 		return fmt.Errorf("sqlstore: recording the %s store's schema version: %w", kind, err)
 	}
@@ -270,7 +278,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg},
 		{&s.stmt.insertMsgs, s.q.insertMsgs}, {&s.stmt.recordAdds, s.q.recordAdds}, {&s.stmt.fence, s.q.fence},
 		{&s.stmt.recordCount, s.q.recordCount}, {&s.stmt.recordSave, s.q.recordSave}, {&s.stmt.recordAdd, s.q.recordAdd},
-		{&s.stmt.recordAddMark, s.q.recordAddMark}} {
+		{&s.stmt.recordAddMark, s.q.recordAddMark}, {&s.stmt.insertUsage, s.q.insertUsage}} {
 		st, err := s.write.PrepareContext(ctx, p.q)
 		if err != nil {
 			return fmt.Errorf("sqlstore: preparing the %s store's statements: %w", kind, err)
@@ -333,6 +341,13 @@ func (s *Store) prepareQueries() {
 		recordAddMark:    s.rebind(`INSERT INTO agentry_native_turns (binding, idx, turn_id, messages) VALUES (?, ?, ?, ?)`),
 		recordClear:      s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
 		recordClearMarks: s.rebind(`DELETE FROM agentry_native_turns WHERE binding = ?`),
+
+		insertUsage: s.rebind(`INSERT INTO agentry_usage (conversation_id, seq, tenant, principal, run_id, kind, provider, outcome, started_us, ended_us,
+			model_calls, tokens, sandbox_us, cost_nusd, price_version, basis, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		usageTotal: s.rebind(`SELECT COALESCE(SUM(CASE WHEN kind = 'message' THEN 1 ELSE 0 END), 0), SUM(tokens), SUM(cost_nusd), COUNT(*) - COUNT(cost_nusd), SUM(sandbox_us)
+			FROM agentry_usage WHERE tenant = ? AND ended_us >= ?`),
+		usageTotalOne: s.rebind(`SELECT COALESCE(SUM(CASE WHEN kind = 'message' THEN 1 ELSE 0 END), 0), SUM(tokens), SUM(cost_nusd), COUNT(*) - COUNT(cost_nusd), SUM(sandbox_us)
+			FROM agentry_usage WHERE tenant = ? AND principal = ? AND ended_us >= ?`),
 	}
 }
 
@@ -669,6 +684,10 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, one, two *sql.Stmt, 
 func (s *Store) insertTurn(ctx context.Context, tx *sql.Tx, id string, seq int64, t *host.Turn) error {
 	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended)); err != nil {
 		return s.fail("recording a turn", err)
+	}
+	if t.Usage != nil {
+		t.Usage.Seq = seq
+		return s.insertUsage(ctx, tx, id, seq, t.Usage)
 	}
 	return nil
 }

@@ -60,6 +60,11 @@ type Config struct {
 	FS string `json:"fs,omitempty"`
 	// Limits bound what one session may do.
 	Limits Limits `json:"limits,omitzero"`
+	// UsageTotals says the agent's prompt responses report running totals
+	// for the session rather than what the turn used: the turn's usage is
+	// then the difference from the totals before it. Without it each
+	// report is taken as the turn's own.
+	UsageTotals bool `json:"usageTotals,omitempty"`
 }
 
 // FSWrite is [Config.FS] for a client that offers only

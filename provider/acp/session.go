@@ -77,6 +77,11 @@ type session struct {
 	elicitN int
 	closing bool
 	closed  bool
+	// model is the model the agent said the session uses (its
+	// currentModelId), "" when it said none; totals are the usage totals
+	// the agent last reported, for an agent whose reports are cumulative.
+	model  string
+	totals *sdk.Usage
 }
 
 var (
@@ -199,6 +204,7 @@ func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir 
 			return nil, s.ag.failure("session/new", err)
 		}
 		s.setBinding(provider.Binding(resp.SessionId))
+		s.noteModel(resp.Models)
 		return resp.Modes, nil
 	case caps.LoadSession:
 		s.setBinding(resume)
@@ -206,6 +212,7 @@ func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir 
 		if err != nil {
 			return nil, s.ag.failure("session/load", err)
 		}
+		s.noteModel(resp.Models)
 		return resp.Modes, nil
 	case caps.SessionCapabilities.Resume != nil:
 		s.setBinding(resume)
@@ -213,6 +220,7 @@ func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir 
 		if err != nil {
 			return nil, s.ag.failure("session/resume", err)
 		}
+		s.noteModel(resp.Models)
 		return resp.Modes, nil
 	}
 	return nil, errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session")
@@ -272,6 +280,7 @@ type turn struct {
 	done     chan struct{} // closed when session/prompt returned
 	resp     sdk.PromptResponse
 	err      error
+	began    time.Time // when the prompt was sent: the agent's wall time runs from here
 
 	mu          sync.Mutex
 	pending     *permission // yielded to the host, not answered
@@ -446,7 +455,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			yield(provider.Output{}, s.ag.failure("session/prompt", ErrAgentExited))
 			return
 		}
-		t := &turn{id: req.TurnID, out: make(chan item, outputBuffer), gone: make(chan struct{}), done: make(chan struct{})}
+		t := &turn{id: req.TurnID, out: make(chan item, outputBuffer), gone: make(chan struct{}), done: make(chan struct{}), began: time.Now()}
 		s.turn = t
 		blocks := []sdk.ContentBlock{}
 		if s.instr != "" {
@@ -543,6 +552,9 @@ func (s *session) pull(ctx context.Context, t *turn, yield func(provider.Output,
 		}
 	}
 	outs, err := s.conclude(t)
+	// What the turn used goes first, also before the error of a turn
+	// that failed.
+	outs = append([]provider.Output{s.usage(t)}, outs...)
 	for _, o := range outs {
 		if !yield(o, nil) {
 			return
@@ -610,9 +622,6 @@ func (s *session) conclude(t *turn) ([]provider.Output, error) {
 		return nil, fmt.Errorf("acp: session/prompt: %w", t.err)
 	}
 	var outs []provider.Output
-	if u := t.resp.Usage; u != nil {
-		outs = append(outs, activity(fmt.Sprintf("usage: %d input, %d output, %d total tokens", u.InputTokens, u.OutputTokens, u.TotalTokens)))
-	}
 	switch t.resp.StopReason {
 	case sdk.StopReasonEndTurn:
 		outs = append(outs, completed(provider.OutcomeCompleted))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
 )
@@ -33,14 +34,24 @@ func TestTurnMapsUpdatesToOutputs(t *testing.T) {
 	}
 	outs := turn(t, s, "t1", "hello")
 	got := strings.Join(kinds(outs), " ")
-	want := "turn.started activity:thinking text text activity:plan activity:tool call call-9 activity:tool call call-9 completed activity:context activity:usage turn.completed"
+	want := "turn.started activity:thinking text text activity:plan activity:tool call call-9 activity:tool call call-9 completed activity:context usage turn.completed"
 	if got != want {
 		t.Fatalf("outputs:\n%s\nwant\n%s", got, want)
 	}
 	if said(outs) != "hello back" || last(outs).Outcome != provider.OutcomeCompleted {
 		t.Fatalf("said %q, ended %+v", said(outs), last(outs))
 	}
-	for _, want := range []string{"tool call call-9: Look around (read, in_progress)", "tool call call-9 completed", "usage: 100 input, 20 output, 120 total tokens", "plan: [completed] greet"} {
+	// The prompt response's usage is the turn's, structured.
+	for _, o := range outs {
+		if o.Kind != provider.OutputUsage {
+			continue
+		}
+		u := o.Usage
+		if u.Basis != llm.BasisPerTurn || u.Tokens() != (llm.Usage{InputTokens: 100, OutputTokens: 20}) || u.AgentWall <= 0 {
+			t.Errorf("usage %+v", u)
+		}
+	}
+	for _, want := range []string{"tool call call-9: Look around (read, in_progress)", "tool call call-9 completed", "plan: [completed] greet"} {
 		found := false
 		for _, o := range outs {
 			found = found || o.Text == want

@@ -222,6 +222,15 @@ func (s *session) follow(ctx context.Context, turnID, ack string, w *watch, yiel
 		return
 	}
 	r := stop.Result
+	// The workflow counts the whole turn, across its pauses: the usage
+	// goes with the turn's end (none with a pause, so nothing counts twice).
+	u := r.Usage
+	u.Basis = llm.BasisCounted
+	uo := out
+	uo.Kind, uo.Usage = provider.OutputUsage, &u
+	if !yield(uo, nil) {
+		return
+	}
 	if r.Outcome == "failed" && r.Problem != "" {
 		o := out
 		o.Kind, o.Text = provider.OutputActivity, "the turn failed: "+r.Problem

@@ -393,11 +393,13 @@ func turn(t *testing.T, s *provider.ValidatedSession, id, input string) []provid
 }
 
 // shape renders outputs as kind[:text|outcome|request kind] for
-// comparison.
+// comparison, leaving out the usage reports (TestTurnReportsUsage checks
+// them).
 func shape(outs []provider.Output) []string {
 	var out []string
 	for _, o := range outs {
 		switch o.Kind {
+		case provider.OutputUsage:
 		case provider.OutputText, provider.OutputActivity:
 			out = append(out, string(o.Kind)+":"+o.Text)
 		case provider.OutputTurnCompleted:

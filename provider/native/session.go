@@ -388,6 +388,15 @@ func (s *session) finish(t *turn, p *PendingTurn) {
 		s.abandon(t)
 	} else {
 		outs, err = s.conclude(t, p)
+		if t.started.Load() {
+			// What the turn used goes first: also a turn that failed or
+			// was cancelled says so before its error.
+			u := t.res.Usage
+			u.Basis = llm.BasisCounted
+			o := s.output(provider.OutputUsage, t.id, nil)
+			o.Usage = &u
+			outs = append([]provider.Output{o}, outs...)
+		}
 	}
 	if closeAfter != "" {
 		// Close found the run in the host's hands and left the teardown

@@ -16,6 +16,43 @@ import (
 	"github.com/agentry-dev/agentry/provider"
 )
 
+// Every turn that began says what it used, just before its last output:
+// an answered one, a paused one (the stretch up to the pause) and one
+// whose model panicked.
+func TestTurnReportsUsage(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	s := w.create(t, provider.CreateRequest{})
+	usage := func(outs []provider.Output) *llm.TurnUsage {
+		t.Helper()
+		var u *llm.TurnUsage
+		for i, o := range outs {
+			if o.Kind != provider.OutputUsage {
+				continue
+			}
+			if u != nil || i != len(outs)-2 && i != len(outs)-1 {
+				t.Fatalf("usage at %d of %q", i, shape(outs))
+			}
+			u = o.Usage
+		}
+		if u == nil || u.Basis != llm.BasisCounted {
+			t.Fatalf("usage %+v in %d outputs", u, len(outs))
+		}
+		return u
+	}
+	if u := usage(turn(t, s, "t1", "say hi there")); u.ModelCalls != 1 || len(u.ToolCalls) != 0 {
+		t.Fatalf("answered: %+v", u)
+	}
+	if u := usage(turn(t, s, "t2", "call noop {}")); u.ModelCalls != 2 || u.ToolCalls["noop"] != 1 {
+		t.Fatalf("with a tool call: %+v", u)
+	}
+	outs, err := pull(s.RunTurn(t.Context(), provider.TurnRequest{TurnID: "t3", Input: "panic"}))
+	if err == nil {
+		t.Fatal("the panicking model's turn did not fail")
+	}
+	usage(outs) // the agent panicked: its counts are lost, the report is not
+}
+
 func TestTurnMapsAnAnswer(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -400,7 +437,7 @@ func TestTurnBackpressure(t *testing.T) {
 				}
 			}
 		}
-		if n != 202 || counted.n() != 201 {
+		if n != 203 || counted.n() != 201 { // turn.started, 200 texts, usage, turn.completed
 			t.Fatalf("%d outputs, %d chunks", n, counted.n())
 		}
 	})
