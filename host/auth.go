@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/agentry-dev/agentry/tool"
@@ -161,6 +162,10 @@ type Tokens struct {
 type tokenEntry struct {
 	sum [sha256.Size]byte
 	who Caller
+	// created and expires are the line's created= and expires=
+	// attributes; zero when absent (a token without expires= does not
+	// expire).
+	created, expires time.Time
 }
 
 // TokenPrefix starts every token GenerateToken makes, so a leaked token is
@@ -200,7 +205,9 @@ func TokenLine(token string, o tool.Identity) string {
 // three fields a line may carry attributes, each key=value and each at
 // most once:
 //
-//	role=admin   the token's owner is an admin of its tenant (RoleAdmin)
+//	role=admin           the token's owner is an admin of its tenant (RoleAdmin)
+//	created=<RFC 3339>   when the token was made (shown by agentry token list)
+//	expires=<RFC 3339>   the token is refused from this instant on (token_expired)
 func ParseTokens(r io.Reader) (*Tokens, error) {
 	t := &Tokens{}
 	seen := make(map[[sha256.Size]byte]bool)
@@ -286,6 +293,18 @@ var tokenAttrs = map[string]func(e *tokenEntry, v string) error{
 		e.who.Role = RoleAdmin
 		return nil
 	},
+	"created": func(e *tokenEntry, v string) error { return parseStamp(&e.created, v) },
+	"expires": func(e *tokenEntry, v string) error { return parseStamp(&e.expires, v) },
+}
+
+// parseStamp reads an RFC 3339 instant (2026-12-31T00:00:00Z).
+func parseStamp(dst *time.Time, v string) error {
+	at, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return fmt.Errorf("%q is not an RFC 3339 time; write it as 2026-12-31T00:00:00Z", clip(v))
+	}
+	*dst = at.UTC()
+	return nil
 }
 
 func attrKeys() string {
@@ -334,7 +353,8 @@ func (t *Tokens) Owners() []tool.Identity {
 // Authenticate reads Authorization: Bearer <token>. The token's SHA-256
 // digest is compared with every admitted digest in constant time, with no
 // early exit, so how long it takes says nothing about which token came
-// close, or where in the file it is.
+// close, or where in the file it is. A token past its expires= is refused
+// with CodeTokenExpired.
 func (t *Tokens) Authenticate(r *http.Request) (Caller, error) {
 	tok, err := bearerToken(r)
 	if err != nil {
@@ -342,15 +362,20 @@ func (t *Tokens) Authenticate(r *http.Request) (Caller, error) {
 	}
 	sum := sha256.Sum256([]byte(tok))
 	var found Caller
+	var expires time.Time
 	match := 0
 	for i := range t.entries {
 		if subtle.ConstantTimeCompare(t.entries[i].sum[:], sum[:]) == 1 {
-			found = t.entries[i].who
+			found, expires = t.entries[i].who, t.entries[i].expires
 			match = 1
 		}
 	}
 	if match == 0 {
 		return Caller{}, ErrBadCredentials
+	}
+	if !expires.IsZero() && !time.Now().Before(expires) {
+		return Caller{}, &CredentialError{Code: CodeTokenExpired,
+			Message: "host: this token expired at " + expires.Format(time.RFC3339) + "; ask the operator for a new one (agentry token --expires)"}
 	}
 	return found, nil
 }

@@ -14,7 +14,7 @@ type Code string
 const (
 	CodeUnauthenticated      Code = "unauthenticated"        // 401: no credentials
 	CodeInvalidToken         Code = "invalid_token"          // 401: credentials refused (unknown, malformed, or a signature that does not verify)
-	CodeTokenExpired         Code = "token_expired"          // 401: a JWT past its expiry (or before its not-before)
+	CodeTokenExpired         Code = "token_expired"          // 401: a JWT past its expiry (or before its not-before), or a tokens-file token past its expires=
 	CodeWrongAudience        Code = "wrong_audience"         // 401: a JWT meant for another service
 	CodeWrongIssuer          Code = "wrong_issuer"           // 401: a JWT from another issuer
 	CodeUnknownKey           Code = "unknown_key"            // 401: a JWT signed with a key the issuer does not publish

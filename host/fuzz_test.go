@@ -106,7 +106,8 @@ func FuzzDecodeCreate(f *testing.F) {
 func FuzzParseTokens(f *testing.F) {
 	_, line, _ := host.GenerateToken(alice)
 	for _, s := range []string{line, "# c\n" + line, "sha256:zz a b", "", "\n\n", line + "\n" + line, "sha256: a b",
-		line + " role=admin", line + " role=admin role=admin", line + " role", line + " =x", line + " k=v=w"} {
+		line + " role=admin", line + " role=admin role=admin", line + " role", line + " =x", line + " k=v=w",
+		line + " expires=2030-01-01T00:00:00Z created=2026-01-01T00:00:00Z", line + " expires=2030-01-01", line + " created=x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, file string) {

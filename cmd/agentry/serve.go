@@ -61,6 +61,10 @@ type serveOptions struct {
 
 	// reach is whom the door admits, worked out from --addr and --tokens.
 	reach exposure
+	// tokensFile is the --tokens file, reloaded on change and on a
+	// signal from hup (SIGHUP; nil in tests that send none).
+	tokensFile *host.TokensFile
+	hup        <-chan os.Signal
 }
 
 func newServeCmd() *cobra.Command {
@@ -76,7 +80,8 @@ process. See docs/host.md for the API.
 With no --tokens file, serve makes one token, prints it once, and listens on
 loopback only. SIGTERM or SIGINT drains: new requests get 503, turns in flight
 finish (within --drain), every tool session closes, the events file is
-flushed. A second signal exits at once.
+flushed. A second signal exits at once. The tokens file is read again when
+it changes (checked every second) and on SIGHUP, which never stops serve.
 
 ` + modelHelp,
 		Example: `  agentry serve
@@ -88,6 +93,10 @@ flushed. A second signal exits at once.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sig)
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			o.hup = hup
 			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
@@ -185,6 +194,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if err != nil {
 		return err
 	}
+	defer reloadTokens(o.tokensFile, o.hup, stderr)()
 
 	if o.agent == "" {
 		o.agent = "native"
@@ -381,18 +391,20 @@ func serveAuth(ctx context.Context, o *serveOptions, stderr io.Writer) (host.Aut
 		}
 		return t, tok, nil
 	}
-	t, err := host.LoadTokens(o.tokens)
+	tf, err := host.OpenTokensFile(o.tokens)
 	if err != nil {
 		return nil, "", usageError("--tokens: %v", err)
 	}
+	o.tokensFile = tf
+	t := tf.Tokens()
 	if t.Len() == 0 {
 		return nil, "", usageError("--tokens %s admits nobody; add a line with agentry token --tenant T --principal P --tokens %s", o.tokens, o.tokens)
 	}
 	o.reach.principals = len(t.Owners())
 	if idp != nil {
-		return host.Chain{t, idp}, "", nil
+		return host.Chain{tf, idp}, "", nil
 	}
-	return t, "", nil
+	return tf, "", nil
 }
 
 // openStore opens the conversation store a DSN names: a postgres:// (or

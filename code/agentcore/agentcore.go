@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockagentcore"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockagentcore/types"
@@ -192,6 +193,10 @@ func New(ctx context.Context, opt Options) (*Runner, error) {
 		// that, and the client's signing, from fetching them every time.
 		cfg.Credentials = aws.NewCredentialsCache(cfg.Credentials)
 	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = awshttp.NewBuildableClient()
+	}
+	cfg.HTTPClient = ownBody{next: cfg.HTTPClient}
 	r.client, r.creds = bedrockagentcore.NewFromConfig(cfg), cfg.Credentials
 	return r, nil
 }
