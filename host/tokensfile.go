@@ -49,6 +49,8 @@ type TokensFile struct {
 	// would leave the stamp unchanged; until that is past, every tick
 	// reads the file again (as git does for "racily clean" files).
 	racy bool
+	// check, when set, is asked before a read's tokens are admitted.
+	check func(*Tokens) error
 }
 
 // fileStamp is what a stat says of a file's version.
@@ -72,6 +74,17 @@ func (f *TokensFile) Authenticate(r *http.Request) (Caller, error) {
 	return f.cur.Load().Authenticate(r)
 }
 
+// SetCheck makes every later reload (by Reload or Watch) ask check
+// before it admits what it read: a version check refuses is treated as a
+// file that does not parse (the tokens read before stay, and why is
+// returned or reported). serve uses it to refuse a file that would admit
+// several principals to a host that chose its runner for one.
+func (f *TokensFile) SetCheck(check func(*Tokens) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.check = check
+}
+
 // Tokens returns the tokens as last read.
 func (f *TokensFile) Tokens() *Tokens { return f.cur.Load() }
 
@@ -92,6 +105,11 @@ func (f *TokensFile) reloadLocked() (bool, error) {
 	t, err := ParseTokens(bytes.NewReader(b))
 	if err != nil {
 		return false, fmt.Errorf("%w; the tokens read before stay admitted until the file parses", err)
+	}
+	if f.check != nil {
+		if err := f.check(t); err != nil {
+			return false, fmt.Errorf("%w; the tokens read before stay admitted", err)
+		}
 	}
 	f.stamp = st
 	f.racy = !time.Now().After(time.Unix(0, st.mod).Add(racyWindow))

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,10 +21,8 @@ import (
 	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
 	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
 	"github.com/agentry-dev/agentry/llm"
-	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/acp"
 	"github.com/agentry-dev/agentry/provider/durable"
-	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -61,14 +57,25 @@ type serveOptions struct {
 
 	// reach is whom the door admits, worked out from --addr and --tokens.
 	reach exposure
-	// tokensFile is the --tokens file, reloaded on change and on a
-	// signal from hup (SIGHUP; nil in tests that send none).
-	tokensFile *host.TokensFile
-	hup        <-chan os.Signal
+
+	// configPath is --config; conf, once read, is the file and which
+	// flags the command line set (the file cannot change those).
+	configPath string
+	conf       *serveConfig
+	// tokensFile is the --tokens file's authenticator (a host.TokensFile
+	// following its edits; a reload, on SIGHUP or a --config change, reads
+	// it again).
+	tokensFile *tokensAuth
 }
 
 func newServeCmd() *cobra.Command {
 	var o serveOptions
+	return newServeCmdWith(&o)
+}
+
+// newServeCmdWith is newServeCmd with its flags bound to o, so that
+// `agentry config check` reads a file into serve's own flags.
+func newServeCmdWith(o *serveOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve an agent over HTTP to many people, each in their own sessions",
@@ -81,22 +88,24 @@ With no --tokens file, serve makes one token, prints it once, and listens on
 loopback only. SIGTERM or SIGINT drains: new requests get 503, turns in flight
 finish (within --drain), every tool session closes, the events file is
 flushed. A second signal exits at once. The tokens file is read again when
-it changes (checked every second) and on SIGHUP, which never stops serve.
+it changes (checked every second). SIGHUP, which never stops serve, reloads
+what can change while serving (the tokens file, and the --config file's
+settings of it) and names what needs a restart.
 
 ` + modelHelp,
 		Example: `  agentry serve
   agentry token --tenant acme --principal alice --tokens tokens.txt
   agentry serve --check-in run_code
+  agentry serve --config agentry.toml
   agentry serve --addr 0.0.0.0:8080 --tokens tokens.txt --store postgres://agentry@db/agentry`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.readConfig(cmd.Flags()); err != nil {
+				return err
+			}
 			sig := make(chan os.Signal, 2)
-			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sig)
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			o.hup = hup
 			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
@@ -107,10 +116,11 @@ it changes (checked every second) and on SIGHUP, which never stops serve.
 			if err := warnRenamed(cmd.Flags(), renamedServeFlags, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
-			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), sig, func() { os.Exit(130) })
+			return runServe(cmd.Context(), *o, cmd.OutOrStdout(), cmd.ErrOrStderr(), sig, func() { os.Exit(130) })
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.configPath, "config", "", "read serve's settings from this TOML file: each key a flag's name (max-turns = 8); flags given here override it; reloaded on change and SIGHUP (see docs/config.md)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "where to listen (host:port)")
 	f.StringVar(&o.agent, "agent", "native", "the agent each conversation talks to: native (agentry's own agent, with --model and --runner) or acp (a coding agent over the Agent Client Protocol, jailed, with --agent-cmd)")
 	o.acp.add(f)
@@ -162,180 +172,6 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// runServe serves until a signal arrives on sig, then drains. A second
-// signal calls forceExit.
-func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig <-chan os.Signal, forceExit func()) error {
-	if _, _, err := net.SplitHostPort(o.addr); err != nil {
-		return usageError("--addr %q is not host:port (for example 127.0.0.1:8080)", o.addr)
-	}
-	if o.drain <= 0 || o.teardown <= 0 || o.turnTimeout <= 0 {
-		return usageError("--drain, --teardown and --turn-timeout must be positive durations (for example 30s)")
-	}
-	if o.maxLive < 0 {
-		return usageError("--max-live-tool-sessions must not be negative")
-	}
-	if o.advertise != "" {
-		if _, err := host.ParseReplicaURL(o.advertise); err != nil {
-			return usageError("--advertise: %v", err)
-		}
-	}
-	prices, err := loadPrices(o.prices)
-	if err != nil {
-		return usageError("--prices: %v", err)
-	}
-	if o.lease < 0 || o.forwardTimeout < 0 {
-		return usageError("--lease and --forward-timeout must be positive durations (for example 15s and 5s)")
-	}
-	if o.lease == 0 {
-		o.lease = host.DefaultLeaseTTL
-	}
-
-	auth, generated, err := serveAuth(ctx, &o, stderr)
-	if err != nil {
-		return err
-	}
-	defer reloadTokens(o.tokensFile, o.hup, stderr)()
-
-	if o.agent == "" {
-		o.agent = "native"
-	}
-	if o.agentFlagErr != nil {
-		return o.agentFlagErr
-	}
-	if o.agent != "native" && o.agent != "acp" {
-		return usageError("--agent %q: use native or acp", o.agent)
-	}
-	deps, err := buildServeDeps(ctx, o, stderr)
-	if err != nil {
-		return err
-	}
-	// One bus for everything: the host's events, the provider's, the
-	// agent's; the events file and the router hear it.
-	bus := event.NewBus(event.BusOptions{OnError: func(err error) { fmt.Fprintf(stderr, "agentry serve: events: %v\n", err) }})
-	for _, sk := range deps.sinks {
-		_ = bus.Add(sk, event.Filter{})
-	}
-	router := host.NewEventSink()
-	_ = bus.Add(router, router.Filter())
-	if deps.bind != nil {
-		deps.bind(bus)
-	}
-	st, err := openStore(ctx, o.store)
-	if err != nil {
-		_ = bus.Close(context.Background())
-		deps.close()
-		return failure(err)
-	}
-	if deps.unjailed != nil {
-		bus.Export(event.Event{Type: typeUnjailedServing, Payload: deps.unjailed})
-	}
-	var reg *provider.Registry
-	var inst *provider.Instance
-	closeTemporal := func() {}
-	if o.temporal != "" && o.agent == "acp" {
-		err = usageError("--temporal runs agentry's own agent's turns as workflows; it does not apply to --agent acp")
-	} else if o.temporal != "" {
-		reg, inst, closeTemporal, err = openDurable(ctx, o, st, deps.model, deps.tools, bus.Export, stderr, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
-	} else if o.agent == "acp" {
-		reg, inst, err = openACP(ctx, deps.launcher, deps.acpConfig, bus.Export, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
-	} else {
-		reg, inst, err = native.Open(ctx, native.Config{Store: native.HostStore(st), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
-			ID:              "agentry-serve",
-			Model:           deps.model,
-			Tools:           deps.tools,
-			Routes:          []agent.Route{{Sink: bus, Filter: event.Filter{Tier: event.TierFull}}},
-			TeardownTimeout: o.teardown,
-			MaxLiveSessions: o.maxLive,
-		})}, provider.WithEvents(bus.Export), provider.WithCleanupTimeout(o.teardown))
-	}
-	if err != nil {
-		_ = st.Close()
-		_ = bus.Close(context.Background())
-		deps.close()
-		return failure(err)
-	}
-	dispose := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*o.teardown+5*time.Second)
-		defer cancel()
-		if err := reg.Dispose(ctx); err != nil {
-			fmt.Fprintf(stderr, "agentry serve: closing the agent: %v\n", err)
-		}
-		closeTemporal()
-		_ = bus.Close(ctx)
-		deps.close()
-	}
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		_ = st.Close()
-		dispose()
-		return failure(fmt.Errorf("listening on %s: %w", o.addr, err))
-	}
-	leases, err := replicaLeases(ctx, o, st, ln.Addr())
-	if err != nil {
-		_ = ln.Close()
-		_ = st.Close()
-		dispose()
-		return err
-	}
-	h, err := host.New(host.Options{
-		Provider: inst, Store: st, Auth: auth, Bus: bus, EventSink: router, Leases: leases,
-		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxConversationsPerPrincipal: o.maxOpen,
-		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
-		HostTools: deps.lent, WorkingDirectory: deps.workingDir, SessionConfig: deps.sessionConfig, DropWorkspace: deps.dropWorkspace,
-		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
-		Prices: prices,
-	})
-	if err != nil {
-		_ = ln.Close()
-		_ = st.Close()
-		dispose()
-		return usageError("%v", err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	printServing(stdout, o, "http://"+ln.Addr().String(), leases, generated)
-
-	select {
-	case err := <-served:
-		_ = h.Shutdown(context.Background())
-		dispose()
-		return failure(fmt.Errorf("serving: %w", err))
-	case s := <-sig:
-		h.Drain() // readiness fails from here on
-		fmt.Fprintf(stderr, "agentry serve: %v: draining for up to %s (signal again to exit at once)\n", s, o.drain)
-	}
-	stopForce := make(chan struct{})
-	defer close(stopForce)
-	go func() {
-		select {
-		case s := <-sig:
-			fmt.Fprintf(stderr, "agentry serve: %v again: exiting now, without draining\n", s)
-			forceExit()
-		case <-stopForce:
-		}
-	}()
-
-	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
-	defer cancel()
-	shutErr := h.Shutdown(dctx)
-	sctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel2()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		shutErr = errors.Join(shutErr, err)
-	}
-	dispose()
-	if shutErr != nil {
-		return failure(shutErr)
-	}
-	fmt.Fprintln(stderr, "agentry serve: stopped; every tool session is closed")
-	return nil
-}
-
 // printServing says where serve listens, what it keeps, whom it admits,
 // and the generated token (once), on stdout.
 func printServing(stdout io.Writer, o serveOptions, url string, leases host.Leases, generated string) {
@@ -366,7 +202,8 @@ func printServing(stdout io.Writer, o serveOptions, url string, leases host.Leas
 // the tokens file, the OpenID provider, or both in a chain (the tokens
 // file first). With neither, it makes one token (returned to be shown
 // once), and refuses to listen beyond loopback. It sets o.reach: whom the
-// door admits.
+// door admits, and o.tokensAuth: the tokens file's swappable
+// authenticator.
 func serveAuth(ctx context.Context, o *serveOptions, stderr io.Writer) (host.Authenticator, string, error) {
 	o.reach = exposure{command: "serve", addr: o.addr, beyond: !loopback(o.addr), tokens: o.tokens, principals: 1, oidc: o.oidc.issuer}
 	idp, err := o.oidc.open(ctx, stderr, "serve")
@@ -395,16 +232,17 @@ func serveAuth(ctx context.Context, o *serveOptions, stderr io.Writer) (host.Aut
 	if err != nil {
 		return nil, "", usageError("--tokens: %v", err)
 	}
-	o.tokensFile = tf
+	ta := newTokensAuth(o.tokens, tf)
+	o.tokensFile = ta
 	t := tf.Tokens()
 	if t.Len() == 0 {
 		return nil, "", usageError("--tokens %s admits nobody; add a line with agentry token --tenant T --principal P --tokens %s", o.tokens, o.tokens)
 	}
 	o.reach.principals = len(t.Owners())
 	if idp != nil {
-		return host.Chain{tf, idp}, "", nil
+		return host.Chain{ta, idp}, "", nil
 	}
-	return tf, "", nil
+	return ta, "", nil
 }
 
 // openStore opens the conversation store a DSN names: a postgres:// (or

@@ -76,7 +76,7 @@ func TestServeBinaryReloadsTokensAndSurvivesSIGHUP(t *testing.T) {
 	}
 	s.token = carol
 	waitFor(t, "carol admitted after SIGHUP", func() bool { c, _ := s.call(t, "GET", "/v1/sessions", ""); return c == 200 })
-	waitFor(t, "the SIGHUP line", func() bool { return strings.Contains(s.stderr.String(), "SIGHUP: tokens file reloaded") })
+	waitFor(t, "the SIGHUP line", func() bool { return strings.Contains(s.stderr.String(), "SIGHUP: reloaded tokens: ") })
 	select {
 	case <-s.done:
 		t.Fatalf("serve stopped on SIGHUP: %v\n%s", s.err, s.stderr)
@@ -98,7 +98,7 @@ func TestServeBinaryReloadsTokensAndSurvivesSIGHUP(t *testing.T) {
 	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the no-tokens SIGHUP line", func() bool { return strings.Contains(g.stderr.String(), "no --tokens file to reload") })
+	waitFor(t, "the no-tokens SIGHUP line", func() bool { return strings.Contains(g.stderr.String(), "no --tokens or --config file to reload") })
 	if code, body := g.call(t, "GET", "/v1/sessions", ""); code != 200 {
 		t.Fatalf("after SIGHUP: %d %s", code, body)
 	}
