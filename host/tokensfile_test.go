@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -217,5 +218,41 @@ func TestRevokeTokens(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
 		t.Fatal("a refused revoke changed the file")
+	}
+}
+
+// A check set with SetCheck refuses a version as a broken file would: the
+// tokens read before stay, and Reload says why.
+func TestTokensFileCheck(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	a, b := host.TokenLine("agt_a", alice), host.TokenLine("agt_b", bob)
+	writeTokens(t, path, a)
+	tf, err := host.OpenTokensFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.SetCheck(func(t *host.Tokens) error {
+		if n := len(t.Owners()); n > 1 {
+			return fmt.Errorf("%d principals, one expected", n)
+		}
+		return nil
+	})
+	writeTokens(t, path, a, b)
+	if _, err := tf.Reload(); err == nil || !strings.Contains(err.Error(), "2 principals, one expected") || !strings.Contains(err.Error(), "stay admitted") {
+		t.Fatalf("a refused version: %v", err)
+	}
+	if _, err := authAs(tf, "agt_b"); !errors.Is(err, host.ErrBadCredentials) {
+		t.Fatalf("bob, in a refused version, was admitted: %v", err)
+	}
+	if who, err := authAs(tf, "agt_a"); err != nil || who.Identity != alice {
+		t.Fatalf("alice after a refused version: %+v %v", who, err)
+	}
+	writeTokens(t, path, b)
+	if changed, err := tf.Reload(); err != nil || !changed {
+		t.Fatalf("an accepted version: changed %v, %v", changed, err)
+	}
+	if who, err := authAs(tf, "agt_b"); err != nil || who.Identity != bob {
+		t.Fatalf("bob after an accepted version: %+v %v", who, err)
 	}
 }
