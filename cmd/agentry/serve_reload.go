@@ -78,15 +78,12 @@ func (s *server) followTokens() {
 }
 
 // admitTokens is what every read of the tokens file at path must pass
-// before it is admitted: it refuses a file that admits nobody, and one
-// that admits several principals when serve started for one (serve then
-// chose its runner for one person: a restart decides again, jailed or
-// refused).
+// before it is admitted: it refuses one that admits several principals
+// when serve started for one (serve then chose its runner for one person:
+// a restart decides again, jailed or refused). A file emptied on purpose is
+// admitted: it revokes everyone, which is what its operator asked for.
 func (s *server) admitTokens(path string) func(*host.Tokens) error {
 	return func(t *host.Tokens) error {
-		if t.Len() == 0 {
-			return fmt.Errorf("%s admits nobody", path)
-		}
 		owners := len(t.Owners())
 		next := s.o.reach
 		next.principals = owners
