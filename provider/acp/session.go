@@ -115,9 +115,12 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	if err := checkWorkspace(in.cfg.WorkspaceRoot, workDir); err != nil {
 		return nil, err
 	}
-	mode := in.cfg.Mode
+	mode, model := in.cfg.Mode, in.cfg.Model
 	if scfg.Mode != "" {
 		mode = scfg.Mode
+	}
+	if scfg.Model != "" {
+		model = scfg.Model
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(in.cfg.Limits.StartTimeout))
 	defer cancel()
@@ -167,14 +170,17 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	}
 
 	caps := s.ag.init.AgentCapabilities
-	modes, err := s.bind(ctx, caps, workDir, servers, resume)
+	st, err := s.bind(ctx, caps, workDir, servers, resume)
 	if err != nil {
 		return fail(err)
 	}
 	if mode != "" {
-		if err := s.setMode(ctx, modes, mode); err != nil {
+		if err := s.setMode(ctx, st.modes, mode); err != nil {
 			return fail(err)
 		}
+	}
+	if err := s.setModel(ctx, st.options, model); err != nil {
+		return fail(err)
 	}
 	s.closeDeclared = caps.SessionCapabilities.Close != nil
 	if !in.register(s) {
@@ -183,33 +189,40 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	return s, nil
 }
 
+// opened is what the agent said of a session it opened: its modes and
+// its configuration options (the model among them).
+type opened struct {
+	modes   *sdk.SessionModeState
+	options []sdk.SessionConfigOption
+}
+
 // bind opens the agent's session: session/new, or, to resume, session/load
 // (else session/resume) of the binding.
-func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir string, servers []sdk.McpServer, resume provider.Binding) (*sdk.SessionModeState, error) {
+func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir string, servers []sdk.McpServer, resume provider.Binding) (opened, error) {
 	switch {
 	case resume == "":
 		resp, err := s.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: workDir, McpServers: servers})
 		if err != nil {
-			return nil, s.ag.failure("session/new", err)
+			return opened{}, s.ag.failure("session/new", err)
 		}
 		s.setBinding(provider.Binding(resp.SessionId))
-		return resp.Modes, nil
+		return opened{resp.Modes, resp.ConfigOptions}, nil
 	case caps.LoadSession:
 		s.setBinding(resume)
 		resp, err := s.ag.conn.LoadSession(ctx, sdk.LoadSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
 		if err != nil {
-			return nil, s.ag.failure("session/load", err)
+			return opened{}, s.ag.failure("session/load", err)
 		}
-		return resp.Modes, nil
+		return opened{resp.Modes, resp.ConfigOptions}, nil
 	case caps.SessionCapabilities.Resume != nil:
 		s.setBinding(resume)
 		resp, err := s.ag.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
 		if err != nil {
-			return nil, s.ag.failure("session/resume", err)
+			return opened{}, s.ag.failure("session/resume", err)
 		}
-		return resp.Modes, nil
+		return opened{resp.Modes, resp.ConfigOptions}, nil
 	}
-	return nil, errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session")
+	return opened{}, errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session")
 }
 
 // setMode switches the new session to mode, refusing a mode the agent
@@ -457,7 +470,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		sent := s.ag.input.expect()
 		go func() {
 			defer close(t.done)
-			t.resp, t.err = s.ag.conn.Prompt(s.life, sdk.PromptRequest{SessionId: sdk.SessionId(binding), Prompt: blocks})
+			t.resp, t.err = s.ag.conn.Prompt(s.life, sdk.PromptRequest{SessionId: sdk.SessionId(binding), Prompt: blocks, Meta: traceMeta(ctx)})
 		}()
 		// turn.started once the prompt is on its way: an interrupt from
 		// here on reaches the agent after it.
