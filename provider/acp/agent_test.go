@@ -11,6 +11,7 @@ package acp_test
 //	read PATH          fs/read_text_file
 //	fscaps             says which file calls the client offered in initialize
 //	write PATH TEXT    fs/write_text_file
+//	writecwd NAME TEXT fs/write_text_file of NAME in the session's cwd
 //	term ARGV...       terminal/create, wait_for_exit, output, release
 //	termcwd DIR ARGV…  the same, in DIR
 //	tool TEXT          calls the host tool conformance_echo over MCP
@@ -394,8 +395,11 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 			return answer("error: " + err.Error())
 		}
 		return answer("content: " + r.Content)
-	case "write":
+	case "write", "writecwd":
 		path, content, _ := strings.Cut(rest, " ")
+		if cmd == "writecwd" {
+			path = filepath.Join(s.cwd, path)
+		}
 		if _, err := a.conn.WriteTextFile(ctx, sdk.WriteTextFileRequest{SessionId: id, Path: path, Content: content}); err != nil {
 			return answer("error: " + err.Error())
 		}

@@ -150,7 +150,15 @@ func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (prov
 	}
 	env, _ := resolveEnv(cfg.Env, d.opt.LookupEnv)
 	in := &instance{d: d, id: def.ID, cfg: cfg, env: env, sessions: map[*session]bool{}}
-	in.readiness, in.init, in.probeErr = in.probe(ctx)
+	if cfg.Pool > 0 {
+		// The pool's first agent tells what a probe would.
+		in.pool = newPool(in, cfg.Pool)
+		pctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Limits.StartTimeout))
+		in.readiness, in.init, in.probeErr = in.pool.first(pctx)
+		cancel()
+	} else {
+		in.readiness, in.init, in.probeErr = in.probe(ctx)
+	}
 	caps := Capabilities(d.opt.Key, in.init)
 	in.caps = caps
 	var a provider.Adapter = adapter{in}
@@ -167,6 +175,7 @@ type instance struct {
 	cfg  Config
 	env  []string
 	caps provider.Capabilities
+	pool *agentPool // nil without Config.Pool
 
 	probeMu   sync.Mutex
 	readiness provider.Readiness
@@ -207,6 +216,9 @@ func (in *instance) ready(ctx context.Context) (provider.Readiness, error) {
 	in.readiness, in.probeErr = r, err
 	if r == provider.Ready {
 		in.init = init
+		if in.pool != nil {
+			in.pool.start()
+		}
 	}
 	return r, nil
 }
@@ -246,6 +258,10 @@ func readinessOf(err error) provider.Readiness {
 }
 
 func (in *instance) dispose(ctx context.Context) error {
+	var perr error
+	if in.pool != nil {
+		perr = in.pool.close(ctx)
+	}
 	in.mu.Lock()
 	in.disposed = true
 	all := make([]*session, 0, len(in.sessions))
@@ -259,7 +275,7 @@ func (in *instance) dispose(ctx context.Context) error {
 		wg.Go(func() { errs[i] = s.Close(ctx, provider.CloseShutdown) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(append(errs, perr)...); err != nil {
 		return fmt.Errorf("acp: stopping the agents of instance %s: %w", in.id, err)
 	}
 	return nil
@@ -289,8 +305,8 @@ type launchRequest struct {
 	workspace string
 	events    func(event.Event)
 	expose    []Exposed
-	client    *client // nil for a probe: it answers nothing but refusals
-	guard     *guard  // nil: a guard of its own
+	client    sdk.Client // nil for a probe: it answers nothing but refusals
+	guard     *guard     // nil: a guard of its own
 }
 
 // newGuard is a guard with the definition's bound, the driver's host-wide
@@ -322,9 +338,9 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 	if err != nil {
 		return nil, err
 	}
-	var cl sdk.Client = refusingClient{}
-	if r.client != nil {
-		cl = r.client
+	cl := r.client
+	if cl == nil {
+		cl = refusingClient{}
 	}
 	g := r.guard
 	if g == nil {

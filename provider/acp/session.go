@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,8 +127,31 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(in.cfg.Limits.StartTimeout))
 	defer cancel()
 
+	// A new conversation takes a pooled agent when one waits: its
+	// workspace becomes the conversation's.
+	var pa *pooled
+	if resume == "" && in.pool != nil && adoptable(workDir) {
+		if pa = in.pool.take(); pa != nil {
+			slot, err := pa.adopt(workDir)
+			if err != nil {
+				_ = pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
+				pa = nil
+			} else {
+				workDir = slot
+			}
+		}
+	}
+	// The agent works in the directory as resolved, so a conversation
+	// started in a pooled agent's workspace resumes in the same one.
+	if real, err := filepath.EvalSymlinks(workDir); err == nil {
+		workDir = real
+	}
+
 	ws, err := openWorkspace(workDir, in.cfg.Limits.MaxFileBytes)
 	if err != nil {
+		if pa != nil {
+			_ = pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
+		}
 		return nil, err
 	}
 	s := &session{in: in, id: sessionID, label: toolsession.HashKey("acp/" + in.id + "/" + sessionID), ws: ws, ia: ia}
@@ -139,24 +164,14 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		}
 		return nil, err
 	}
-
-	// One guard bounds what the agent asks of the client, over ACP and
-	// over the host tools' MCP server alike.
-	g := in.newGuard(s.label, in.forward(sessionID))
-	var expose []Exposed
-	if ht != nil {
-		s.hosts, err = startHostServer(ht, in.forward(sessionID), g, in.cfg.Limits)
-		if err != nil {
+	if pa != nil {
+		s.ag = pa.ag
+		pa.events.bind(sessionID)
+		pa.late.bind(&client{s})
+		if err := s.serveHostTools(ht, pa.ag.guard, pa.ln); err != nil {
 			return fail(err)
 		}
-		expose = []Exposed{{Name: hostToolsName, Listener: s.hosts.ln}}
-		if instr := ht.Instructions(); instr != nil {
-			s.instr = instr.Text
-		}
-	}
-	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(sessionID),
-		expose: expose, client: &client{s}, guard: g})
-	if err != nil {
+	} else if err := s.launch(ctx, workDir, ht); err != nil {
 		return fail(err)
 	}
 	s.terms.setProcess(s.ag.proc)
@@ -187,6 +202,45 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		return fail(ErrDisposed)
 	}
 	return s, nil
+}
+
+// serveHostTools starts the session's host-tools server on ln (a
+// listener of its own when nil) when the host lent tools; a pooled
+// agent's listener, unused, is closed.
+func (s *session) serveHostTools(ht provider.HostTools, g *guard, ln net.Listener) error {
+	if ht == nil {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		return nil
+	}
+	var err error
+	s.hosts, err = startHostServer(ht, s.in.forward(s.id), g, s.in.cfg.Limits, ln)
+	if err != nil {
+		return err
+	}
+	if instr := ht.Instructions(); instr != nil {
+		s.instr = instr.Text
+	}
+	return nil
+}
+
+// launch starts the session's own agent. One guard bounds what the agent
+// asks of the client, over ACP and over the host tools' MCP server alike.
+func (s *session) launch(ctx context.Context, workDir string, ht provider.HostTools) error {
+	in := s.in
+	g := in.newGuard(s.label, in.forward(s.id))
+	if err := s.serveHostTools(ht, g, nil); err != nil {
+		return err
+	}
+	var expose []Exposed
+	if s.hosts != nil {
+		expose = []Exposed{{Name: hostToolsName, Listener: s.hosts.ln}}
+	}
+	var err error
+	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(s.id),
+		expose: expose, client: &client{s}, guard: g})
+	return err
 }
 
 // opened is what the agent said of a session it opened: its modes and
