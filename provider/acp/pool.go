@@ -20,12 +20,16 @@ import (
 
 // pooled is an agent started ahead of need (Config.Pool): launched by
 // the instance's launcher in a slot of its own — an empty workspace under
-// the workspace root — initialised and authenticated, with a host-tools
-// listener exposed to it, and no session. A session that takes it binds
+// the workspace root — initialised, authenticated, its session opened
+// there (session/new, without MCP servers), with a host-tools listener
+// exposed to it. A session that takes it binds
 // it: its client, its events, its host tools, its workspace. It is never
 // given to a second session.
 type pooled struct {
-	ag     *agentProc
+	ag *agentProc
+	// pre is the session opened ahead in the slot, without MCP servers:
+	// a conversation that lends no host tools takes it as its own.
+	pre    sdk.NewSessionResponse
 	slot   string       // its workspace, empty until taken
 	ln     net.Listener // exposed to it as hostToolsName
 	late   *lateClient
@@ -178,6 +182,12 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 	g := in.newGuard(label, pa.events.emit)
 	pa.ag, err = in.launch(ctx, launchRequest{label: label, workspace: slot, events: pa.events.emit,
 		expose: []Exposed{{Name: hostToolsName, Listener: ln}}, client: pa.late, guard: g})
+	if err == nil {
+		pa.pre, err = pa.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: slot, McpServers: []sdk.McpServer{}})
+		if err != nil {
+			err = pa.ag.failure("session/new", err)
+		}
+	}
 	if err != nil {
 		pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
 		return nil, err

@@ -185,9 +185,19 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	}
 
 	caps := s.ag.init.AgentCapabilities
-	st, err := s.bind(ctx, caps, workDir, servers, resume)
-	if err != nil {
-		return fail(err)
+	var st opened
+	if pa != nil && len(servers) == 0 {
+		// The pooled agent's session, opened ahead in this workspace.
+		s.setBinding(provider.Binding(pa.pre.SessionId))
+		st = opened{pa.pre.Modes, pa.pre.ConfigOptions}
+	} else {
+		if pa != nil && caps.SessionCapabilities.Close != nil {
+			// Its session has no host tools: a new one replaces it.
+			_, _ = s.ag.conn.CloseSession(ctx, sdk.CloseSessionRequest{SessionId: pa.pre.SessionId})
+		}
+		if st, err = s.bind(ctx, caps, workDir, servers, resume); err != nil {
+			return fail(err)
+		}
 	}
 	if mode != "" {
 		if err := s.setMode(ctx, st.modes, mode); err != nil {
