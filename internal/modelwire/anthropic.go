@@ -134,15 +134,21 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 			}
 		}
 	}
-	last := req.Messages[len(req.Messages)-1]
-	if last.Role != "user" {
-		s.refuse(w, http.StatusBadRequest, "invalid_request_error", "the last message must be from the user")
+	// A last assistant message is a prefill, which the API continues
+	// (Claude Code sends one): the model answers the user message before
+	// it.
+	u := len(req.Messages) - 1
+	if req.Messages[u].Role == "assistant" && u > 0 {
+		u--
+	}
+	if req.Messages[u].Role != "user" {
+		s.refuse(w, http.StatusBadRequest, "invalid_request_error", "the last message must be from the user, or an assistant prefill after one")
 		return
 	}
 	var text strings.Builder
 	var results []string
 	failed := false
-	for _, b := range all[len(all)-1] {
+	for _, b := range all[u] {
 		switch b.Type {
 		case "text":
 			text.WriteString(b.Text)
