@@ -34,7 +34,7 @@ type acpFlags struct {
 }
 
 func (a *acpFlags) add(f *pflag.FlagSet) {
-	f.StringVar(&a.cmd, "agent-cmd", "", "with --agent acp: the agent's command, 'COMMAND ARGS' (quote with ' or \"), e.g. 'claude-code-acp'")
+	f.StringVar(&a.cmd, "agent-cmd", "", "with --agent acp: the agent's command, 'COMMAND ARGS' (quote with ' or \"), e.g. 'claude-agent-acp'")
 	f.StringArrayVar(&a.env, "agent-env", nil, "with --agent acp: NAME=VALUE, or NAME to pass this process's value; the agent sees only these (repeat)")
 	f.StringVar(&a.home, "agent-home", "", "with --agent acp: a directory copied into each session's private HOME (the agent's own config files)")
 	f.StringVar(&a.mode, "agent-mode", "", "with --agent acp: the ACP session mode sessions start in (e.g. default, acceptEdits, plan)")
@@ -58,7 +58,7 @@ func checkAgentFlags(f *pflag.FlagSet, agent string, extra ...string) error {
 	}
 	if agent == "acp" {
 		if f.Lookup("agent-cmd") == nil || !f.Changed("agent-cmd") {
-			return usageError("--agent acp needs --agent-cmd 'COMMAND ARGS', e.g. --agent-cmd claude-code-acp")
+			return usageError("--agent acp needs --agent-cmd 'COMMAND ARGS', e.g. --agent-cmd claude-agent-acp")
 		}
 		return nil
 	}
@@ -168,7 +168,7 @@ func splitCommand(s string) ([]string, error) {
 		out = append(out, cur.String())
 	}
 	if len(out) == 0 {
-		return nil, errors.New("it is empty; give the agent's command, e.g. 'claude-code-acp'")
+		return nil, errors.New("it is empty; give the agent's command, e.g. 'claude-agent-acp'")
 	}
 	return out, nil
 }
