@@ -134,13 +134,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 			}
 		}
 	}
-	// A last assistant message is a prefill, which the API continues
-	// (Claude Code sends one): the model answers the user message before
-	// it.
-	u := len(req.Messages) - 1
-	if req.Messages[u].Role == "assistant" && u > 0 {
-		u--
-	}
+	u := answered(req.Messages)
 	if req.Messages[u].Role != "user" {
 		s.refuse(w, http.StatusBadRequest, "invalid_request_error", "the last message must be from the user, or an assistant prefill after one")
 		return
@@ -296,4 +290,15 @@ func (s *Server) anthropicScripted(w http.ResponseWriter, model string, stream b
 	e.send("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int{"output_tokens": 12}})
 	e.send("message_stop", `{"type":"message_stop"}`)
+}
+
+// answered is the index of the message the model answers: the last, or
+// the one before a last assistant message — a prefill, which the API
+// continues (Claude Code sends one).
+func answered(msgs []anthropicMessage) int {
+	u := len(msgs) - 1
+	if msgs[u].Role == "assistant" && u > 0 {
+		u--
+	}
+	return u
 }
