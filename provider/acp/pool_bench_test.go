@@ -35,9 +35,9 @@ func realClaude(b *testing.B) string {
 }
 
 // BenchmarkPoolFirstAnswer measures a new conversation's first answer
-// from a real agent (claude-agent-acp from npm, answering through a local
-// Messages-API server), cold against taken from a warm pool, in the same
-// run; the pool's refill is not timed (each pooled iteration waits, off
+// from a real agent (claude-agent-acp from npm, jailed, answering through
+// a local Messages-API server), cold against taken from a warm pool, in
+// the same run; the pool's refill is not timed (each pooled iteration waits, off
 // the clock, until the pool holds an agent again). It also reports the
 // resident memory of one live agent (its process tree, found by its
 // working directory), as rss-mib-per-agent.
@@ -49,7 +49,7 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 		return modelwire.Reply{Text: "ready"}
 	}})
 	defer model.Close()
-	env := []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-bench", "PATH=" + os.Getenv("PATH"),
+	env := []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-bench", "PATH=/usr/local/bin:/usr/bin:/bin",
 		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
 	for _, pool := range []int{0, 1} {
 		name := "cold"
@@ -57,8 +57,9 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 			name = "pooled"
 		}
 		b.Run(name, func(b *testing.B) {
-			r := newRig(b, nil)
-			cfg := acp.Config{Command: []string{bin}, Env: env, WorkspaceRoot: r.root, Pool: pool}
+			r, _ := jailedRigTB(b)
+			cfg := acp.Config{Command: []string{bin}, Env: env, WorkspaceRoot: r.root, Pool: pool,
+				AllowHosts: []string{strings.TrimPrefix(model.URL, "http://")}}
 			inst := r.instance(mustJSON(b, cfg))
 			var total time.Duration
 			n := 0
