@@ -101,7 +101,7 @@ func TestServeClaudeAgentACP(t *testing.T) {
 		"--agent-env", "ANTHROPIC_BASE_URL="+model.URL, "--agent-env", "ANTHROPIC_API_KEY=sk-ant-offline",
 		"--agent-env", "DISABLE_TELEMETRY=1", "--agent-env", "DISABLE_AUTOUPDATER=1",
 		"--agent-env", "DISABLE_ERROR_REPORTING=1", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
+		"--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),
 		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
 	pu, _ := url.Parse(p.url)
