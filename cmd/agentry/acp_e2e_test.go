@@ -81,10 +81,10 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	var hostPort atomicString
 	agent := &scriptedAgent{marker: "Write", steps: []func(modelwire.Turn) modelwire.Reply{
 		func(turn modelwire.Turn) modelwire.Reply {
-			return callTool("Write", map[string]any{"file_path": filepath.Join(workingDirectory(turn.System), "hello.txt"), "content": "written by claude code\n"})
+			return callTool("Write", map[string]any{"file_path": filepath.Join(workingDirectory(turn.System+"\n"+turn.Asked), "hello.txt"), "content": "written by claude code\n"})
 		},
 		func(turn modelwire.Turn) modelwire.Reply {
-			return callTool("Write", map[string]any{"file_path": filepath.Join(filepath.Dir(workingDirectory(turn.System)), "escape.txt"), "content": "out\n"})
+			return callTool("Write", map[string]any{"file_path": filepath.Join(filepath.Dir(workingDirectory(turn.System+"\n"+turn.Asked)), "escape.txt"), "content": "out\n"})
 		},
 		func(modelwire.Turn) modelwire.Reply {
 			return callTool("mcp__agentry__run_code", map[string]any{"code": "print(6*7)"})
@@ -217,7 +217,7 @@ func approvedTurn(t *testing.T, p *process, message string) (answer []byte, appr
 	return body, approved
 }
 
-var workingDirRE = regexp.MustCompile(`Working directory: (\S+)`)
+var workingDirRE = regexp.MustCompile(`(?i)working directory: (\S+)`)
 
 // workingDirectory reads the workspace from Claude Code's system prompt.
 func workingDirectory(system string) string {
