@@ -81,10 +81,10 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	var hostPort atomicString
 	agent := &scriptedAgent{marker: "Write", steps: []func(modelwire.Turn) modelwire.Reply{
 		func(turn modelwire.Turn) modelwire.Reply {
-			return callTool("Write", map[string]any{"file_path": filepath.Join(workingDirectory(turn.System+"\n"+turn.Asked), "hello.txt"), "content": "written by claude code\n"})
+			return callTool("Write", map[string]any{"file_path": filepath.Join(conversationWorkspace(t, dir), "hello.txt"), "content": "written by claude code\n"})
 		},
 		func(turn modelwire.Turn) modelwire.Reply {
-			return callTool("Write", map[string]any{"file_path": filepath.Join(filepath.Dir(workingDirectory(turn.System+"\n"+turn.Asked)), "escape.txt"), "content": "out\n"})
+			return callTool("Write", map[string]any{"file_path": filepath.Join(filepath.Dir(conversationWorkspace(t, dir)), "escape.txt"), "content": "out\n"})
 		},
 		func(modelwire.Turn) modelwire.Reply {
 			return callTool("mcp__agentry__run_code", map[string]any{"code": "print(6*7)"})
@@ -225,6 +225,29 @@ func workingDirectory(system string) string {
 		return m[1]
 	}
 	return "/nonexistent"
+}
+
+// conversationWorkspace finds the one conversation's workspace under
+// dir/workspaces: claude-agent-acp 0.101 no longer names its working
+// directory in the prompt, and the jail mounts the workspace at the same
+// path, so the host-side path is the agent's too.
+func conversationWorkspace(t *testing.T, dir string) string {
+	entries, err := os.ReadDir(filepath.Join(dir, "workspaces"))
+	if err != nil {
+		t.Errorf("reading the workspaces: %v", err)
+		return "/nonexistent"
+	}
+	var found []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), "pool-") {
+			found = append(found, filepath.Join(dir, "workspaces", e.Name()))
+		}
+	}
+	if len(found) != 1 {
+		t.Errorf("want one conversation workspace, found %v", found)
+		return "/nonexistent"
+	}
+	return found[0]
 }
 
 // scriptedAgent plays a coding agent's model. A request that offers the
