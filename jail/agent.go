@@ -66,7 +66,9 @@ type AgentOptions struct {
 // every launcher of provider/acp is told (acp.LaunchSpec is this type).
 type Spec struct {
 	// Argv is the agent's command. Argv[0] is a path or a name looked up
-	// on the PATH of Env (DefaultPath when Env has none).
+	// on the PATH of Env (DefaultPath when Env has none). An argument
+	// that is the absolute path of a regular file (the script of node
+	// /opt/agent/dist/index.js) is made visible read-only like Argv[0].
 	Argv []string
 	// Env is everything the agent may see, as NAME=VALUE. The launcher
 	// adds HOME (the private copy of Home) and, in the jail, the proxy

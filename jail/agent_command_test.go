@@ -5,6 +5,7 @@ package jail_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,5 +115,36 @@ func TestSpecRefused(t *testing.T) {
 				t.Errorf("error %q does not say where it came from", err)
 			}
 		})
+	}
+}
+
+// A command that runs a script by its path (node /opt/agent/dist/index.js,
+// here python3 /…/agent.py) finds the script inside the jail, read-only.
+func TestScriptArgumentVisibleReadOnly(t *testing.T) {
+	needJail(t)
+	// Not under /tmp: the jail has a private one.
+	dir, err := os.MkdirTemp("/var/tmp", "agentry-script-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "agent.py")
+	body := "import sys\ntry:\n    open(sys.argv[0], 'a').write('x')\n    print('writable')\nexcept OSError:\n    print('read-only')\n"
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := newAgent(t, jail.AgentOptions{}).Launch(context.Background(), jail.Spec{
+		Argv: []string{python, script}, Workspace: reachableDir(t)})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	defer p.Stop(context.Background())
+	out, _ := io.ReadAll(p.Stdout())
+	<-p.Done()
+	if got := strings.TrimSpace(string(out)); got != "read-only" {
+		t.Fatalf("the script said %q; stderr: %s", got, p.StderrTail())
 	}
 }

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 )
 
@@ -45,7 +46,7 @@ func (s *agentSettings) plan(spec Spec) (launchPlan, error) {
 	if lp.exposed, err = exposedNames(spec.Expose); err != nil {
 		return lp, err
 	}
-	if err := s.checkMounts(&lp, spec.Argv[0]); err != nil {
+	if err := s.checkMounts(&lp, spec.Argv); err != nil {
 		return lp, err
 	}
 	if lp.net, err = planNetwork(lp.allow); err != nil {
@@ -78,8 +79,8 @@ func exposedNames(expose []Exposed) ([]string, error) {
 
 // checkMounts finds the agent's install directories and refuses mounts
 // that overlap the workspace or that the jail's user cannot reach.
-func (s *agentSettings) checkMounts(lp *launchPlan, argv0 string) error {
-	install, err := s.installDirs(argv0, lp.path)
+func (s *agentSettings) checkMounts(lp *launchPlan, argv []string) error {
+	install, err := s.installDirs(argv, lp.path)
 	if err != nil {
 		return err
 	}
@@ -100,10 +101,12 @@ func (s *agentSettings) checkMounts(lp *launchPlan, argv0 string) error {
 	return nil
 }
 
-// installDirs are the directories to mount read-only so that argv0 and
-// the interpreter of its #! line run inside the jail.
-func (s *agentSettings) installDirs(argv0, path string) ([]string, error) {
-	prog, err := lookPath(argv0, path)
+// installDirs are the directories to mount read-only so that argv[0],
+// the interpreter of its #! line, and every script the command line
+// names by its absolute path (node /opt/agent/dist/index.js) run inside
+// the jail.
+func (s *agentSettings) installDirs(argv []string, path string) ([]string, error) {
+	prog, err := lookPath(argv[0], path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCommand, err)
 	}
@@ -125,6 +128,11 @@ func (s *agentSettings) installDirs(argv0, path string) ([]string, error) {
 			return nil, fmt.Errorf("jail: the agent's interpreter %s: %w", interp, err)
 		}
 	}
+	scripts, err := scriptArgs(argv[1:])
+	if err != nil {
+		return nil, err
+	}
+	paths = append(paths, scripts...)
 	var dirs []string
 	seen := map[string]bool{}
 	for _, p := range paths {
@@ -139,4 +147,27 @@ func (s *agentSettings) installDirs(argv0, path string) ([]string, error) {
 		dirs = append(dirs, d)
 	}
 	return dirs, nil
+}
+
+// scriptArgs are the files an agent's arguments name by absolute path
+// (the script node runs), as given and with links resolved: what the
+// command needs besides its program. An argument that names no regular
+// file (a flag, a word, a directory) is not one.
+func scriptArgs(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		fi, err := os.Stat(a)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(a)
+		if err != nil {
+			return nil, fmt.Errorf("jail: the agent's script %s: %w", a, err)
+		}
+		out = append(out, a, real)
+	}
+	return out, nil
 }

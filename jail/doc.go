@@ -49,8 +49,10 @@
 // One cell per agent, which also holds its terminals ([Process.Command]):
 //
 //   - Files: the same system view read-only, plus the agent's install
-//     directory (from the resolved Spec.Argv[0] and its #! interpreter:
-//     the tree up to node_modules for an npm package) and
+//     directory (from the resolved Spec.Argv[0], its #! interpreter and
+//     each script an argument names by absolute path, as in node
+//     /opt/agent/dist/index.js: the tree up to node_modules for an npm
+//     package) and
 //     AgentOptions.ReadOnly. Writable: the workspace (bound at its host
 //     path, the working directory, handed to the agent's user), a private
 //     HOME at /home/agent (a fresh copy of Spec.Home) and a private /tmp.

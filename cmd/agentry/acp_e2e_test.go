@@ -21,19 +21,19 @@ import (
 	"github.com/agentry-dev/agentry/jail"
 )
 
-// claudeCodeACPEnv names the directory .ci/run installs
-// @zed-industries/claude-code-acp into (npm --prefix); defaultClaudeCodeACP
-// is where it looks otherwise.
+// claudeAgentACPEnv names the directory .ci/run installs
+// @agentclientprotocol/claude-agent-acp into (npm --prefix);
+// defaultClaudeAgentACP is where it looks otherwise.
 const (
-	claudeCodeACPEnv     = "AGENTRY_CLAUDE_CODE_ACP"
-	defaultClaudeCodeACP = "/var/cache/agentry/claude-code-acp"
+	claudeAgentACPEnv     = "AGENTRY_CLAUDE_AGENT_ACP"
+	defaultClaudeAgentACP = "/var/cache/agentry/claude-agent-acp"
 )
 
-// claudeCodeACP finds the installed adapter's command, failing under
+// claudeAgentACP finds the installed adapter's command, failing under
 // CI=true and skipping elsewhere when it is absent or cannot be jailed.
-func claudeCodeACP(t *testing.T) string {
+func claudeAgentACP(t *testing.T) string {
 	t.Helper()
-	return npmAgent(t, claudeCodeACPEnv, defaultClaudeCodeACP, "claude-code-acp", "@zed-industries/claude-code-acp@0.16.2")
+	return npmAgent(t, claudeAgentACPEnv, defaultClaudeAgentACP, "claude-agent-acp", "@agentclientprotocol/claude-agent-acp@0.101.0")
 }
 
 // npmAgent finds the command bin of the npm package pkg installed (npm
@@ -65,7 +65,7 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 	return path
 }
 
-// The issue's bar: a real Claude Code, through claude-code-acp, served by
+// The issue's bar: a real Claude Code, through claude-agent-acp, served by
 // the built binary with `agentry serve --agent acp`, jailed, driven
 // offline by a local server speaking Anthropic's Messages wire format.
 // It writes a file in its workspace with its own Write tool after a
@@ -73,24 +73,24 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 // lent run_code tool over MCP; a write outside its workspace fails, and
 // so does a dial to the host's own port (a jail event); the events file
 // audits clean.
-func TestServeClaudeCodeACP(t *testing.T) {
-	agentCmd := claudeCodeACP(t)
+func TestServeClaudeAgentACP(t *testing.T) {
+	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
 	dir, events := agentDir(t)
 
 	var hostPort atomicString
-	agent := &scriptedAgent{marker: "mcp__acp__Write", steps: []func(modelwire.Turn) modelwire.Reply{
+	agent := &scriptedAgent{marker: "Write", steps: []func(modelwire.Turn) modelwire.Reply{
 		func(turn modelwire.Turn) modelwire.Reply {
-			return callTool("mcp__acp__Write", map[string]any{"file_path": filepath.Join(workingDirectory(turn.System), "hello.txt"), "content": "written by claude code\n"})
+			return callTool("Write", map[string]any{"file_path": filepath.Join(conversationWorkspace(t, dir), "hello.txt"), "content": "written by claude code\n"})
 		},
 		func(turn modelwire.Turn) modelwire.Reply {
-			return callTool("mcp__acp__Write", map[string]any{"file_path": filepath.Join(filepath.Dir(workingDirectory(turn.System)), "escape.txt"), "content": "out\n"})
+			return callTool("Write", map[string]any{"file_path": filepath.Join(filepath.Dir(conversationWorkspace(t, dir)), "escape.txt"), "content": "out\n"})
 		},
 		func(modelwire.Turn) modelwire.Reply {
 			return callTool("mcp__agentry__run_code", map[string]any{"code": "print(6*7)"})
 		},
 		func(modelwire.Turn) modelwire.Reply {
-			return callTool("mcp__acp__Bash", map[string]any{"command": "python3 -c \"import socket; socket.create_connection(('127.0.0.1', " + hostPort.get() + "), 3); print('REACHED')\"", "description": "dial the host", "timeout": 30000})
+			return callTool("Bash", map[string]any{"command": "python3 -c \"import socket; socket.create_connection(('127.0.0.1', " + hostPort.get() + "), 3); print('REACHED')\"", "description": "dial the host", "timeout": 30000})
 		},
 	}}
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: agent.script})
@@ -101,7 +101,7 @@ func TestServeClaudeCodeACP(t *testing.T) {
 		"--agent-env", "ANTHROPIC_BASE_URL="+model.URL, "--agent-env", "ANTHROPIC_API_KEY=sk-ant-offline",
 		"--agent-env", "DISABLE_TELEMETRY=1", "--agent-env", "DISABLE_AUTOUPDATER=1",
 		"--agent-env", "DISABLE_ERROR_REPORTING=1", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
+		"--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),
 		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
 	pu, _ := url.Parse(p.url)
@@ -217,7 +217,7 @@ func approvedTurn(t *testing.T, p *process, message string) (answer []byte, appr
 	return body, approved
 }
 
-var workingDirRE = regexp.MustCompile(`Working directory: (\S+)`)
+var workingDirRE = regexp.MustCompile(`(?i)working directory: (\S+)`)
 
 // workingDirectory reads the workspace from Claude Code's system prompt.
 func workingDirectory(system string) string {
@@ -225,6 +225,29 @@ func workingDirectory(system string) string {
 		return m[1]
 	}
 	return "/nonexistent"
+}
+
+// conversationWorkspace finds the one conversation's workspace under
+// dir/workspaces: claude-agent-acp 0.101 no longer names its working
+// directory in the prompt, and the jail mounts the workspace at the same
+// path, so the host-side path is the agent's too.
+func conversationWorkspace(t *testing.T, dir string) string {
+	entries, err := os.ReadDir(filepath.Join(dir, "workspaces"))
+	if err != nil {
+		t.Errorf("reading the workspaces: %v", err)
+		return "/nonexistent"
+	}
+	var found []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), "pool-") {
+			found = append(found, filepath.Join(dir, "workspaces", e.Name()))
+		}
+	}
+	if len(found) != 1 {
+		t.Errorf("want one conversation workspace, found %v", found)
+		return "/nonexistent"
+	}
+	return found[0]
 }
 
 // scriptedAgent plays a coding agent's model. A request that offers the

@@ -28,19 +28,25 @@ type acpFlags struct {
 	home, mode string
 	allowHosts []string
 	fs         string
+	auth       string
+	model      string
+	pool       int
 }
 
 func (a *acpFlags) add(f *pflag.FlagSet) {
-	f.StringVar(&a.cmd, "agent-cmd", "", "with --agent acp: the agent's command, 'COMMAND ARGS' (quote with ' or \"), e.g. 'claude-code-acp'")
+	f.StringVar(&a.cmd, "agent-cmd", "", "with --agent acp: the agent's command, 'COMMAND ARGS' (quote with ' or \"), e.g. 'claude-agent-acp'")
 	f.StringArrayVar(&a.env, "agent-env", nil, "with --agent acp: NAME=VALUE, or NAME to pass this process's value; the agent sees only these (repeat)")
 	f.StringVar(&a.home, "agent-home", "", "with --agent acp: a directory copied into each session's private HOME (the agent's own config files)")
 	f.StringVar(&a.mode, "agent-mode", "", "with --agent acp: the ACP session mode sessions start in (e.g. default, acceptEdits, plan)")
 	f.StringArrayVar(&a.allowHosts, "agent-allow-host", nil, "with --agent acp: a HOST:PORT the jailed agent may reach, such as its model API (repeat)")
+	f.StringVar(&a.auth, "agent-auth", "", "with --agent acp: the agent's authentication method to use (its id, e.g. api-key for codex-acp, which reads the key from --agent-env OPENAI_API_KEY)")
+	f.StringVar(&a.model, "agent-model", "", "with --agent acp: the model sessions start with, among those the agent offers (a session's configuration may choose another)")
+	f.IntVar(&a.pool, "agent-pool", 0, "with --agent acp: keep N agents started and initialised ahead of need, each jailed with an empty workspace, taken by new conversations and never reused")
 	f.StringVar(&a.fs, "agent-fs", "", "with --agent acp: write to offer the agent ACP's file writes only, so it reads its workspace itself in the jail (Gemini CLI needs it to create files)")
 }
 
 // acpFlagNames are the flags acpFlags adds.
-var acpFlagNames = []string{"agent-cmd", "agent-env", "agent-home", "agent-mode", "agent-allow-host", "agent-fs"}
+var acpFlagNames = []string{"agent-cmd", "agent-env", "agent-home", "agent-mode", "agent-allow-host", "agent-fs", "agent-auth", "agent-model", "agent-pool"}
 
 // checkAgentFlags refuses --agent-* flags with another agent than acp,
 // and an unknown --agent.
@@ -52,7 +58,7 @@ func checkAgentFlags(f *pflag.FlagSet, agent string, extra ...string) error {
 	}
 	if agent == "acp" {
 		if f.Lookup("agent-cmd") == nil || !f.Changed("agent-cmd") {
-			return usageError("--agent acp needs --agent-cmd 'COMMAND ARGS', e.g. --agent-cmd claude-code-acp")
+			return usageError("--agent acp needs --agent-cmd 'COMMAND ARGS', e.g. --agent-cmd claude-agent-acp")
 		}
 		return nil
 	}
@@ -71,7 +77,8 @@ func (a acpFlags) config(root string) (json.RawMessage, error) {
 	if err != nil {
 		return nil, usageError("--agent-cmd: %v", err)
 	}
-	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root}
+	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root,
+		AuthMethod: a.auth, Model: a.model, Pool: a.pool}
 	if a.home != "" {
 		h, err := filepath.Abs(a.home)
 		if err != nil {
@@ -100,7 +107,8 @@ func (a acpFlags) config(root string) (json.RawMessage, error) {
 func flagOf(ce *acp.ConfigError) string {
 	f := ce.Field
 	for _, m := range [][2]string{{"command", "--agent-cmd"}, {"env", "--agent-env"}, {"home", "--agent-home"},
-		{"mode", "--agent-mode"}, {"allowHosts", "--agent-allow-host"}, {"fs", "--agent-fs"}} {
+		{"mode", "--agent-mode"}, {"allowHosts", "--agent-allow-host"}, {"fs", "--agent-fs"},
+		{"authMethod", "--agent-auth"}, {"model", "--agent-model"}, {"pool", "--agent-pool"}} {
 		if f == m[0] || strings.HasPrefix(f, m[0]+"[") {
 			return m[1] + strings.TrimPrefix(f, m[0]) + ": " + ce.Problem
 		}
@@ -160,7 +168,7 @@ func splitCommand(s string) ([]string, error) {
 		out = append(out, cur.String())
 	}
 	if len(out) == 0 {
-		return nil, errors.New("it is empty; give the agent's command, e.g. 'claude-code-acp'")
+		return nil, errors.New("it is empty; give the agent's command, e.g. 'claude-agent-acp'")
 	}
 	return out, nil
 }

@@ -134,15 +134,15 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 			}
 		}
 	}
-	last := req.Messages[len(req.Messages)-1]
-	if last.Role != "user" {
-		s.refuse(w, http.StatusBadRequest, "invalid_request_error", "the last message must be from the user")
+	u := answered(req.Messages)
+	if req.Messages[u].Role != "user" {
+		s.refuse(w, http.StatusBadRequest, "invalid_request_error", "the last message must be from the user, or an assistant prefill after one (the roles were "+roles(req.Messages)+")")
 		return
 	}
 	var text strings.Builder
 	var results []string
 	failed := false
-	for _, b := range all[len(all)-1] {
+	for _, b := range all[u] {
 		switch b.Type {
 		case "text":
 			text.WriteString(b.Text)
@@ -290,4 +290,27 @@ func (s *Server) anthropicScripted(w http.ResponseWriter, model string, stream b
 	e.send("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int{"output_tokens": 12}})
 	e.send("message_stop", `{"type":"message_stop"}`)
+}
+
+// answered is the index of the message the model answers: the last user
+// message, before an assistant prefill (which the API continues) and the
+// system messages a client appends mid-conversation (Claude Code 0.3
+// sends both).
+func answered(msgs []anthropicMessage) int {
+	u := len(msgs) - 1
+	for u > 0 && msgs[u].Role == "system" {
+		u--
+	}
+	if msgs[u].Role == "assistant" && u > 0 {
+		u--
+	}
+	return u
+}
+
+func roles(msgs []anthropicMessage) string {
+	rs := make([]string, len(msgs))
+	for i, m := range msgs {
+		rs[i] = m.Role
+	}
+	return strings.Join(rs, ",")
 }

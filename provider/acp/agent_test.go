@@ -11,10 +11,13 @@ package acp_test
 //	read PATH          fs/read_text_file
 //	fscaps             says which file calls the client offered in initialize
 //	write PATH TEXT    fs/write_text_file
+//	writecwd NAME TEXT fs/write_text_file of NAME in the session's cwd
 //	term ARGV...       terminal/create, wait_for_exit, output, release
 //	termcwd DIR ARGV…  the same, in DIR
 //	tool TEXT          calls the host tool conformance_echo over MCP
 //	mode               says the session's mode
+//	model              says the session's model (its model config option)
+//	trace              says the traceparent of the prompt's _meta
 //	turns              says how many prompts the session has had
 //	fail               answers session/prompt with an error
 //	maxtokens          stops with max_tokens
@@ -29,8 +32,16 @@ package acp_test
 //	flood N PATH       N fs/read_text_file of PATH at once, without waiting
 //	stderr TEXT        writes TEXT to its standard error, then exits 5
 //
+// A workspace holding a file named slow-new makes session/new send one
+// fs/write_text_file, wait until the client abandons it
+// ($/cancel_request), then write new-cancelled there; the agent ignores
+// SIGTERM meanwhile.
+//
 // Knobs (environment): ACP_SCRIPTED_RESUME=load|resume|none (default
-// load), ACP_SCRIPTED_AUTH=env (an env-var method needing SCRIPTED_KEY),
+// load), ACP_SCRIPTED_AUTH=env (an env-var method needing SCRIPTED_KEY)
+// or agent (codex-acp's methods api-key and chat-gpt, declared as the
+// agent's own; api-key needs SCRIPTED_KEY=right and session/new answers
+// that authentication is required until it succeeded),
 // ACP_SCRIPTED_VERSION=N (default 1), ACP_SCRIPTED_NO_MCP=1.
 
 import (
@@ -42,11 +53,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -63,8 +76,9 @@ func runScriptedAgent() {
 }
 
 type scripted struct {
-	conn *sdk.AgentSideConnection
-	fs   sdk.FileSystemCapabilities // what the client offered
+	conn   *sdk.AgentSideConnection
+	fs     sdk.FileSystemCapabilities // what the client offered
+	authed atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[sdk.SessionId]*scriptedSession
@@ -77,6 +91,7 @@ type scriptedSession struct {
 	cancel chan struct{}
 	cwd    string
 	mode   string
+	model  string
 	mcp    []sdk.McpServer
 	turns  int
 }
@@ -110,18 +125,46 @@ func (a *scripted) Initialize(_ context.Context, req sdk.InitializeRequest) (sdk
 		caps.SessionCapabilities.Resume = &sdk.SessionResumeCapabilities{}
 	}
 	resp := sdk.InitializeResponse{ProtocolVersion: sdk.ProtocolVersion(version), AgentCapabilities: caps, AuthMethods: []sdk.AuthMethod{}}
-	if os.Getenv("ACP_SCRIPTED_AUTH") == "env" {
+	switch os.Getenv("ACP_SCRIPTED_AUTH") {
+	case "env":
 		resp.AuthMethods = []sdk.AuthMethod{{EnvVar: &sdk.AuthMethodEnvVarInline{Id: "scripted-key", Name: "Scripted key", Type: "env_var",
 			Vars: []sdk.AuthEnvVar{{Name: "SCRIPTED_KEY"}}}}}
+	case "agent":
+		resp.AuthMethods = []sdk.AuthMethod{{Agent: &sdk.AuthMethodAgent{Id: "api-key", Name: "API Key"}},
+			{Agent: &sdk.AuthMethodAgent{Id: "chat-gpt", Name: "ChatGPT"}}}
 	}
 	return resp, nil
 }
 
 func (a *scripted) Authenticate(_ context.Context, p sdk.AuthenticateRequest) (sdk.AuthenticateResponse, error) {
-	if p.MethodId != "scripted-key" || os.Getenv("SCRIPTED_KEY") != "right" {
+	want := "scripted-key"
+	if os.Getenv("ACP_SCRIPTED_AUTH") == "agent" {
+		want = "api-key"
+	}
+	if p.MethodId != want || os.Getenv("SCRIPTED_KEY") != "right" {
 		return sdk.AuthenticateResponse{}, errors.New("wrong key")
 	}
+	a.authed.Store(true)
 	return sdk.AuthenticateResponse{}, nil
+}
+
+// modelOptions is the session's model option: small or large.
+func modelOptions(current string) []sdk.SessionConfigOption {
+	cat := sdk.SessionConfigOptionCategoryModel
+	opts := sdk.SessionConfigSelectOptionsUngrouped{{Name: "Small", Value: "small"}, {Name: "Large", Value: "large"}}
+	return []sdk.SessionConfigOption{{Select: &sdk.SessionConfigOptionSelect{Id: "model", Name: "Model", Type: "select",
+		Category: &cat, CurrentValue: sdk.SessionConfigValueId(current), Options: sdk.SessionConfigSelectOptions{Ungrouped: &opts}}}}
+}
+
+// slowNew says it waits (an fs/write_text_file the client refuses: the
+// session has no id yet, but the client reports the call), waits until
+// the client abandons session/new, then leaves new-cancelled in the
+// workspace.
+func (a *scripted) slowNew(ctx context.Context, cwd string) error {
+	signal.Ignore(syscall.SIGTERM)
+	_, _ = a.conn.WriteTextFile(ctx, sdk.WriteTextFileRequest{SessionId: "not-yet", Path: filepath.Join(cwd, "waiting"), Content: "x"})
+	<-ctx.Done()
+	return os.WriteFile(filepath.Join(cwd, "new-cancelled"), []byte("yes"), 0o644)
 }
 
 func modes(current string) *sdk.SessionModeState {
@@ -135,12 +178,18 @@ func stateFile(cwd string, id sdk.SessionId) string {
 	return filepath.Join(cwd, ".scripted", string(id))
 }
 
-func (a *scripted) NewSession(_ context.Context, p sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
+func (a *scripted) NewSession(ctx context.Context, p sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
+	if os.Getenv("ACP_SCRIPTED_AUTH") == "agent" && !a.authed.Load() {
+		return sdk.NewSessionResponse{}, sdk.NewAuthRequired(nil)
+	}
+	if _, err := os.Stat(filepath.Join(p.Cwd, "slow-new")); err == nil {
+		return sdk.NewSessionResponse{}, a.slowNew(ctx, p.Cwd)
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := sdk.SessionId("scripted-" + hex.EncodeToString(b[:]))
 	a.mu.Lock()
-	a.sessions[id] = &scriptedSession{cwd: p.Cwd, mode: "default", mcp: p.McpServers, cancel: make(chan struct{})}
+	a.sessions[id] = &scriptedSession{cwd: p.Cwd, mode: "default", model: "small", mcp: p.McpServers, cancel: make(chan struct{})}
 	a.mu.Unlock()
 	if err := os.MkdirAll(filepath.Join(p.Cwd, ".scripted"), 0o755); err != nil {
 		return sdk.NewSessionResponse{}, err
@@ -148,7 +197,7 @@ func (a *scripted) NewSession(_ context.Context, p sdk.NewSessionRequest) (sdk.N
 	if err := os.WriteFile(stateFile(p.Cwd, id), []byte("0"), 0o644); err != nil {
 		return sdk.NewSessionResponse{}, err
 	}
-	return sdk.NewSessionResponse{SessionId: id, Modes: modes("default")}, nil
+	return sdk.NewSessionResponse{SessionId: id, Modes: modes("default"), ConfigOptions: modelOptions("small")}, nil
 }
 
 func (a *scripted) reopen(cwd string, id sdk.SessionId, servers []sdk.McpServer) (*scriptedSession, error) {
@@ -232,8 +281,19 @@ func (a *scripted) ListSessions(context.Context, sdk.ListSessionsRequest) (sdk.L
 	return sdk.ListSessionsResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionList)
 }
 
-func (a *scripted) SetSessionConfigOption(context.Context, sdk.SetSessionConfigOptionRequest) (sdk.SetSessionConfigOptionResponse, error) {
-	return sdk.SetSessionConfigOptionResponse{}, sdk.NewMethodNotFound(sdk.AgentMethodSessionSetConfigOption)
+func (a *scripted) SetSessionConfigOption(_ context.Context, p sdk.SetSessionConfigOptionRequest) (sdk.SetSessionConfigOptionResponse, error) {
+	v := p.ValueId
+	if v == nil || v.ConfigId != "model" || (v.Value != "small" && v.Value != "large") {
+		return sdk.SetSessionConfigOptionResponse{}, sdk.NewInvalidParams(nil)
+	}
+	s, err := a.session(v.SessionId)
+	if err != nil {
+		return sdk.SetSessionConfigOptionResponse{}, err
+	}
+	a.mu.Lock()
+	s.model = string(v.Value)
+	a.mu.Unlock()
+	return sdk.SetSessionConfigOptionResponse{ConfigOptions: modelOptions(string(v.Value))}, nil
 }
 
 func (a *scripted) say(ctx context.Context, id sdk.SessionId, u sdk.SessionUpdate) {
@@ -335,8 +395,11 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 			return answer("error: " + err.Error())
 		}
 		return answer("content: " + r.Content)
-	case "write":
+	case "write", "writecwd":
 		path, content, _ := strings.Cut(rest, " ")
+		if cmd == "writecwd" {
+			path = filepath.Join(s.cwd, path)
+		}
 		if _, err := a.conn.WriteTextFile(ctx, sdk.WriteTextFileRequest{SessionId: id, Path: path, Content: content}); err != nil {
 			return answer("error: " + err.Error())
 		}
@@ -382,6 +445,14 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 		m := s.mode
 		a.mu.Unlock()
 		return answer("mode " + m)
+	case "model":
+		a.mu.Lock()
+		m := s.model
+		a.mu.Unlock()
+		return answer("model " + m)
+	case "trace":
+		tp, _ := p.Meta["traceparent"].(string)
+		return answer("traceparent " + tp)
 	case "turns":
 		return answer(fmt.Sprintf("turns %d", n))
 	case "fail":

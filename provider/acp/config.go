@@ -58,6 +58,23 @@ type Config struct {
 	// cannot tell a missing file the client reports from a failed read
 	// needs it to create files (Gemini CLI: docs/acp.md).
 	FS string `json:"fs,omitempty"`
+	// AuthMethod is the id of the authentication method the client asks
+	// the agent for (authenticate) right after initialize, when the agent
+	// lists it: codex-acp's "api-key", which reads the key from the
+	// agent's environment (env). A method the agent does not list is
+	// refused with the ones it does. Empty: the first env-var method whose
+	// variables env gives, if any.
+	AuthMethod string `json:"authMethod,omitempty"`
+	// Model is the model new sessions start with: the value of the
+	// agent's model option (session/set_config_option), refused with the
+	// values the agent offers when it is not one of them. A session's
+	// configuration may name another. Empty keeps the agent's default.
+	Model string `json:"model,omitempty"`
+	// Pool is how many agents the instance keeps started and initialised
+	// ahead of need, each in a fresh confinement with an empty workspace
+	// of its own, bound to a session only when one opens and never reused
+	// (0, the default: none; at most MaxPool).
+	Pool int `json:"pool,omitempty"`
 	// Limits bound what one session may do.
 	Limits Limits `json:"limits,omitzero"`
 	// UsageTotals says the agent's prompt responses report running totals
@@ -66,6 +83,9 @@ type Config struct {
 	// report is taken as the turn's own.
 	UsageTotals bool `json:"usageTotals,omitempty"`
 }
+
+// MaxPool bounds [Config.Pool].
+const MaxPool = 64
 
 // FSWrite is [Config.FS] for a client that offers only
 // fs/write_text_file.
@@ -238,6 +258,17 @@ func (c *Config) check() error {
 			return bad("mode", "%v", err)
 		}
 	}
+	for field, v := range map[string]string{"authMethod": c.AuthMethod, "model": c.Model} {
+		if v == "" {
+			continue
+		}
+		if err := checkText(v, 256, false); err != nil {
+			return bad(field, "%v", err)
+		}
+	}
+	if c.Pool < 0 || c.Pool > MaxPool {
+		return bad("pool", "it must be between 0 and %d", MaxPool)
+	}
 	if c.FS != "" && c.FS != FSWrite {
 		return bad("fs", "it is %q (writes only) or empty (reads and writes)", FSWrite)
 	}
@@ -375,6 +406,8 @@ func resolveEnv(env []string, lookup func(string) (string, bool)) (out, missing 
 type SessionConfig struct {
 	// Mode overrides the definition's mode for this session.
 	Mode string `json:"mode,omitempty"`
+	// Model overrides the definition's model for this session.
+	Model string `json:"model,omitempty"`
 }
 
 // ParseSessionConfig reads a session's configuration, strictly.
@@ -385,16 +418,21 @@ func ParseSessionConfig(raw []byte) (SessionConfig, error) {
 		return c, nil
 	}
 	if t[0] != '{' {
-		return SessionConfig{}, errors.New(`acp: the session configuration is not a JSON object; pass empty, or {"mode":"..."}`)
+		return SessionConfig{}, errors.New(`acp: the session configuration is not a JSON object; pass empty, or {"mode":"...","model":"..."}`)
 	}
 	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil || dec.More() {
-		return SessionConfig{}, errors.New(`acp: the session configuration is unusable; pass empty, or {"mode":"..."}`)
+		return SessionConfig{}, errors.New(`acp: the session configuration is unusable; pass empty, or {"mode":"...","model":"..."}`)
 	}
 	if c.Mode != "" {
 		if err := checkText(c.Mode, 128, false); err != nil {
 			return SessionConfig{}, fmt.Errorf("acp: the session configuration's mode is unusable: %v", err)
+		}
+	}
+	if c.Model != "" {
+		if err := checkText(c.Model, 256, false); err != nil {
+			return SessionConfig{}, fmt.Errorf("acp: the session configuration's model is unusable: %v", err)
 		}
 	}
 	return c, nil

@@ -150,7 +150,15 @@ func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (prov
 	}
 	env, _ := resolveEnv(cfg.Env, d.opt.LookupEnv)
 	in := &instance{d: d, id: def.ID, cfg: cfg, env: env, sessions: map[*session]bool{}}
-	in.readiness, in.init, in.probeErr = in.probe(ctx)
+	if cfg.Pool > 0 {
+		// The pool's first agent tells what a probe would.
+		in.pool = newPool(in, cfg.Pool)
+		pctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Limits.StartTimeout))
+		in.readiness, in.init, in.probeErr = in.pool.first(pctx)
+		cancel()
+	} else {
+		in.readiness, in.init, in.probeErr = in.probe(ctx)
+	}
 	caps := Capabilities(d.opt.Key, in.init)
 	in.caps = caps
 	var a provider.Adapter = adapter{in}
@@ -167,6 +175,7 @@ type instance struct {
 	cfg  Config
 	env  []string
 	caps provider.Capabilities
+	pool *agentPool // nil without Config.Pool
 
 	probeMu   sync.Mutex
 	readiness provider.Readiness
@@ -207,6 +216,9 @@ func (in *instance) ready(ctx context.Context) (provider.Readiness, error) {
 	in.readiness, in.probeErr = r, err
 	if r == provider.Ready {
 		in.init = init
+		if in.pool != nil {
+			in.pool.start()
+		}
 	}
 	return r, nil
 }
@@ -246,6 +258,10 @@ func readinessOf(err error) provider.Readiness {
 }
 
 func (in *instance) dispose(ctx context.Context) error {
+	var perr error
+	if in.pool != nil {
+		perr = in.pool.close(ctx)
+	}
 	in.mu.Lock()
 	in.disposed = true
 	all := make([]*session, 0, len(in.sessions))
@@ -259,7 +275,7 @@ func (in *instance) dispose(ctx context.Context) error {
 		wg.Go(func() { errs[i] = s.Close(ctx, provider.CloseShutdown) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(append(errs, perr)...); err != nil {
 		return fmt.Errorf("acp: stopping the agents of instance %s: %w", in.id, err)
 	}
 	return nil
@@ -289,8 +305,8 @@ type launchRequest struct {
 	workspace string
 	events    func(event.Event)
 	expose    []Exposed
-	client    *client // nil for a probe: it answers nothing but refusals
-	guard     *guard  // nil: a guard of its own
+	client    sdk.Client // nil for a probe: it answers nothing but refusals
+	guard     *guard     // nil: a guard of its own
 }
 
 // newGuard is a guard with the definition's bound, the driver's host-wide
@@ -322,9 +338,9 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 	if err != nil {
 		return nil, err
 	}
-	var cl sdk.Client = refusingClient{}
-	if r.client != nil {
-		cl = r.client
+	cl := r.client
+	if cl == nil {
+		cl = refusingClient{}
 	}
 	g := r.guard
 	if g == nil {
@@ -366,8 +382,10 @@ func (ag *agentProc) handshake(ctx context.Context, in *instance) error {
 		return fmt.Errorf("%w (it answered version %d)", ErrUnsupportedVersion, init.ProtocolVersion)
 	}
 	ag.init = init
-	method, needs := chooseAuth(init.AuthMethods, in.env)
+	method, needs, err := chooseAuth(init.AuthMethods, in.env, in.cfg.AuthMethod)
 	switch {
+	case err != nil:
+		return err
 	case method != "":
 		if _, err := ag.conn.Authenticate(ctx, sdk.AuthenticateRequest{MethodId: method}); err != nil {
 			if ag.exited() {
@@ -381,15 +399,68 @@ func (ag *agentProc) handshake(ctx context.Context, in *instance) error {
 	return nil
 }
 
-// chooseAuth picks the first env-var method whose required variables env
-// has. When the agent lists only env-var methods and none is satisfied,
-// needs names what each asks for; an agent that also lists a method of
-// its own (it logs in by itself) is not authenticated by the client.
-func chooseAuth(methods []sdk.AuthMethod, env []string) (method string, needs []string) {
+// authMethodID is a listed method's id, whatever its kind.
+func authMethodID(m sdk.AuthMethod) string {
+	switch {
+	case m.EnvVar != nil:
+		return m.EnvVar.Id
+	case m.Terminal != nil:
+		return m.Terminal.Id
+	case m.Agent != nil:
+		return m.Agent.Id
+	}
+	return ""
+}
+
+// authMethodIDs lists the ids of methods, for a refusal.
+func authMethodIDs(methods []sdk.AuthMethod) string {
+	ids := make([]string, 0, len(methods))
+	for _, m := range methods {
+		if id := authMethodID(m); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}
+
+// chooseAuth picks the method to authenticate with. With want set (the
+// definition's authMethod) it is that method, refused when the agent does
+// not list it or, for an env-var method, when env lacks its variables.
+// Otherwise it is the first env-var method whose required variables env
+// has; when the agent lists only env-var methods and none is satisfied,
+// needs names what each asks for; an agent that also lists a method of its
+// own (it logs in by itself) is not authenticated by the client.
+func chooseAuth(methods []sdk.AuthMethod, env []string, want string) (method string, needs []string, err error) {
 	have := map[string]bool{}
 	for _, kv := range env {
 		name, v, _ := splitEnv(kv)
 		have[name] = v != ""
+	}
+	missing := func(e *sdk.AuthMethodEnvVarInline) []string {
+		var out []string
+		for _, v := range e.Vars {
+			if !v.Optional && !have[v.Name] {
+				out = append(out, v.Name)
+			}
+		}
+		return out
+	}
+	if want != "" {
+		for _, m := range methods {
+			if authMethodID(m) != want {
+				continue
+			}
+			if m.EnvVar != nil {
+				if miss := missing(m.EnvVar); len(miss) > 0 {
+					return "", []string{strings.Join(miss, "+")}, nil
+				}
+			}
+			return want, nil, nil
+		}
+		return "", nil, fmt.Errorf("%w: it does not offer the authentication method %q the definition names (authMethod, --agent-auth); it offers %s", ErrMissingCredentials, want, authMethodIDs(methods))
 	}
 	onlyEnv := len(methods) > 0
 	for _, m := range methods {
@@ -398,21 +469,16 @@ func chooseAuth(methods []sdk.AuthMethod, env []string) (method string, needs []
 			onlyEnv = false
 			continue
 		}
-		var missing []string
-		for _, v := range e.Vars {
-			if !v.Optional && !have[v.Name] {
-				missing = append(missing, v.Name)
-			}
+		miss := missing(e)
+		if len(miss) == 0 {
+			return e.Id, nil, nil
 		}
-		if len(missing) == 0 {
-			return e.Id, nil
-		}
-		needs = append(needs, strings.Join(missing, "+"))
+		needs = append(needs, strings.Join(miss, "+"))
 	}
 	if !onlyEnv {
-		return "", nil
+		return "", nil, nil
 	}
-	return "", needs
+	return "", needs, nil
 }
 
 func (ag *agentProc) exited() bool {
@@ -451,7 +517,7 @@ func (ag *agentProc) failure(call string, err error) error {
 	var re *sdk.RequestError
 	if errors.As(err, &re) {
 		if re.Code == -32000 {
-			return fmt.Errorf("%w: %s answered that authentication is required", ErrMissingCredentials, call)
+			return fmt.Errorf("%w: %s answered that authentication is required; name one of its authentication methods in authMethod (--agent-auth): it offers %s", ErrMissingCredentials, call, authMethodIDs(ag.init.AuthMethods))
 		}
 		return fmt.Errorf("acp: the agent refused %s (JSON-RPC error %d: %s)", call, re.Code, re.Message)
 	}

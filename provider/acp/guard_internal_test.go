@@ -282,7 +282,7 @@ func TestHostToolRequestsShareTheSessionsBound(t *testing.T) {
 	t.Parallel()
 	g := newGuard("l", 1, &hostRequests{max: 10}, nil)
 	l := Limits{ClientWaitTimeout: Duration(time.Minute)}
-	h, err := startHostServer(echoTools{}, nil, g, l)
+	h, err := startHostServer(echoTools{}, nil, g, l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

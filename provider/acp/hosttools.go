@@ -36,7 +36,9 @@ type hostServer struct {
 
 const hostToolsPath = "/mcp"
 
-func startHostServer(ht provider.HostTools, events func(event.Event), g *guard, l Limits) (*hostServer, error) {
+// startHostServer serves ht on ln, or on a loopback listener of its own
+// when ln is nil.
+func startHostServer(ht provider.HostTools, events func(event.Event), g *guard, l Limits, ln net.Listener) (*hostServer, error) {
 	srv, err := mcpserve.New(provider.AsTools(ht), mcpserve.Options{Name: "agentry-host-tools", OnEvent: events})
 	if err != nil {
 		return nil, fmt.Errorf("acp: serving the host tools: %w", err)
@@ -48,9 +50,11 @@ func startHostServer(ht provider.HostTools, events func(event.Event), g *guard, 
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
 	h := &hostServer{secret: hex.EncodeToString(raw[:]), mcp: srv, served: make(chan struct{})}
-	h.ln, err = net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("acp: listening for the host-tools server: %w", err)
+	h.ln = ln
+	if h.ln == nil {
+		if h.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("acp: listening for the host-tools server: %w", err)
+		}
 	}
 	want := []byte("Bearer " + h.secret)
 	mux := http.NewServeMux()

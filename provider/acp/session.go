@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,15 +128,41 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	if err := checkWorkspace(in.cfg.WorkspaceRoot, workDir); err != nil {
 		return nil, err
 	}
-	mode := in.cfg.Mode
+	mode, model := in.cfg.Mode, in.cfg.Model
 	if scfg.Mode != "" {
 		mode = scfg.Mode
+	}
+	if scfg.Model != "" {
+		model = scfg.Model
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(in.cfg.Limits.StartTimeout))
 	defer cancel()
 
+	// A new conversation takes a pooled agent when one waits: its
+	// workspace becomes the conversation's.
+	var pa *pooled
+	if resume == "" && in.pool != nil && adoptable(workDir) {
+		if pa = in.pool.take(); pa != nil {
+			slot, err := pa.adopt(workDir)
+			if err != nil {
+				_ = pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
+				pa = nil
+			} else {
+				workDir = slot
+			}
+		}
+	}
+	// The agent works in the directory as resolved, so a conversation
+	// started in a pooled agent's workspace resumes in the same one.
+	if real, err := filepath.EvalSymlinks(workDir); err == nil {
+		workDir = real
+	}
+
 	ws, err := openWorkspace(workDir, in.cfg.Limits.MaxFileBytes)
 	if err != nil {
+		if pa != nil {
+			_ = pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
+		}
 		return nil, err
 	}
 	s := &session{in: in, id: sessionID, label: toolsession.HashKey("acp/" + in.id + "/" + sessionID), ws: ws, ia: ia}
@@ -147,24 +175,14 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		}
 		return nil, err
 	}
-
-	// One guard bounds what the agent asks of the client, over ACP and
-	// over the host tools' MCP server alike.
-	g := in.newGuard(s.label, in.forward(sessionID))
-	var expose []Exposed
-	if ht != nil {
-		s.hosts, err = startHostServer(ht, in.forward(sessionID), g, in.cfg.Limits)
-		if err != nil {
+	if pa != nil {
+		s.ag = pa.ag
+		pa.events.bind(sessionID)
+		pa.late.bind(&client{s})
+		if err := s.serveHostTools(ht, pa.ag.guard, pa.ln); err != nil {
 			return fail(err)
 		}
-		expose = []Exposed{{Name: hostToolsName, Listener: s.hosts.ln}}
-		if instr := ht.Instructions(); instr != nil {
-			s.instr = instr.Text
-		}
-	}
-	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(sessionID),
-		expose: expose, client: &client{s}, guard: g})
-	if err != nil {
+	} else if err := s.launch(ctx, workDir, ht); err != nil {
 		return fail(err)
 	}
 	s.terms.setProcess(s.ag.proc)
@@ -178,14 +196,27 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	}
 
 	caps := s.ag.init.AgentCapabilities
-	modes, err := s.bind(ctx, caps, workDir, servers, resume)
-	if err != nil {
-		return fail(err)
-	}
-	if mode != "" {
-		if err := s.setMode(ctx, modes, mode); err != nil {
+	var st opened
+	if pa != nil && len(servers) == 0 {
+		// The pooled agent's session, opened ahead in this workspace.
+		s.setBinding(provider.Binding(pa.pre.SessionId))
+		st = opened{pa.pre.Modes, pa.pre.ConfigOptions}
+	} else {
+		if pa != nil && caps.SessionCapabilities.Close != nil {
+			// Its session has no host tools: a new one replaces it.
+			_, _ = s.ag.conn.CloseSession(ctx, sdk.CloseSessionRequest{SessionId: pa.pre.SessionId})
+		}
+		if st, err = s.bind(ctx, caps, workDir, servers, resume); err != nil {
 			return fail(err)
 		}
+	}
+	if mode != "" {
+		if err := s.setMode(ctx, st.modes, mode); err != nil {
+			return fail(err)
+		}
+	}
+	if err := s.setModel(ctx, st.options, model); err != nil {
+		return fail(err)
 	}
 	s.closeDeclared = caps.SessionCapabilities.Close != nil
 	if !in.register(s) {
@@ -194,36 +225,82 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	return s, nil
 }
 
+// serveHostTools starts the session's host-tools server on ln (a
+// listener of its own when nil) when the host lent tools; a pooled
+// agent's listener, unused, is closed.
+func (s *session) serveHostTools(ht provider.HostTools, g *guard, ln net.Listener) error {
+	if ht == nil {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		return nil
+	}
+	var err error
+	s.hosts, err = startHostServer(ht, s.in.forward(s.id), g, s.in.cfg.Limits, ln)
+	if err != nil {
+		return err
+	}
+	if instr := ht.Instructions(); instr != nil {
+		s.instr = instr.Text
+	}
+	return nil
+}
+
+// launch starts the session's own agent. One guard bounds what the agent
+// asks of the client, over ACP and over the host tools' MCP server alike.
+func (s *session) launch(ctx context.Context, workDir string, ht provider.HostTools) error {
+	in := s.in
+	g := in.newGuard(s.label, in.forward(s.id))
+	if err := s.serveHostTools(ht, g, nil); err != nil {
+		return err
+	}
+	var expose []Exposed
+	if s.hosts != nil {
+		expose = []Exposed{{Name: hostToolsName, Listener: s.hosts.ln}}
+	}
+	var err error
+	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(s.id),
+		expose: expose, client: &client{s}, guard: g})
+	return err
+}
+
+// opened is what the agent said of a session it opened: its modes and
+// its configuration options (the model among them).
+type opened struct {
+	modes   *sdk.SessionModeState
+	options []sdk.SessionConfigOption
+}
+
 // bind opens the agent's session: session/new, or, to resume, session/load
 // (else session/resume) of the binding.
-func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir string, servers []sdk.McpServer, resume provider.Binding) (*sdk.SessionModeState, error) {
+func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir string, servers []sdk.McpServer, resume provider.Binding) (opened, error) {
 	switch {
 	case resume == "":
 		resp, err := s.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: workDir, McpServers: servers})
 		if err != nil {
-			return nil, s.ag.failure("session/new", err)
+			return opened{}, s.ag.failure("session/new", err)
 		}
 		s.setBinding(provider.Binding(resp.SessionId))
 		s.noteModel(resp.Models)
-		return resp.Modes, nil
+		return opened{resp.Modes, resp.ConfigOptions}, nil
 	case caps.LoadSession:
 		s.setBinding(resume)
 		resp, err := s.ag.conn.LoadSession(ctx, sdk.LoadSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
 		if err != nil {
-			return nil, s.ag.failure("session/load", err)
+			return opened{}, s.ag.failure("session/load", err)
 		}
 		s.noteModel(resp.Models)
-		return resp.Modes, nil
+		return opened{resp.Modes, resp.ConfigOptions}, nil
 	case caps.SessionCapabilities.Resume != nil:
 		s.setBinding(resume)
 		resp, err := s.ag.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
 		if err != nil {
-			return nil, s.ag.failure("session/resume", err)
+			return opened{}, s.ag.failure("session/resume", err)
 		}
 		s.noteModel(resp.Models)
-		return resp.Modes, nil
+		return opened{resp.Modes, resp.ConfigOptions}, nil
 	}
-	return nil, errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session")
+	return opened{}, errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session")
 }
 
 // setMode switches the new session to mode, refusing a mode the agent
@@ -472,7 +549,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		sent := s.ag.input.expect()
 		go func() {
 			defer close(t.done)
-			t.resp, t.err = s.ag.conn.Prompt(s.life, sdk.PromptRequest{SessionId: sdk.SessionId(binding), Prompt: blocks})
+			t.resp, t.err = s.ag.conn.Prompt(s.life, sdk.PromptRequest{SessionId: sdk.SessionId(binding), Prompt: blocks, Meta: traceMeta(ctx)})
 		}()
 		// turn.started once the prompt is on its way: an interrupt from
 		// here on reaches the agent after it.

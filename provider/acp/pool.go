@@ -1,0 +1,350 @@
+package acp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/toolsession"
+)
+
+// pooled is an agent started ahead of need (Config.Pool): launched by
+// the instance's launcher in a slot of its own — an empty workspace under
+// the workspace root — initialised, authenticated, its session opened
+// there (session/new, without MCP servers), with a host-tools listener
+// exposed to it. A session that takes it binds
+// it: its client, its events, its host tools, its workspace. It is never
+// given to a second session.
+type pooled struct {
+	ag *agentProc
+	// pre is the session opened ahead in the slot, without MCP servers:
+	// a conversation that lends no host tools takes it as its own.
+	pre    sdk.NewSessionResponse
+	slot   string       // its workspace, empty until taken
+	ln     net.Listener // exposed to it as hostToolsName
+	late   *lateClient
+	events *lateEvents
+}
+
+// agentPool keeps up to size pooled agents. One goroutine fills it, one
+// agent at a time, and is woken when one is taken.
+type agentPool struct {
+	in   *instance
+	size int
+
+	life context.Context
+	stop context.CancelFunc
+	kick chan struct{}
+	once sync.Once
+	done chan struct{} // closed when the filler returned
+
+	mu     sync.Mutex
+	ready  []*pooled
+	closed bool
+	failed error // the last launch that failed; the filler waits for a take
+}
+
+func newPool(in *instance, size int) *agentPool {
+	p := &agentPool{in: in, size: size, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	p.life, p.stop = context.WithCancel(context.Background())
+	return p
+}
+
+// first launches the first pooled agent while the instance is
+// materialised: its initialize answer is what a probe would have
+// learnt, so the pool pays no probe process. On success the filler
+// starts.
+func (p *agentPool) first(ctx context.Context) (provider.Readiness, sdk.InitializeResponse, error) {
+	pa, err := p.launch(ctx)
+	if err != nil {
+		return readinessOf(err), sdk.InitializeResponse{}, err
+	}
+	p.mu.Lock()
+	p.ready = append(p.ready, pa)
+	p.mu.Unlock()
+	p.start()
+	return provider.Ready, pa.ag.init, nil
+}
+
+// start runs the filler (once).
+func (p *agentPool) start() {
+	p.once.Do(func() { go p.fill() })
+}
+
+// fill keeps the pool at its size until the pool closes. A launch that
+// fails is not retried until a take wakes the filler: a broken agent
+// does not spin.
+func (p *agentPool) fill() {
+	defer close(p.done)
+	for {
+		p.mu.Lock()
+		want := !p.closed && p.failed == nil && len(p.ready) < p.size
+		p.mu.Unlock()
+		if !want {
+			select {
+			case <-p.kick:
+				p.mu.Lock()
+				p.failed = nil
+				p.mu.Unlock()
+				continue
+			case <-p.life.Done():
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(p.life, time.Duration(p.in.cfg.Limits.StartTimeout))
+		pa, err := p.launch(ctx)
+		cancel()
+		p.mu.Lock()
+		if err != nil {
+			p.failed = err
+		} else if p.closed {
+			err = ErrDisposed
+		} else {
+			p.ready = append(p.ready, pa)
+		}
+		p.mu.Unlock()
+		if pa != nil && err != nil {
+			pa.discard(context.Background(), time.Duration(p.in.cfg.Limits.StopTimeout))
+		}
+	}
+}
+
+// take hands out a ready agent, nil when none is, and wakes the filler.
+func (p *agentPool) take() *pooled {
+	p.mu.Lock()
+	var pa *pooled
+	if n := len(p.ready); n > 0 && !p.closed {
+		pa, p.ready = p.ready[0], p.ready[1:]
+	}
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	return pa
+}
+
+// size reports how many agents wait in the pool.
+func (p *agentPool) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
+// close stops the filler and every agent still waiting, and removes
+// their (empty) workspaces.
+func (p *agentPool) close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	left := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	p.stop()
+	p.once.Do(func() { close(p.done) }) // never started
+	<-p.done
+	errs := make([]error, len(left))
+	var wg sync.WaitGroup
+	for i, pa := range left {
+		wg.Go(func() { errs[i] = pa.discard(ctx, time.Duration(p.in.cfg.Limits.StopTimeout)) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// launch starts one pooled agent in a fresh slot.
+func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
+	in := p.in
+	slot, err := os.MkdirTemp(in.cfg.WorkspaceRoot, "pool-")
+	if err != nil {
+		return nil, fmt.Errorf("acp: making a pooled agent's workspace: %w", err)
+	}
+	if err := os.Chmod(slot, 0o700); err != nil {
+		_ = os.Remove(slot)
+		return nil, fmt.Errorf("acp: making a pooled agent's workspace: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = os.Remove(slot)
+		return nil, fmt.Errorf("acp: listening for a pooled agent's host tools: %w", err)
+	}
+	pa := &pooled{slot: slot, ln: ln, late: &lateClient{}, events: &lateEvents{in: in}}
+	label := "pool-" + toolsession.HashKey("acp-pool/"+slot)
+	g := in.newGuard(label, pa.events.emit)
+	pa.ag, err = in.launch(ctx, launchRequest{label: label, workspace: slot, events: pa.events.emit,
+		expose: []Exposed{{Name: hostToolsName, Listener: ln}}, client: pa.late, guard: g})
+	if err == nil {
+		pa.pre, err = pa.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: slot, McpServers: []sdk.McpServer{}})
+		if err != nil {
+			err = pa.ag.failure("session/new", err)
+		}
+	}
+	if err != nil {
+		pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
+		return nil, err
+	}
+	return pa, nil
+}
+
+// discard stops an agent no session took and removes its workspace.
+func (pa *pooled) discard(ctx context.Context, grace time.Duration) error {
+	var err error
+	if pa.ag != nil {
+		err = pa.ag.shutdown(ctx, grace)
+	}
+	_ = pa.ln.Close()
+	_ = os.RemoveAll(pa.slot)
+	return err
+}
+
+// adoptable reports whether workDir is an empty directory (not a link):
+// a new conversation's, which a pooled agent's workspace can replace.
+func adoptable(workDir string) bool {
+	fi, err := os.Lstat(workDir)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	f, err := os.Open(workDir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	return len(names) == 0 && errors.Is(err, io.EOF)
+}
+
+// adopt makes the pooled agent's workspace the session's: workDir, which
+// the host made for a new conversation and which must still be an empty
+// directory, becomes a symbolic link to the slot, so the conversation
+// finds its files there from now on (a later cold start resolves it).
+// It returns the slot.
+func (pa *pooled) adopt(workDir string) (string, error) {
+	fi, err := os.Lstat(workDir)
+	if err != nil || !fi.IsDir() {
+		return "", errors.New("acp: the working directory is not a plain directory")
+	}
+	entries, err := os.ReadDir(workDir)
+	if err != nil || len(entries) > 0 {
+		return "", errors.New("acp: the working directory is not empty")
+	}
+	if err := os.Remove(workDir); err != nil {
+		return "", err
+	}
+	if err := os.Symlink(pa.slot, workDir); err != nil {
+		_ = os.Mkdir(workDir, fi.Mode().Perm())
+		return "", err
+	}
+	return pa.slot, nil
+}
+
+// lateEvents forwards a pooled agent's events with the session id it is
+// bound to ("" while it waits).
+type lateEvents struct {
+	in  *instance
+	sid atomic.Pointer[string]
+}
+
+func (l *lateEvents) bind(sessionID string) { l.sid.Store(&sessionID) }
+
+func (l *lateEvents) emit(e event.Event) {
+	if id := l.sid.Load(); id != nil && e.Meta.SessionID == "" {
+		e.Meta.SessionID = *id
+	}
+	if f := l.in.d.opt.Events; f != nil {
+		f(e)
+	}
+}
+
+// lateClient answers a pooled agent: refusals until a session binds it,
+// then that session's client.
+type lateClient struct{ c atomic.Pointer[client] }
+
+var _ sdk.Client = (*lateClient)(nil)
+
+func (l *lateClient) bind(c *client) { l.c.Store(c) }
+
+func (l *lateClient) ReadTextFile(ctx context.Context, p sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.ReadTextFile(ctx, p)
+	}
+	return refusingClient{}.ReadTextFile(ctx, p)
+}
+
+func (l *lateClient) WriteTextFile(ctx context.Context, p sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.WriteTextFile(ctx, p)
+	}
+	return refusingClient{}.WriteTextFile(ctx, p)
+}
+
+func (l *lateClient) RequestPermission(ctx context.Context, p sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.RequestPermission(ctx, p)
+	}
+	return refusingClient{}.RequestPermission(ctx, p)
+}
+
+func (l *lateClient) SessionUpdate(ctx context.Context, n sdk.SessionNotification) error {
+	if c := l.c.Load(); c != nil {
+		return c.SessionUpdate(ctx, n)
+	}
+	return nil
+}
+
+func (l *lateClient) UnstableCreateElicitation(ctx context.Context, p sdk.UnstableCreateElicitationRequest) (sdk.UnstableCreateElicitationResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.UnstableCreateElicitation(ctx, p)
+	}
+	return sdk.UnstableCreateElicitationResponse{}, errNoSession
+}
+
+func (l *lateClient) UnstableCompleteElicitation(ctx context.Context, n sdk.UnstableCompleteElicitationNotification) error {
+	if c := l.c.Load(); c != nil {
+		return c.UnstableCompleteElicitation(ctx, n)
+	}
+	return nil
+}
+
+func (l *lateClient) CreateTerminal(ctx context.Context, p sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.CreateTerminal(ctx, p)
+	}
+	return refusingClient{}.CreateTerminal(ctx, p)
+}
+
+func (l *lateClient) KillTerminal(ctx context.Context, p sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.KillTerminal(ctx, p)
+	}
+	return refusingClient{}.KillTerminal(ctx, p)
+}
+
+func (l *lateClient) TerminalOutput(ctx context.Context, p sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.TerminalOutput(ctx, p)
+	}
+	return refusingClient{}.TerminalOutput(ctx, p)
+}
+
+func (l *lateClient) ReleaseTerminal(ctx context.Context, p sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.ReleaseTerminal(ctx, p)
+	}
+	return refusingClient{}.ReleaseTerminal(ctx, p)
+}
+
+func (l *lateClient) WaitForTerminalExit(ctx context.Context, p sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
+	if c := l.c.Load(); c != nil {
+		return c.WaitForTerminalExit(ctx, p)
+	}
+	return refusingClient{}.WaitForTerminalExit(ctx, p)
+}

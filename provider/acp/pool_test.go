@@ -1,0 +1,125 @@
+package acp_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/acp"
+)
+
+func startedLabels(r *rig) []string {
+	var out []string
+	for _, e := range r.events.of(acp.TypeAgentStarted) {
+		out = append(out, e.Payload.(*acp.AgentStarted).Label)
+	}
+	return out
+}
+
+// With a pool, agents are started and initialised ahead of need — the
+// first in place of the probe — each in an empty workspace of its own; a
+// new conversation takes one (its workspace becomes the conversation's,
+// its events the conversation's), the pool refills, a taken agent is
+// never handed out again, a conversation whose directory already holds
+// files starts cold, the conversation resumes in the same workspace, and
+// disposal stops the agents left waiting and removes their workspaces.
+func TestPoolTakesAWarmAgent(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	reg, err := provider.OpenRegistry(context.Background(), []provider.Driver{r.driver},
+		[]provider.Definition{{ID: "agent", Provider: acp.DefaultKey, Config: r.config(nil, func(c *acp.Config) { c.Pool = 2 })}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disposed := false
+	t.Cleanup(func() {
+		if !disposed {
+			_ = reg.Dispose(context.Background())
+		}
+	})
+	inst, _ := reg.Instance("agent")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if got := len(r.events.await(ctx, acp.TypeAgentStarted, 2)); got != 2 {
+		t.Fatalf("%d agents started for a pool of 2", got)
+	}
+	for _, l := range startedLabels(r) {
+		if !strings.HasPrefix(l, "pool-") {
+			t.Errorf("an agent started that is not the pool's: %s", l)
+		}
+	}
+
+	conv := filepath.Join(r.root, "conversation")
+	if err := os.Mkdir(conv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "warm", WorkingDirectory: conv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := said(turn(t, s, "t1", "writecwd a.txt pooled")); !strings.Contains(got, "wrote") {
+		t.Fatalf("the pooled agent said %q", got)
+	}
+	slot, err := filepath.EvalSymlinks(conv)
+	if err != nil || !strings.HasPrefix(filepath.Base(slot), "pool-") {
+		t.Fatalf("the conversation's directory leads to %q (%v), not a pool workspace", slot, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(conv, "a.txt")); err != nil || string(b) != "pooled" {
+		t.Fatalf("the file in the conversation's workspace: %q %v", b, err)
+	}
+	files := r.events.of(acp.TypeFile)
+	if len(files) == 0 || files[len(files)-1].Meta.SessionID != "warm" {
+		t.Fatalf("the pooled agent's file event is not the conversation's: %+v", files)
+	}
+	// The pool refills: a third agent starts, and the conversation's is
+	// not among those waiting.
+	if got := len(r.events.await(ctx, acp.TypeAgentStarted, 3)); got != 3 {
+		t.Fatalf("the pool did not refill: %d started", got)
+	}
+
+	// A directory that already holds files starts its own agent.
+	busy := filepath.Join(r.root, "busy")
+	if err := os.MkdirAll(filepath.Join(busy, "src"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cold, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "cold", WorkingDirectory: busy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Lstat(busy); fi.Mode()&os.ModeSymlink != 0 {
+		t.Fatal("a directory with files was replaced by a pool workspace")
+	}
+	if got := len(r.events.of(acp.TypeAgentStarted)); got != 4 {
+		t.Fatalf("%d agents started; want the 3 of the pool and the cold one", got)
+	}
+	_ = cold.Close(ctx, provider.CloseRequested)
+
+	// The conversation resumes where its files are.
+	if err := s.Close(ctx, provider.CloseRequested); err != nil {
+		t.Fatal(err)
+	}
+	again, err := inst.Adapter().Resume(ctx, provider.ResumeRequest{SessionID: "warm", WorkingDirectory: conv, Binding: s.Binding()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := said(turn(t, again, "t2", "turns")); got != "turns 2" {
+		t.Fatalf("the resumed conversation said %q", got)
+	}
+	_ = again.Close(ctx, provider.CloseRequested)
+
+	disposed = true
+	if err := reg.Dispose(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(r.root, "pool-*"))
+	if len(left) != 1 || left[0] != slot {
+		t.Fatalf("after dispose the pool workspaces are %v; want only the conversation's %s", left, slot)
+	}
+	if started, stopped := len(r.events.of(acp.TypeAgentStarted)), len(r.events.of(acp.TypeAgentStopped)); started != stopped {
+		t.Fatalf("%d agents started, %d stopped", started, stopped)
+	}
+}
