@@ -240,112 +240,12 @@ func buildTimeline(r runRecord, now time.Time) timeline {
 		}
 	}
 	tl.StartedAt = t0
-	at := func(t time.Time) float64 { return max(0, event.Ms(t.Sub(t0))) }
-	end := at(now)
-	openTurn := -1
-	openModel := map[int]int{}
-	openTool := map[string]int{}
-	// closeSpan ends span i at t, preferring the duration the payload
-	// measured.
-	closeSpan := func(i int, t time.Time, measured float64, status string) {
-		s := &tl.Spans[i]
-		s.Open, s.Status = false, status
-		s.DurationMs = max(0, at(t)-s.StartMs)
-		if measured > 0 {
-			s.DurationMs = measured
-		}
-	}
-	// ended draws a span known only from its end.
-	ended := func(kind, name string, t time.Time, measured float64, status string) {
-		start := max(0, at(t)-max(0, measured))
-		tl.Spans = append(tl.Spans, span{Kind: kind, Name: name, StartMs: start, DurationMs: max(0, at(t)-start), Status: status})
-	}
+	b := &timelineBuilder{tl: tl, t0: t0, openTurn: -1, openModel: map[int]int{}, openTool: map[string]int{}}
 	for _, e := range r.events {
-		t := e.Meta.Time
-		switch p := e.Payload.(type) {
-		case *event.TurnStart:
-			name := "turn"
-			if p.Resumed {
-				name = "resumed turn"
-			}
-			tl.Spans = append(tl.Spans, span{Kind: "turn", Name: name, StartMs: at(t), Open: true})
-			openTurn = len(tl.Spans) - 1
-		case *event.TurnEnd:
-			tl.Outcome = p.Outcome
-			if openTurn >= 0 {
-				closeSpan(openTurn, t, p.DurationMs, p.Outcome)
-				openTurn = -1
-			} else {
-				ended("turn", "turn", t, p.DurationMs, p.Outcome)
-			}
-		case *event.LLMStart:
-			tl.Spans = append(tl.Spans, span{Kind: "model", Name: modelName(p.Model), StartMs: at(t), Open: true})
-			openModel[p.Iteration] = len(tl.Spans) - 1
-		case *event.LLMEnd:
-			status := p.StopReason
-			if p.Error != "" {
-				status = "error"
-			}
-			if i, ok := openModel[p.Iteration]; ok {
-				delete(openModel, p.Iteration)
-				closeSpan(i, t, p.DurationMs, status)
-				if p.Model != "" {
-					tl.Spans[i].Name = p.Model
-				}
-			} else {
-				ended("model", modelName(p.Model), t, p.DurationMs, status)
-			}
-		case *tool.CallStart:
-			tl.Spans = append(tl.Spans, span{Kind: "tool", Name: p.Tool, StartMs: at(t), Open: true})
-			openTool[p.ToolCallID] = len(tl.Spans) - 1
-		case *tool.CallEnd:
-			status := "ok"
-			if p.IsError {
-				status = p.ErrorClass
-				if status == "" {
-					status = "error"
-				}
-			}
-			if i, ok := openTool[p.ToolCallID]; ok {
-				delete(openTool, p.ToolCallID)
-				closeSpan(i, t, p.DurationMs, status)
-			} else {
-				ended("tool", p.Tool, t, p.DurationMs, status)
-			}
-		case *code.RunReport:
-			status := "ok"
-			if !p.OK {
-				status = "failed"
-			}
-			name := p.Language
-			if p.RunnerID != "" {
-				name = p.RunnerID + " " + p.Language
-			}
-			ended("code", name, t, p.DurationMs, status)
-		case *event.PauseRequest:
-			tl.Marks = append(tl.Marks, mark{Kind: "pause", Name: p.Tool, AtMs: at(t)})
-		case *event.PauseResume:
-			k := "declined"
-			if p.Approved {
-				k = "approved"
-			}
-			tl.Marks = append(tl.Marks, mark{Kind: k, Name: p.Tool, AtMs: at(t)})
-		case *tool.SessionOpened:
-			k := "session_started"
-			if e.Type == tool.TypeSessionReused {
-				k = "session_reused"
-			}
-			tl.Marks = append(tl.Marks, mark{Kind: k, Name: p.Tool + " " + p.KeyHash, AtMs: at(t)})
-		case *tool.SessionClosed:
-			k := "session_closed"
-			if e.Type == tool.TypeSessionCloseFailed {
-				k = "session_close_failed"
-			}
-			tl.Marks = append(tl.Marks, mark{Kind: k, Name: p.Tool + " " + p.KeyHash + " (" + p.Reason + ")", AtMs: at(t)})
-		case *event.Fatal:
-			tl.Marks = append(tl.Marks, mark{Kind: "fatal", Name: p.Where, AtMs: at(t)})
-		}
+		b.add(e)
 	}
+	tl = b.tl
+	end := b.at(now)
 	for i := range tl.Spans {
 		s := &tl.Spans[i]
 		if s.Open {
@@ -357,6 +257,124 @@ func buildTimeline(r runRecord, now time.Time) timeline {
 		tl.DurationMs = max(tl.DurationMs, m.AtMs)
 	}
 	return tl
+}
+
+// timelineBuilder holds a timeline being drawn and the spans still open:
+// the turn, model calls by iteration, tool calls by tool-call id.
+type timelineBuilder struct {
+	tl        timeline
+	t0        time.Time
+	openTurn  int
+	openModel map[int]int
+	openTool  map[string]int
+}
+
+// at is t's offset from the run's first event, never negative.
+func (b *timelineBuilder) at(t time.Time) float64 { return max(0, event.Ms(t.Sub(b.t0))) }
+
+// closeSpan ends span i at t, preferring the duration the payload
+// measured.
+func (b *timelineBuilder) closeSpan(i int, t time.Time, measured float64, status string) {
+	s := &b.tl.Spans[i]
+	s.Open, s.Status = false, status
+	s.DurationMs = max(0, b.at(t)-s.StartMs)
+	if measured > 0 {
+		s.DurationMs = measured
+	}
+}
+
+// ended draws a span known only from its end.
+func (b *timelineBuilder) ended(kind, name string, t time.Time, measured float64, status string) {
+	start := max(0, b.at(t)-max(0, measured))
+	b.tl.Spans = append(b.tl.Spans, span{Kind: kind, Name: name, StartMs: start, DurationMs: max(0, b.at(t)-start), Status: status})
+}
+
+// add draws one event: a span opened or closed, or a mark.
+func (b *timelineBuilder) add(e event.Event) {
+	t := e.Meta.Time
+	switch p := e.Payload.(type) {
+	case *event.TurnStart:
+		name := "turn"
+		if p.Resumed {
+			name = "resumed turn"
+		}
+		b.tl.Spans = append(b.tl.Spans, span{Kind: "turn", Name: name, StartMs: b.at(t), Open: true})
+		b.openTurn = len(b.tl.Spans) - 1
+	case *event.TurnEnd:
+		b.tl.Outcome = p.Outcome
+		if b.openTurn >= 0 {
+			b.closeSpan(b.openTurn, t, p.DurationMs, p.Outcome)
+			b.openTurn = -1
+		} else {
+			b.ended("turn", "turn", t, p.DurationMs, p.Outcome)
+		}
+	case *event.LLMStart:
+		b.tl.Spans = append(b.tl.Spans, span{Kind: "model", Name: modelName(p.Model), StartMs: b.at(t), Open: true})
+		b.openModel[p.Iteration] = len(b.tl.Spans) - 1
+	case *event.LLMEnd:
+		status := p.StopReason
+		if p.Error != "" {
+			status = "error"
+		}
+		if i, ok := b.openModel[p.Iteration]; ok {
+			delete(b.openModel, p.Iteration)
+			b.closeSpan(i, t, p.DurationMs, status)
+			if p.Model != "" {
+				b.tl.Spans[i].Name = p.Model
+			}
+		} else {
+			b.ended("model", modelName(p.Model), t, p.DurationMs, status)
+		}
+	case *tool.CallStart:
+		b.tl.Spans = append(b.tl.Spans, span{Kind: "tool", Name: p.Tool, StartMs: b.at(t), Open: true})
+		b.openTool[p.ToolCallID] = len(b.tl.Spans) - 1
+	case *tool.CallEnd:
+		status := "ok"
+		if p.IsError {
+			status = p.ErrorClass
+			if status == "" {
+				status = "error"
+			}
+		}
+		if i, ok := b.openTool[p.ToolCallID]; ok {
+			delete(b.openTool, p.ToolCallID)
+			b.closeSpan(i, t, p.DurationMs, status)
+		} else {
+			b.ended("tool", p.Tool, t, p.DurationMs, status)
+		}
+	case *code.RunReport:
+		status := "ok"
+		if !p.OK {
+			status = "failed"
+		}
+		name := p.Language
+		if p.RunnerID != "" {
+			name = p.RunnerID + " " + p.Language
+		}
+		b.ended("code", name, t, p.DurationMs, status)
+	case *event.PauseRequest:
+		b.tl.Marks = append(b.tl.Marks, mark{Kind: "pause", Name: p.Tool, AtMs: b.at(t)})
+	case *event.PauseResume:
+		k := "declined"
+		if p.Approved {
+			k = "approved"
+		}
+		b.tl.Marks = append(b.tl.Marks, mark{Kind: k, Name: p.Tool, AtMs: b.at(t)})
+	case *tool.SessionOpened:
+		k := "session_started"
+		if e.Type == tool.TypeSessionReused {
+			k = "session_reused"
+		}
+		b.tl.Marks = append(b.tl.Marks, mark{Kind: k, Name: p.Tool + " " + p.KeyHash, AtMs: b.at(t)})
+	case *tool.SessionClosed:
+		k := "session_closed"
+		if e.Type == tool.TypeSessionCloseFailed {
+			k = "session_close_failed"
+		}
+		b.tl.Marks = append(b.tl.Marks, mark{Kind: k, Name: p.Tool + " " + p.KeyHash + " (" + p.Reason + ")", AtMs: b.at(t)})
+	case *event.Fatal:
+		b.tl.Marks = append(b.tl.Marks, mark{Kind: "fatal", Name: p.Where, AtMs: b.at(t)})
+	}
 }
 
 func modelName(m string) string {

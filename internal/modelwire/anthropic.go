@@ -118,21 +118,9 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 		}
 		all[i] = bs
 	}
-	// Every tool_use must be answered by a tool_result in the next message.
-	for i, bs := range all {
-		for _, b := range bs {
-			if b.Type != "tool_use" {
-				continue
-			}
-			answered := i+1 < len(all) && req.Messages[i+1].Role == "user" && slices.ContainsFunc(all[i+1], func(x anthropicBlock) bool {
-				return x.Type == "tool_result" && x.ToolUseID == b.ID
-			})
-			if !answered {
-				s.refuse(w, http.StatusBadRequest, "invalid_request_error",
-					fmt.Sprintf("messages.%d: tool_use ids were found without tool_result blocks immediately after: %s", i, b.ID))
-				return
-			}
-		}
+	if msg := anthropicUnanswered(req.Messages, all); msg != "" {
+		s.refuse(w, http.StatusBadRequest, "invalid_request_error", msg)
+		return
 	}
 	u := answered(req.Messages)
 	if req.Messages[u].Role != "user" {
@@ -178,6 +166,30 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 		s.anthropicStream(w, req.Model, rep)
 		return
 	}
+	s.anthropicReply(w, req.Model, rep, len(body))
+}
+
+// anthropicUnanswered is the API's refusal when a tool_use is not answered
+// by a tool_result in the next message, or "" when every one is.
+func anthropicUnanswered(msgs []anthropicMessage, all [][]anthropicBlock) string {
+	for i, bs := range all {
+		for _, b := range bs {
+			if b.Type != "tool_use" {
+				continue
+			}
+			answered := i+1 < len(all) && msgs[i+1].Role == "user" && slices.ContainsFunc(all[i+1], func(x anthropicBlock) bool {
+				return x.Type == "tool_result" && x.ToolUseID == b.ID
+			})
+			if !answered {
+				return fmt.Sprintf("messages.%d: tool_use ids were found without tool_result blocks immediately after: %s", i, b.ID)
+			}
+		}
+	}
+	return ""
+}
+
+// anthropicReply writes a whole (not streamed) message for rep.
+func (s *Server) anthropicReply(w http.ResponseWriter, model string, rep reply, bodyLen int) {
 	var content []any
 	stop := "end_turn"
 	if rep.callID != "" {
@@ -187,9 +199,9 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 		content = append(content, map[string]any{"type": "text", "text": rep.text})
 	}
 	writeJSON(w, map[string]any{
-		"id": s.nextCallID("msg_01"), "type": "message", "role": "assistant", "model": req.Model,
+		"id": s.nextCallID("msg_01"), "type": "message", "role": "assistant", "model": model,
 		"content": content, "stop_reason": stop, "stop_sequence": nil,
-		"usage": map[string]int{"input_tokens": len(body) / 4, "output_tokens": 12},
+		"usage": map[string]int{"input_tokens": bodyLen / 4, "output_tokens": 12},
 	})
 }
 

@@ -153,8 +153,12 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, body []byte) {
 	s.mu.Lock()
 	turn.N = len(s.requests)
 	s.mu.Unlock()
-	rep := s.opt.Script(turn)
+	geminiReply(w, model, turn, s.opt.Script(turn))
+}
 
+// geminiReply writes rep: one GenerateContentResponse, or for a stream
+// the text in pieces and each call whole.
+func geminiReply(w http.ResponseWriter, model string, turn Turn, rep Reply) {
 	var parts []map[string]any
 	if rep.Text != "" {
 		parts = append(parts, map[string]any{"text": rep.Text})
