@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/code"
-
 	"github.com/agentry-dev/agentry/agent"
+	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/llm/scripted"

@@ -3,9 +3,8 @@ package event_test
 import (
 	"testing"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 var benchEvent = event.Event{

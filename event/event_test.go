@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"go.uber.org/goleak"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
 )
 

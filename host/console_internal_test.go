@@ -10,9 +10,8 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

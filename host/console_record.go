@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // Bounds of the console's event record. It is a view for people, not a

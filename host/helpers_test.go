@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/internal/pgtest"
-
 	"go.uber.org/goleak"
 
 	"github.com/agentry-dev/agentry/agent"
@@ -29,6 +27,7 @@ import (
 	"github.com/agentry-dev/agentry/host/sqlstore"
 	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
 	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
+	"github.com/agentry-dev/agentry/internal/pgtest"
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/conformance"

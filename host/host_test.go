@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/provider"
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/conformance"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // The whole life of a session, over httptest and over a real listener, on

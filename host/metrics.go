@@ -3,12 +3,11 @@ package host
 import (
 	"sync/atomic"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // metrics are the host's Prometheus collectors, in a registry of its own

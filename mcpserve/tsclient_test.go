@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // requireNode is the environment variable that turns a missing node or npm

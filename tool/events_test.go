@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/event/ndjson"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // The demo writes its events with --events, and the three commands read

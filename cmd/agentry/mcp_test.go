@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/code"
-
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/tool"
 )

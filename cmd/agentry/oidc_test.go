@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/internal/hydratest"
 )

@@ -5,11 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentry-dev/agentry/provider/acp"
-
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/acp"
 )
 
 // What an ACP agent asks outside a turn reaches the terminal; with no

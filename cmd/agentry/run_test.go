@@ -16,12 +16,11 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/code/local"
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/internal/modelwire"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // cli runs the command in-process with its own stdin, stdout and stderr.

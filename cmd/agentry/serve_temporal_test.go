@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -32,6 +30,7 @@ import (
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/durable"
 	"github.com/agentry-dev/agentry/provider/native"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // serve --temporal: a turn under --check-in run_code pauses as a workflow

@@ -16,10 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/ndjson"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // File is what reading one file found.

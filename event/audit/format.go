@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // ANSI colours, used only when Format is asked for colour.

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // Durations summarises a set of durations, in milliseconds. Percentiles

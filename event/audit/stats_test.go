@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/event/ndjson"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 func TestPercentilesAreNearestRank(t *testing.T) {

@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/ndjson"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // turnEvents is one realistic turn: the shape (≈ 240-byte lines) the

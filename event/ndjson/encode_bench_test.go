@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/code"
-
 	"github.com/agentry-dev/agentry/event"
 )
 

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // fill sets every field of the struct v points to a non-zero value, so

@@ -16,10 +16,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/ndjson"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // errs records what OnError hears.

@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/otel"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // collector is a local OTLP/HTTP receiver: the real wire format, decoded

@@ -38,9 +38,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentry-dev/agentry/code"
-	"github.com/agentry-dev/agentry/tool"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -49,7 +46,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tnoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter.

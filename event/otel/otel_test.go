@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/tool"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/event/otel"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentry-dev/agentry/provider/acp"
-
 	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/acp"
 )
 
 // person is the host's session interactions: it records what it is asked
