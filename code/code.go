@@ -4,7 +4,9 @@
 // A [Runner] starts a [Session] for an isolation key; a session executes
 // code any number of times and is stopped once. [NewTool] turns a runner
 // into a tool.Tool whose sessions are registered with the door's teardown
-// tier, so they close at the end of the call, run or conversation.
+// tier, so they close at the end of the call, run or conversation. Each
+// execution is reported as an agentry.tools.code_run event ([TypeRun],
+// [RunReport]): facts, never the code or its output.
 //
 // Doctrine: summarize prose, compute data. Output that is cut is always
 // stated to the model; data that goes in is staged as files, never pasted.

@@ -15,6 +15,10 @@
 // sessions and the call's events happen the same way everywhere. A tool
 // that needs a person's approval mid-call returns [CheckIn]'s error; when
 // the call runs again once a person approved, [ApprovalFrom] says so.
+//
+// The package defines the events of tool calls and tool sessions
+// ([TypeCallEnd], [SessionClosed] …) and the failure classes ([ClassToolError]
+// and the others), once, for every door, the loop and the teardown tier.
 package tool
 
 import (
