@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // Defines values for CallerRole.
@@ -34,46 +35,55 @@ func (e CallerRole) Valid() bool {
 
 // Defines values for ErrorCode.
 const (
-	ErrorCodeAwaitingDecision     ErrorCode = "awaiting_decision"
-	ErrorCodeBodyTooLarge         ErrorCode = "body_too_large"
-	ErrorCodeCapacity             ErrorCode = "capacity"
-	ErrorCodeClaimInvalid         ErrorCode = "claim_invalid"
-	ErrorCodeClaimMissing         ErrorCode = "claim_missing"
-	ErrorCodeConflict             ErrorCode = "conflict"
-	ErrorCodeForbidden            ErrorCode = "forbidden"
-	ErrorCodeIdentityUnavailable  ErrorCode = "identity_unavailable"
-	ErrorCodeInternal             ErrorCode = "internal"
-	ErrorCodeInvalidField         ErrorCode = "invalid_field"
-	ErrorCodeInvalidJson          ErrorCode = "invalid_json"
-	ErrorCodeInvalidToken         ErrorCode = "invalid_token"
-	ErrorCodeMethodNotAllowed     ErrorCode = "method_not_allowed"
-	ErrorCodeMissingField         ErrorCode = "missing_field"
-	ErrorCodeNoPendingInteraction ErrorCode = "no_pending_interaction"
-	ErrorCodeNoPendingQuestion    ErrorCode = "no_pending_question"
-	ErrorCodeNoTurn               ErrorCode = "no_turn"
-	ErrorCodeNotFound             ErrorCode = "not_found"
-	ErrorCodeProviderMismatch     ErrorCode = "provider_mismatch"
-	ErrorCodeProviderUnavailable  ErrorCode = "provider_unavailable"
-	ErrorCodeReplicaUnavailable   ErrorCode = "replica_unavailable"
-	ErrorCodeSessionBusy          ErrorCode = "session_busy"
-	ErrorCodeSessionClosed        ErrorCode = "session_closed"
-	ErrorCodeSessionMoved         ErrorCode = "session_moved"
-	ErrorCodeShuttingDown         ErrorCode = "shutting_down"
-	ErrorCodeStoreUnavailable     ErrorCode = "store_unavailable"
-	ErrorCodeTokenExpired         ErrorCode = "token_expired"
-	ErrorCodeTooManySessions      ErrorCode = "too_many_sessions"
-	ErrorCodeTooManyTurns         ErrorCode = "too_many_turns"
-	ErrorCodeTurnCancelled        ErrorCode = "turn_cancelled"
-	ErrorCodeTurnCut              ErrorCode = "turn_cut"
-	ErrorCodeTurnFailed           ErrorCode = "turn_failed"
-	ErrorCodeTurnLost             ErrorCode = "turn_lost"
-	ErrorCodeTurnTimedOut         ErrorCode = "turn_timed_out"
-	ErrorCodeUnauthenticated      ErrorCode = "unauthenticated"
-	ErrorCodeUnknownField         ErrorCode = "unknown_field"
-	ErrorCodeUnknownKey           ErrorCode = "unknown_key"
-	ErrorCodeUnsupportedMediaType ErrorCode = "unsupported_media_type"
-	ErrorCodeWrongAudience        ErrorCode = "wrong_audience"
-	ErrorCodeWrongIssuer          ErrorCode = "wrong_issuer"
+	ErrorCodeAwaitingDecision        ErrorCode = "awaiting_decision"
+	ErrorCodeBodyTooLarge            ErrorCode = "body_too_large"
+	ErrorCodeCapacity                ErrorCode = "capacity"
+	ErrorCodeClaimInvalid            ErrorCode = "claim_invalid"
+	ErrorCodeClaimMissing            ErrorCode = "claim_missing"
+	ErrorCodeConflict                ErrorCode = "conflict"
+	ErrorCodeForbidden               ErrorCode = "forbidden"
+	ErrorCodeIdentityUnavailable     ErrorCode = "identity_unavailable"
+	ErrorCodeInternal                ErrorCode = "internal"
+	ErrorCodeInvalidField            ErrorCode = "invalid_field"
+	ErrorCodeInvalidJson             ErrorCode = "invalid_json"
+	ErrorCodeInvalidToken            ErrorCode = "invalid_token"
+	ErrorCodeMethodNotAllowed        ErrorCode = "method_not_allowed"
+	ErrorCodeMissingField            ErrorCode = "missing_field"
+	ErrorCodeNoPendingInteraction    ErrorCode = "no_pending_interaction"
+	ErrorCodeNoPendingQuestion       ErrorCode = "no_pending_question"
+	ErrorCodeNoTurn                  ErrorCode = "no_turn"
+	ErrorCodeNotFound                ErrorCode = "not_found"
+	ErrorCodeProviderMismatch        ErrorCode = "provider_mismatch"
+	ErrorCodeProviderUnavailable     ErrorCode = "provider_unavailable"
+	ErrorCodeReplicaUnavailable      ErrorCode = "replica_unavailable"
+	ErrorCodeSessionBusy             ErrorCode = "session_busy"
+	ErrorCodeSessionClosed           ErrorCode = "session_closed"
+	ErrorCodeSessionMoved            ErrorCode = "session_moved"
+	ErrorCodeShuttingDown            ErrorCode = "shutting_down"
+	ErrorCodeStoreUnavailable        ErrorCode = "store_unavailable"
+	ErrorCodeTokenExpired            ErrorCode = "token_expired"
+	ErrorCodeTooManySessions         ErrorCode = "too_many_sessions"
+	ErrorCodeTooManyStreams          ErrorCode = "too_many_streams"
+	ErrorCodeTooManyTurns            ErrorCode = "too_many_turns"
+	ErrorCodeTurnCancelled           ErrorCode = "turn_cancelled"
+	ErrorCodeTurnCut                 ErrorCode = "turn_cut"
+	ErrorCodeTurnFailed              ErrorCode = "turn_failed"
+	ErrorCodeTurnLost                ErrorCode = "turn_lost"
+	ErrorCodeTurnTimedOut            ErrorCode = "turn_timed_out"
+	ErrorCodeUnauthenticated         ErrorCode = "unauthenticated"
+	ErrorCodeUnknownField            ErrorCode = "unknown_field"
+	ErrorCodeUnknownKey              ErrorCode = "unknown_key"
+	ErrorCodeUnsupportedMediaType    ErrorCode = "unsupported_media_type"
+	ErrorCodeWorkspaceConflict       ErrorCode = "workspace_conflict"
+	ErrorCodeWorkspaceInvalidArchive ErrorCode = "workspace_invalid_archive"
+	ErrorCodeWorkspaceLinkOutside    ErrorCode = "workspace_link_outside"
+	ErrorCodeWorkspaceSpecialFile    ErrorCode = "workspace_special_file"
+	ErrorCodeWorkspaceTooLarge       ErrorCode = "workspace_too_large"
+	ErrorCodeWorkspaceTooManyEntries ErrorCode = "workspace_too_many_entries"
+	ErrorCodeWorkspaceUnsafePath     ErrorCode = "workspace_unsafe_path"
+	ErrorCodeWorkspaceUnsupported    ErrorCode = "workspace_unsupported"
+	ErrorCodeWrongAudience           ErrorCode = "wrong_audience"
+	ErrorCodeWrongIssuer             ErrorCode = "wrong_issuer"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode enum.
@@ -135,6 +145,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeTooManySessions:
 		return true
+	case ErrorCodeTooManyStreams:
+		return true
 	case ErrorCodeTooManyTurns:
 		return true
 	case ErrorCodeTurnCancelled:
@@ -154,6 +166,22 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeUnknownKey:
 		return true
 	case ErrorCodeUnsupportedMediaType:
+		return true
+	case ErrorCodeWorkspaceConflict:
+		return true
+	case ErrorCodeWorkspaceInvalidArchive:
+		return true
+	case ErrorCodeWorkspaceLinkOutside:
+		return true
+	case ErrorCodeWorkspaceSpecialFile:
+		return true
+	case ErrorCodeWorkspaceTooLarge:
+		return true
+	case ErrorCodeWorkspaceTooManyEntries:
+		return true
+	case ErrorCodeWorkspaceUnsafePath:
+		return true
+	case ErrorCodeWorkspaceUnsupported:
 		return true
 	case ErrorCodeWrongAudience:
 		return true
@@ -392,6 +420,78 @@ func (e TurnOutcome) Valid() bool {
 	}
 }
 
+// Defines values for UsageBy.
+const (
+	UsageByConversation UsageBy = "conversation"
+	UsageByDay          UsageBy = "day"
+	UsageByModel        UsageBy = "model"
+	UsageByPrincipal    UsageBy = "principal"
+)
+
+// Valid indicates whether the value is a known member of the UsageBy enum.
+func (e UsageBy) Valid() bool {
+	switch e {
+	case UsageByConversation:
+		return true
+	case UsageByDay:
+		return true
+	case UsageByModel:
+		return true
+	case UsageByPrincipal:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetTenantUsageParamsBy.
+const (
+	GetTenantUsageParamsByConversation GetTenantUsageParamsBy = "conversation"
+	GetTenantUsageParamsByDay          GetTenantUsageParamsBy = "day"
+	GetTenantUsageParamsByModel        GetTenantUsageParamsBy = "model"
+	GetTenantUsageParamsByPrincipal    GetTenantUsageParamsBy = "principal"
+)
+
+// Valid indicates whether the value is a known member of the GetTenantUsageParamsBy enum.
+func (e GetTenantUsageParamsBy) Valid() bool {
+	switch e {
+	case GetTenantUsageParamsByConversation:
+		return true
+	case GetTenantUsageParamsByDay:
+		return true
+	case GetTenantUsageParamsByModel:
+		return true
+	case GetTenantUsageParamsByPrincipal:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetUsageParamsBy.
+const (
+	GetUsageParamsByConversation GetUsageParamsBy = "conversation"
+	GetUsageParamsByDay          GetUsageParamsBy = "day"
+	GetUsageParamsByModel        GetUsageParamsBy = "model"
+)
+
+// Valid indicates whether the value is a known member of the GetUsageParamsBy enum.
+func (e GetUsageParamsBy) Valid() bool {
+	switch e {
+	case GetUsageParamsByConversation:
+		return true
+	case GetUsageParamsByDay:
+		return true
+	case GetUsageParamsByModel:
+		return true
+	default:
+		return false
+	}
+}
+
+// Archive A tar stream (or, uploaded, a gzip of one).
+type Archive = openapi_types.File
+
 // Caller defines model for Caller.
 type Caller struct {
 	Principal string `json:"principal"`
@@ -454,6 +554,14 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
+// FeedStream The caller's feed as server-sent events; `x-agentry-events` maps
+// each event name to the schema of its `data` (one JSON line). Every
+// event but a resumed `ready` has an `id` (a number); a comment line
+// `: keep-alive` is sent while nothing changes. It has no last event:
+// it ends when the client goes, after 30 minutes, or when the host
+// drains.
+type FeedStream = string
+
 // Health defines model for Health.
 type Health struct {
 	Status interface{} `json:"status"`
@@ -513,6 +621,12 @@ type OIDCSignIn struct {
 
 // Pending The question a paused conversation waits on.
 type Pending struct {
+	// Args What the approval is about as the provider knows it (the tool call's input; a file edit's {"path","oldText","newText"}), a JSON object of at most 64 KiB; absent when the provider did not say or it was larger.
+	Args *map[string]interface{} `json:"args,omitempty"`
+
+	// ArgsCut The size in bytes of arguments too large to keep (then `args` is absent).
+	ArgsCut *int `json:"argsCut,omitempty"`
+
 	// Kind "approval" or "elicitation".
 	Kind      *string `json:"kind,omitempty"`
 	Question  string  `json:"question"`
@@ -734,11 +848,76 @@ type TurnRequest struct {
 // the turn has nothing to say.
 type TurnStream = string
 
+// Usage Usage records summed (docs/usage.md).
+type Usage struct {
+	By UsageBy `json:"by"`
+
+	// Principal Whose usage, for a person's own; absent for a tenant's.
+	Principal *string `json:"principal,omitempty"`
+
+	// Rows One per key, in key order.
+	Rows   []UsageRow `json:"rows"`
+	Since  time.Time  `json:"since"`
+	Tenant string     `json:"tenant"`
+
+	// Total The usage records sharing a key: a day (UTC, YYYY-MM-DD), a conversation, a model or a principal; the total's key is "total".
+	Total UsageRow `json:"total"`
+
+	// Truncated More records matched than one read sums; narrow the period.
+	Truncated *bool `json:"truncated,omitempty"`
+
+	// Until Absent for now.
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// UsageBy defines model for Usage.By.
+type UsageBy string
+
+// UsageRow The usage records sharing a key: a day (UTC, YYYY-MM-DD), a conversation, a model or a principal; the total's key is "total".
+type UsageRow struct {
+	CacheReadTokens  int64 `json:"cacheReadTokens"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens"`
+
+	// CostUsd The known costs; records of unknown cost are counted in unknownCostTurns, not here.
+	CostUsd     float32 `json:"costUsd"`
+	InputTokens int64   `json:"inputTokens"`
+	Key         string  `json:"key"`
+
+	// ModelCalls Zero in a row by model.
+	ModelCalls   int64 `json:"modelCalls"`
+	OutputTokens int64 `json:"outputTokens"`
+
+	// SandboxSeconds Sandbox CPU time and agent wall time; zero in a row by model.
+	SandboxSeconds float32 `json:"sandboxSeconds"`
+
+	// ToolCalls Zero in a row by model.
+	ToolCalls int64 `json:"toolCalls"`
+
+	// Turns The messages that ran (a decision continues a turn and adds none); by model, the turns that called the model.
+	Turns int64 `json:"turns"`
+
+	// UnknownCostTurns Records whose cost is unknown (a model the price table lacks).
+	UnknownCostTurns int64 `json:"unknownCostTurns"`
+}
+
+// WorkspaceStats What an upload wrote.
+type WorkspaceStats struct {
+	// Bytes The bytes of the files written.
+	Bytes   int64 `json:"bytes"`
+	Entries int   `json:"entries"`
+}
+
 // OpenOnly defines model for OpenOnly.
 type OpenOnly = bool
 
 // Tenant defines model for Tenant.
 type Tenant = string
+
+// UsageSince defines model for UsageSince.
+type UsageSince = string
+
+// UsageUntil defines model for UsageUntil.
+type UsageUntil = string
 
 // BadRequest Every error response, and a stream's failed result.
 type BadRequest = Error
@@ -748,6 +927,9 @@ type Conflict = Error
 
 // Forbidden Every error response, and a stream's failed result.
 type Forbidden = Error
+
+// Internal Every error response, and a stream's failed result.
+type Internal = Error
 
 // NotFound Every error response, and a stream's failed result.
 type NotFound = Error
@@ -776,6 +958,15 @@ type Unavailable = Error
 // UnsupportedMedia Every error response, and a stream's failed result.
 type UnsupportedMedia = Error
 
+// WorkspaceUnsupported Every error response, and a stream's failed result.
+type WorkspaceUnsupported = Error
+
+// GetEventsParams defines parameters for GetEvents.
+type GetEventsParams struct {
+	// LastEventID The id of the last event received; the stream resumes after it.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // ListSessionsParams defines parameters for ListSessions.
 type ListSessionsParams struct {
 	// Open `true`: leave out closed conversations.
@@ -793,11 +984,47 @@ type GetTimelineParams struct {
 	Run *string `form:"run,omitempty" json:"run,omitempty"`
 }
 
+// GetWorkspaceParams defines parameters for GetWorkspace.
+type GetWorkspaceParams struct {
+	// Path Only this file or directory of the workspace (a local name; `..` or an absolute name is a 400 invalid_field).
+	Path *string `form:"path,omitempty" json:"path,omitempty"`
+}
+
 // ListTenantSessionsParams defines parameters for ListTenantSessions.
 type ListTenantSessionsParams struct {
 	// Open `true`: leave out closed conversations.
 	Open *OpenOnly `form:"open,omitempty" json:"open,omitempty"`
 }
+
+// GetTenantUsageParams defines parameters for GetTenantUsage.
+type GetTenantUsageParams struct {
+	// Since From (inclusive): an RFC 3339 time, a date (2026-12-01, midnight UTC) or an age back from now (7d, 12h, 30m); default 30 days back.
+	Since *UsageSince `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Until (exclusive), as `since`; default now.
+	Until *UsageUntil `form:"until,omitempty" json:"until,omitempty"`
+
+	// By What the rows sum by (default day).
+	By *GetTenantUsageParamsBy `form:"by,omitempty" json:"by,omitempty"`
+}
+
+// GetTenantUsageParamsBy defines parameters for GetTenantUsage.
+type GetTenantUsageParamsBy string
+
+// GetUsageParams defines parameters for GetUsage.
+type GetUsageParams struct {
+	// Since From (inclusive): an RFC 3339 time, a date (2026-12-01, midnight UTC) or an age back from now (7d, 12h, 30m); default 30 days back.
+	Since *UsageSince `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Until (exclusive), as `since`; default now.
+	Until *UsageUntil `form:"until,omitempty" json:"until,omitempty"`
+
+	// By What the rows sum by (default day); `principal` is for a tenant's admins (/v1/tenants/{tenant}/usage).
+	By *GetUsageParamsBy `form:"by,omitempty" json:"by,omitempty"`
+}
+
+// GetUsageParamsBy defines parameters for GetUsage.
+type GetUsageParamsBy string
 
 // CreateSessionJSONRequestBody defines body for CreateSession for application/json ContentType.
 type CreateSessionJSONRequestBody = CreateSessionRequest
@@ -978,6 +1205,21 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetEvents The caller's feed, as server-sent events.
+	//
+	// What changes in any of the caller's conversations (one opens,
+	// begins or ends a turn, pauses, waits on a question, closes): state
+	// only, never a message, an answer or a tool's output. Every stream
+	// opens with `ready`; each notice carries an `id`, and a reconnect
+	// with `Last-Event-ID` is sent what it missed, or `reset` when that
+	// is no longer kept (reload then). The last 256 notices of a person
+	// are kept; 8 streams a person (`429 too_many_streams`); a stream
+	// ends after 30 minutes or when the host drains. See `FeedStream`
+	// and docs/host.md, The person's feed.
+	//
+	// Corresponds with GET /v1/events (the `GetEvents` operationId).
+	GetEvents(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetMe Who the token proves.
 	//
 	// Corresponds with GET /v1/me (the `GetMe` operationId).
@@ -1102,6 +1344,30 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessage(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetWorkspace Take the workspace out as a tar stream.
+	//
+	// Symbolic links are written as links (never followed); FIFOs and
+	// sockets are left out. A download that breaks off midway is cut
+	// (the connection is reset), never ended as if whole.
+	//
+	// Corresponds with GET /v1/sessions/{id}/workspace (the `GetWorkspace` operationId).
+	GetWorkspace(ctx context.Context, id SessionID, params *GetWorkspaceParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutWorkspaceWithBody Put files into the conversation's workspace.
+	//
+	// The body is a tar stream, gzip-compressed or not (sent without a
+	// Content-Type it is read as a tar stream). Every entry is written
+	// through an `os.Root` on the workspace; the archive is refused at the
+	// first entry that is unsafe or past a bound, and the entries before
+	// it stay. While a turn runs it is `409 session_busy`. An agent that
+	// keeps no files the host can reach answers `501
+	// workspace_unsupported`. Prose: docs/host.md, Workspaces.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/sessions/{id}/workspace (the `PutWorkspace` operationId).
+	PutWorkspaceWithBody(ctx context.Context, id SessionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListTenantSessions Every conversation of the tenant, newest first, metadata only.
 	//
 	// For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
@@ -1118,6 +1384,22 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/tenants/{tenant}/sessions/{id} (the `GetTenantSession` operationId).
 	GetTenantSession(ctx context.Context, tenant Tenant, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTenantUsage Every person's usage in the tenant, summed.
+	//
+	// For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/usage (the `GetTenantUsage` operationId).
+	GetTenantUsage(ctx context.Context, tenant Tenant, params *GetTenantUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetUsage The caller's own usage, summed.
+	//
+	// The usage records of the caller's turns (tokens, model and tool
+	// calls, sandbox time, cost) ended within [since, until), summed by
+	// day (UTC), conversation or model. docs/usage.md.
+	//
+	// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+	GetUsage(ctx context.Context, params *GetUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Console The web console's page (absent with Options.NoConsole).
@@ -1204,6 +1486,31 @@ func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 // Corresponds with GET /readyz (the `Ready` operationId).
 func (c *Client) Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEvents The caller's feed, as server-sent events.
+//
+// What changes in any of the caller's conversations (one opens,
+// begins or ends a turn, pauses, waits on a question, closes): state
+// only, never a message, an answer or a tool's output. Every stream
+// opens with `ready`; each notice carries an `id`, and a reconnect
+// with `Last-Event-ID` is sent what it missed, or `reset` when that
+// is no longer kept (reload then). The last 256 notices of a person
+// are kept; 8 streams a person (`429 too_many_streams`); a stream
+// ends after 30 minutes or when the host drains. See `FeedStream`
+// and docs/host.md, The person's feed.
+//
+// Corresponds with GET /v1/events (the `GetEvents` operationId).
+func (c *Client) GetEvents(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1498,6 +1805,50 @@ func (c *Client) SendMessage(ctx context.Context, id SessionID, body SendMessage
 	return c.Client.Do(req)
 }
 
+// GetWorkspace Take the workspace out as a tar stream.
+//
+// Symbolic links are written as links (never followed); FIFOs and
+// sockets are left out. A download that breaks off midway is cut
+// (the connection is reset), never ended as if whole.
+//
+// Corresponds with GET /v1/sessions/{id}/workspace (the `GetWorkspace` operationId).
+func (c *Client) GetWorkspace(ctx context.Context, id SessionID, params *GetWorkspaceParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWorkspaceRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutWorkspaceWithBody Put files into the conversation's workspace.
+//
+// The body is a tar stream, gzip-compressed or not (sent without a
+// Content-Type it is read as a tar stream). Every entry is written
+// through an `os.Root` on the workspace; the archive is refused at the
+// first entry that is unsafe or past a bound, and the entries before
+// it stay. While a turn runs it is `409 session_busy`. An agent that
+// keeps no files the host can reach answers `501
+// workspace_unsupported`. Prose: docs/host.md, Workspaces.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/sessions/{id}/workspace (the `PutWorkspace` operationId).
+func (c *Client) PutWorkspaceWithBody(ctx context.Context, id SessionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutWorkspaceRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListTenantSessions Every conversation of the tenant, newest first, metadata only.
 //
 // For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
@@ -1535,6 +1886,42 @@ func (c *Client) CloseTenantSession(ctx context.Context, tenant Tenant, id Sessi
 // Corresponds with GET /v1/tenants/{tenant}/sessions/{id} (the `GetTenantSession` operationId).
 func (c *Client) GetTenantSession(ctx context.Context, tenant Tenant, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetTenantSessionRequest(c.Server, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTenantUsage Every person's usage in the tenant, summed.
+//
+// For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
+//
+// Corresponds with GET /v1/tenants/{tenant}/usage (the `GetTenantUsage` operationId).
+func (c *Client) GetTenantUsage(ctx context.Context, tenant Tenant, params *GetTenantUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTenantUsageRequest(c.Server, tenant, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetUsage The caller's own usage, summed.
+//
+// The usage records of the caller's turns (tokens, model and tool
+// calls, sandbox time, cost) ended within [since, until), summed by
+// day (UTC), conversation or model. docs/usage.md.
+//
+// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+func (c *Client) GetUsage(ctx context.Context, params *GetUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetUsageRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1709,6 +2096,48 @@ func NewReadyRequest(server string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEventsRequest constructs an http.Request for the GetEvents method
+func NewGetEventsRequest(server string, params *GetEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2221,6 +2650,103 @@ func NewSendMessageRequestWithBody(server string, id SessionID, contentType stri
 	return req, nil
 }
 
+// NewGetWorkspaceRequest constructs an http.Request for the GetWorkspace method
+func NewGetWorkspaceRequest(server string, id SessionID, params *GetWorkspaceParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/workspace", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Path != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", *params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutWorkspaceRequestWithBody constructs an http.Request for the PutWorkspace method, with any body, and a specified content type
+func NewPutWorkspaceRequestWithBody(server string, id SessionID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/workspace", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListTenantSessionsRequest constructs an http.Request for the ListTenantSessions method
 func NewListTenantSessionsRequest(server string, tenant Tenant, params *ListTenantSessionsParams) (*http.Request, error) {
 	var err error
@@ -2364,6 +2890,169 @@ func NewGetTenantSessionRequest(server string, tenant Tenant, id SessionID) (*ht
 	return req, nil
 }
 
+// NewGetTenantUsageRequest constructs an http.Request for the GetTenantUsage method
+func NewGetTenantUsageRequest(server string, tenant Tenant, params *GetTenantUsageParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/usage", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Until != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "until", *params.Until, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.By != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "by", *params.By, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetUsageRequest constructs an http.Request for the GetUsage method
+func NewGetUsageRequest(server string, params *GetUsageParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/usage")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Until != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "until", *params.Until, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.By != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "by", *params.By, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -2453,6 +3142,23 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	ReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyResponse, error)
+
+	// GetEventsWithResponse The caller's feed, as server-sent events.
+	//
+	// What changes in any of the caller's conversations (one opens,
+	// begins or ends a turn, pauses, waits on a question, closes): state
+	// only, never a message, an answer or a tool's output. Every stream
+	// opens with `ready`; each notice carries an `id`, and a reconnect
+	// with `Last-Event-ID` is sent what it missed, or `reset` when that
+	// is no longer kept (reload then). The last 256 notices of a person
+	// are kept; 8 streams a person (`429 too_many_streams`); a stream
+	// ends after 30 minutes or when the host drains. See `FeedStream`
+	// and docs/host.md, The person's feed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `GetEvents` operationId).
+	GetEventsWithResponse(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*GetEventsResponse, error)
 
 	// GetMeWithResponse Who the token proves.
 	//
@@ -2598,6 +3304,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessageWithResponse(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
 
+	// GetWorkspaceWithResponse Take the workspace out as a tar stream.
+	//
+	// Symbolic links are written as links (never followed); FIFOs and
+	// sockets are left out. A download that breaks off midway is cut
+	// (the connection is reset), never ended as if whole.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id}/workspace (the `GetWorkspace` operationId).
+	GetWorkspaceWithResponse(ctx context.Context, id SessionID, params *GetWorkspaceParams, reqEditors ...RequestEditorFn) (*GetWorkspaceResponse, error)
+
+	// PutWorkspaceWithBodyWithResponse Put files into the conversation's workspace.
+	//
+	// The body is a tar stream, gzip-compressed or not (sent without a
+	// Content-Type it is read as a tar stream). Every entry is written
+	// through an `os.Root` on the workspace; the archive is refused at the
+	// first entry that is unsafe or past a bound, and the entries before
+	// it stay. While a turn runs it is `409 session_busy`. An agent that
+	// keeps no files the host can reach answers `501
+	// workspace_unsupported`. Prose: docs/host.md, Workspaces.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/sessions/{id}/workspace (the `PutWorkspace` operationId).
+	PutWorkspaceWithBodyWithResponse(ctx context.Context, id SessionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutWorkspaceResponse, error)
+
 	// ListTenantSessionsWithResponse Every conversation of the tenant, newest first, metadata only.
 	//
 	// For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
@@ -2620,6 +3352,26 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/tenants/{tenant}/sessions/{id} (the `GetTenantSession` operationId).
 	GetTenantSessionWithResponse(ctx context.Context, tenant Tenant, id SessionID, reqEditors ...RequestEditorFn) (*GetTenantSessionResponse, error)
+
+	// GetTenantUsageWithResponse Every person's usage in the tenant, summed.
+	//
+	// For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/usage (the `GetTenantUsage` operationId).
+	GetTenantUsageWithResponse(ctx context.Context, tenant Tenant, params *GetTenantUsageParams, reqEditors ...RequestEditorFn) (*GetTenantUsageResponse, error)
+
+	// GetUsageWithResponse The caller's own usage, summed.
+	//
+	// The usage records of the caller's turns (tokens, model and tool
+	// calls, sandbox time, cost) ended within [since, until), summed by
+	// day (UTC), conversation or model. docs/usage.md.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+	GetUsageWithResponse(ctx context.Context, params *GetUsageParams, reqEditors ...RequestEditorFn) (*GetUsageResponse, error)
 }
 
 type ConsoleResponse struct {
@@ -2876,6 +3628,89 @@ func (r ReadyResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEventsResponse401Headers the declared response headers of an HTTP 401 response for GetEvents
+type GetEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetEventsResponse429Headers the declared response headers of an HTTP 429 response for GetEvents
+type GetEventsResponse429Headers struct {
+	RetryAfter *string
+}
+
+// GetEventsResponse503Headers the declared response headers of an HTTP 503 response for GetEvents
+type GetEventsResponse503Headers struct {
+	RetryAfter *string
+}
+
+type GetEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooMany
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetEventsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetEventsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetEventsResponse503Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEventsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEventsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetEventsResponse) GetJSON429() *TooMany {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetEventsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3996,6 +4831,249 @@ func (r SendMessageResponse) ContentType() string {
 	return ""
 }
 
+// GetWorkspaceResponse401Headers the declared response headers of an HTTP 401 response for GetWorkspace
+type GetWorkspaceResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetWorkspaceResponse429Headers the declared response headers of an HTTP 429 response for GetWorkspace
+type GetWorkspaceResponse429Headers struct {
+	RetryAfter *string
+}
+
+// GetWorkspaceResponse503Headers the declared response headers of an HTTP 503 response for GetWorkspace
+type GetWorkspaceResponse503Headers struct {
+	RetryAfter *string
+}
+
+type GetWorkspaceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooMany
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON501 the response for an HTTP 501 `application/json` response
+	JSON501 *WorkspaceUnsupported
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkspaceResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkspaceResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetWorkspaceResponse503Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetWorkspaceResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetWorkspaceResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetWorkspaceResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r GetWorkspaceResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetWorkspaceResponse) GetJSON429() *TooMany {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetWorkspaceResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON501 returns the response for an HTTP 501 `application/json` response
+func (r GetWorkspaceResponse) GetJSON501() *WorkspaceUnsupported {
+	return r.JSON501
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetWorkspaceResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWorkspaceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWorkspaceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWorkspaceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWorkspaceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutWorkspaceResponse401Headers the declared response headers of an HTTP 401 response for PutWorkspace
+type PutWorkspaceResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PutWorkspaceResponse429Headers the declared response headers of an HTTP 429 response for PutWorkspace
+type PutWorkspaceResponse429Headers struct {
+	RetryAfter *string
+}
+
+// PutWorkspaceResponse503Headers the declared response headers of an HTTP 503 response for PutWorkspace
+type PutWorkspaceResponse503Headers struct {
+	RetryAfter *string
+}
+
+type PutWorkspaceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkspaceStats
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Error
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Error
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooMany
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON501 the response for an HTTP 501 `application/json` response
+	JSON501 *WorkspaceUnsupported
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutWorkspaceResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PutWorkspaceResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutWorkspaceResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutWorkspaceResponse) GetJSON200() *WorkspaceStats {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutWorkspaceResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutWorkspaceResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutWorkspaceResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PutWorkspaceResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutWorkspaceResponse) GetJSON413() *Error {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r PutWorkspaceResponse) GetJSON415() *Error {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r PutWorkspaceResponse) GetJSON429() *TooMany {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PutWorkspaceResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON501 returns the response for an HTTP 501 `application/json` response
+func (r PutWorkspaceResponse) GetJSON501() *WorkspaceUnsupported {
+	return r.JSON501
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PutWorkspaceResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutWorkspaceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutWorkspaceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutWorkspaceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutWorkspaceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListTenantSessionsResponse401Headers the declared response headers of an HTTP 401 response for ListTenantSessions
 type ListTenantSessionsResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4252,6 +5330,172 @@ func (r GetTenantSessionResponse) ContentType() string {
 	return ""
 }
 
+// GetTenantUsageResponse401Headers the declared response headers of an HTTP 401 response for GetTenantUsage
+type GetTenantUsageResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetTenantUsageResponse503Headers the declared response headers of an HTTP 503 response for GetTenantUsage
+type GetTenantUsageResponse503Headers struct {
+	RetryAfter *string
+}
+
+type GetTenantUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Usage
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTenantUsageResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetTenantUsageResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTenantUsageResponse) GetJSON200() *Usage {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetTenantUsageResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetTenantUsageResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetTenantUsageResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetTenantUsageResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetTenantUsageResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTenantUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTenantUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTenantUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTenantUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetUsageResponse401Headers the declared response headers of an HTTP 401 response for GetUsage
+type GetUsageResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetUsageResponse503Headers the declared response headers of an HTTP 503 response for GetUsage
+type GetUsageResponse503Headers struct {
+	RetryAfter *string
+}
+
+type GetUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Usage
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetUsageResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetUsageResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetUsageResponse) GetJSON200() *Usage {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetUsageResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetUsageResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetUsageResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ConsoleWithResponse The web console's page (absent with Options.NoConsole).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -4332,6 +5576,29 @@ func (c *ClientWithResponses) ReadyWithResponse(ctx context.Context, reqEditors 
 		return nil, err
 	}
 	return ParseReadyResponse(rsp)
+}
+
+// GetEventsWithResponse The caller's feed, as server-sent events.
+//
+// What changes in any of the caller's conversations (one opens,
+// begins or ends a turn, pauses, waits on a question, closes): state
+// only, never a message, an answer or a tool's output. Every stream
+// opens with `ready`; each notice carries an `id`, and a reconnect
+// with `Last-Event-ID` is sent what it missed, or `reset` when that
+// is no longer kept (reload then). The last 256 notices of a person
+// are kept; 8 streams a person (`429 too_many_streams`); a stream
+// ends after 30 minutes or when the host drains. See `FeedStream`
+// and docs/host.md, The person's feed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `GetEvents` operationId).
+func (c *ClientWithResponses) GetEventsWithResponse(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*GetEventsResponse, error) {
+	rsp, err := c.GetEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEventsResponse(rsp)
 }
 
 // GetMeWithResponse Who the token proves.
@@ -4574,6 +5841,44 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Se
 	return ParseSendMessageResponse(rsp)
 }
 
+// GetWorkspaceWithResponse Take the workspace out as a tar stream.
+//
+// Symbolic links are written as links (never followed); FIFOs and
+// sockets are left out. A download that breaks off midway is cut
+// (the connection is reset), never ended as if whole.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id}/workspace (the `GetWorkspace` operationId).
+func (c *ClientWithResponses) GetWorkspaceWithResponse(ctx context.Context, id SessionID, params *GetWorkspaceParams, reqEditors ...RequestEditorFn) (*GetWorkspaceResponse, error) {
+	rsp, err := c.GetWorkspace(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWorkspaceResponse(rsp)
+}
+
+// PutWorkspaceWithBodyWithResponse Put files into the conversation's workspace.
+//
+// The body is a tar stream, gzip-compressed or not (sent without a
+// Content-Type it is read as a tar stream). Every entry is written
+// through an `os.Root` on the workspace; the archive is refused at the
+// first entry that is unsafe or past a bound, and the entries before
+// it stay. While a turn runs it is `409 session_busy`. An agent that
+// keeps no files the host can reach answers `501
+// workspace_unsupported`. Prose: docs/host.md, Workspaces.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/sessions/{id}/workspace (the `PutWorkspace` operationId).
+func (c *ClientWithResponses) PutWorkspaceWithBodyWithResponse(ctx context.Context, id SessionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutWorkspaceResponse, error) {
+	rsp, err := c.PutWorkspaceWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutWorkspaceResponse(rsp)
+}
+
 // ListTenantSessionsWithResponse Every conversation of the tenant, newest first, metadata only.
 //
 // For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
@@ -4613,6 +5918,38 @@ func (c *ClientWithResponses) GetTenantSessionWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseGetTenantSessionResponse(rsp)
+}
+
+// GetTenantUsageWithResponse Every person's usage in the tenant, summed.
+//
+// For an admin of the tenant; a person of the tenant gets 403, anyone else 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/usage (the `GetTenantUsage` operationId).
+func (c *ClientWithResponses) GetTenantUsageWithResponse(ctx context.Context, tenant Tenant, params *GetTenantUsageParams, reqEditors ...RequestEditorFn) (*GetTenantUsageResponse, error) {
+	rsp, err := c.GetTenantUsage(ctx, tenant, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTenantUsageResponse(rsp)
+}
+
+// GetUsageWithResponse The caller's own usage, summed.
+//
+// The usage records of the caller's turns (tokens, model and tool
+// calls, sandbox time, cost) ended within [since, until), summed by
+// day (UTC), conversation or model. docs/usage.md.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+func (c *ClientWithResponses) GetUsageWithResponse(ctx context.Context, params *GetUsageParams, reqEditors ...RequestEditorFn) (*GetUsageResponse, error) {
+	rsp, err := c.GetUsage(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetUsageResponse(rsp)
 }
 
 // ParseConsoleResponse parses an HTTP response from a ConsoleWithResponse call
@@ -4781,6 +6118,86 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ReadyResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEventsResponse parses an HTTP response from a GetEventsWithResponse call
+func ParseGetEventsResponse(rsp *http.Response) (*GetEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooMany
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetEventsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -5842,6 +7259,243 @@ func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) 
 	return response, nil
 }
 
+// ParseGetWorkspaceResponse parses an HTTP response from a GetWorkspaceWithResponse call
+func ParseGetWorkspaceResponse(rsp *http.Response) (*GetWorkspaceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWorkspaceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooMany
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest WorkspaceUnsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetWorkspaceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkspaceResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetWorkspaceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutWorkspaceResponse parses an HTTP response from a PutWorkspaceWithResponse call
+func ParsePutWorkspaceResponse(rsp *http.Response) (*PutWorkspaceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutWorkspaceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkspaceStats
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooMany
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest WorkspaceUnsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PutWorkspaceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PutWorkspaceResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers PutWorkspaceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListTenantSessionsResponse parses an HTTP response from a ListTenantSessionsWithResponse call
 func ParseListTenantSessionsResponse(rsp *http.Response) (*ListTenantSessionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6070,6 +7724,160 @@ func ParseGetTenantSessionResponse(rsp *http.Response) (*GetTenantSessionRespons
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetTenantSessionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetTenantUsageResponse parses an HTTP response from a GetTenantUsageWithResponse call
+func ParseGetTenantUsageResponse(rsp *http.Response) (*GetTenantUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTenantUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Usage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetTenantUsageResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetTenantUsageResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetUsageResponse parses an HTTP response from a GetUsageWithResponse call
+func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Usage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetUsageResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetUsageResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -55,6 +55,19 @@ const (
 	CodeTurnLost             Code = "turn_lost"              // 500: the turn was cut because its replica lost the session; it may have run in part (never resend it blindly)
 )
 
+// The workspace's error codes: an upload refused, and a provider whose
+// sessions keep no files.
+const (
+	CodeWorkspaceUnsupported    Code = "workspace_unsupported"      // 501: the agent keeps no files the host can reach
+	CodeWorkspaceUnsafePath     Code = "workspace_unsafe_path"      // 400: an absolute name, "..", or not a local name
+	CodeWorkspaceLinkOutside    Code = "workspace_link_outside"     // 400: a symlink or hard link leaving the workspace
+	CodeWorkspaceSpecialFile    Code = "workspace_special_file"     // 400: a device node, FIFO or socket
+	CodeWorkspaceTooLarge       Code = "workspace_too_large"        // 413: past the byte bound
+	CodeWorkspaceTooManyEntries Code = "workspace_too_many_entries" // 413: past the entry bound
+	CodeWorkspaceInvalidArchive Code = "workspace_invalid_archive"  // 400: not a tar (or gzip of one), or cut short
+	CodeWorkspaceConflict       Code = "workspace_conflict"         // 409: an entry collides with what the workspace holds
+)
+
 // apiError is an error response: {"error": {"code", "message", "field"}}.
 type apiError struct {
 	status     int
