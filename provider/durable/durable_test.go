@@ -138,7 +138,7 @@ func TestDeclinedCheckIn(t *testing.T) {
 	for _, o := range outs {
 		shape = append(shape, string(o.Kind)+":"+o.Text)
 	}
-	want := []string{"activity:calling touch", "activity:touch was declined", "text:" + textOf(outs), "turn.completed:"}
+	want := []string{"activity:calling touch", "activity:touch was declined", "text:" + textOf(outs), "usage:", "turn.completed:"} // the turn's usage comes just before its end
 	if !slices.Equal(shape, want) {
 		t.Fatalf("the resolution's outputs %q\nwant %q", shape, want)
 	}

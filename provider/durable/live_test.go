@@ -62,7 +62,7 @@ func TestOutputsStreamWhileTheTurnRuns(t *testing.T) {
 		t.Fatalf("no output arrived while the tool was in flight: %q", got)
 	}
 	want := []string{"turn.started:", "text:calling gate", "activity:calling gate", "activity:gate returned",
-		"text:the tool said: opened", "turn.completed:"}
+		"text:the tool said: opened", "usage:", "turn.completed:"} // usage just before the end
 	if !slices.Equal(got, want) {
 		t.Fatalf("outputs %q\nwant    %q", got, want)
 	}
