@@ -919,47 +919,8 @@ type UsageSince = string
 // UsageUntil defines model for UsageUntil.
 type UsageUntil = string
 
-// BadRequest Every error response, and a stream's failed result.
-type BadRequest = Error
-
-// Conflict Every error response, and a stream's failed result.
-type Conflict = Error
-
-// Forbidden Every error response, and a stream's failed result.
-type Forbidden = Error
-
-// Internal Every error response, and a stream's failed result.
-type Internal = Error
-
-// NotFound Every error response, and a stream's failed result.
-type NotFound = Error
-
-// TimedOut Every error response, and a stream's failed result.
-type TimedOut = Error
-
-// TooLarge Every error response, and a stream's failed result.
-type TooLarge = Error
-
-// TooMany Every error response, and a stream's failed result.
-type TooMany = Error
-
 // TurnAnswered A turn that answered.
 type TurnAnswered = TurnAnswer
-
-// TurnError Every error response, and a stream's failed result.
-type TurnError = Error
-
-// Unauthorized Every error response, and a stream's failed result.
-type Unauthorized = Error
-
-// Unavailable Every error response, and a stream's failed result.
-type Unavailable = Error
-
-// UnsupportedMedia Every error response, and a stream's failed result.
-type UnsupportedMedia = Error
-
-// WorkspaceUnsupported Every error response, and a stream's failed result.
-type WorkspaceUnsupported = Error
 
 // GetEventsParams defines parameters for GetEvents.
 type GetEventsParams struct {
@@ -3377,13 +3338,13 @@ type ClientWithResponsesInterface interface {
 type ConsoleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ConsoleResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ConsoleResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3420,8 +3381,8 @@ type ConsoleSignInResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *SignIn
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3429,9 +3390,9 @@ func (r ConsoleSignInResponse) GetJSON200() *SignIn {
 	return r.JSON200
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ConsoleSignInResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ConsoleSignInResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3466,13 +3427,13 @@ func (r ConsoleSignInResponse) ContentType() string {
 type ConsoleFileResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ConsoleFileResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ConsoleFileResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3509,11 +3470,18 @@ type HealthResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Health
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r HealthResponse) GetJSON200() *Health {
 	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r HealthResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3548,6 +3516,13 @@ func (r HealthResponse) ContentType() string {
 type MetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r MetricsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3579,20 +3554,13 @@ func (r MetricsResponse) ContentType() string {
 	return ""
 }
 
-// ReadyResponse503Headers the declared response headers of an HTTP 503 response for Ready
-type ReadyResponse503Headers struct {
-	RetryAfter *string
-}
-
 type ReadyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Ready
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *ReadyResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3600,9 +3568,9 @@ func (r ReadyResponse) GetJSON200() *Ready {
 	return r.JSON200
 }
 
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ReadyResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReadyResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3634,58 +3602,16 @@ func (r ReadyResponse) ContentType() string {
 	return ""
 }
 
-// GetEventsResponse401Headers the declared response headers of an HTTP 401 response for GetEvents
-type GetEventsResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetEventsResponse429Headers the declared response headers of an HTTP 429 response for GetEvents
-type GetEventsResponse429Headers struct {
-	RetryAfter *string
-}
-
-// GetEventsResponse503Headers the declared response headers of an HTTP 503 response for GetEvents
-type GetEventsResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetEventsResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *GetEventsResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetEventsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetEventsResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetEventsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r GetEventsResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetEventsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEventsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3717,29 +3643,13 @@ func (r GetEventsResponse) ContentType() string {
 	return ""
 }
 
-// GetMeResponse401Headers the declared response headers of an HTTP 401 response for GetMe
-type GetMeResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetMeResponse503Headers the declared response headers of an HTTP 503 response for GetMe
-type GetMeResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetMeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Caller
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetMeResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetMeResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3747,14 +3657,9 @@ func (r GetMeResponse) GetJSON200() *Caller {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetMeResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetMeResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetMeResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3791,11 +3696,18 @@ type GetOpenAPIResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *map[string]interface{}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetOpenAPIResponse) GetJSON200() *map[string]interface{} {
 	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetOpenAPIResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3827,31 +3739,13 @@ func (r GetOpenAPIResponse) ContentType() string {
 	return ""
 }
 
-// ListSessionsResponse401Headers the declared response headers of an HTTP 401 response for ListSessions
-type ListSessionsResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// ListSessionsResponse503Headers the declared response headers of an HTTP 503 response for ListSessions
-type ListSessionsResponse503Headers struct {
-	RetryAfter *string
-}
-
 type ListSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *SessionList
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *ListSessionsResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *ListSessionsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3859,19 +3753,9 @@ func (r ListSessionsResponse) GetJSON200() *SessionList {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ListSessionsResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r ListSessionsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ListSessionsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListSessionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3908,46 +3792,15 @@ type CreateSessionResponse201Headers struct {
 	Location string
 }
 
-// CreateSessionResponse401Headers the declared response headers of an HTTP 401 response for CreateSession
-type CreateSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CreateSessionResponse429Headers the declared response headers of an HTTP 429 response for CreateSession
-type CreateSessionResponse429Headers struct {
-	RetryAfter *string
-}
-
-// CreateSessionResponse503Headers the declared response headers of an HTTP 503 response for CreateSession
-type CreateSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CreateSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Session
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *TooLarge
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *UnsupportedMedia
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateSessionResponse201Headers
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CreateSessionResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *CreateSessionResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CreateSessionResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -3955,34 +3808,9 @@ func (r CreateSessionResponse) GetJSON201() *Session {
 	return r.JSON201
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r CreateSessionResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CreateSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r CreateSessionResponse) GetJSON413() *TooLarge {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r CreateSessionResponse) GetJSON415() *UnsupportedMedia {
-	return r.JSON415
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r CreateSessionResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CreateSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4014,51 +3842,16 @@ func (r CreateSessionResponse) ContentType() string {
 	return ""
 }
 
-// CloseSessionResponse401Headers the declared response headers of an HTTP 401 response for CloseSession
-type CloseSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CloseSessionResponse503Headers the declared response headers of an HTTP 503 response for CloseSession
-type CloseSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CloseSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CloseSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CloseSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CloseSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CloseSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CloseSessionResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CloseSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CloseSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4090,31 +3883,13 @@ func (r CloseSessionResponse) ContentType() string {
 	return ""
 }
 
-// GetSessionResponse401Headers the declared response headers of an HTTP 401 response for GetSession
-type GetSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetSessionResponse503Headers the declared response headers of an HTTP 503 response for GetSession
-type GetSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Session
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4122,19 +3897,9 @@ func (r GetSessionResponse) GetJSON200() *Session {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4166,33 +3931,13 @@ func (r GetSessionResponse) ContentType() string {
 	return ""
 }
 
-// CancelTurnResponse401Headers the declared response headers of an HTTP 401 response for CancelTurn
-type CancelTurnResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CancelTurnResponse503Headers the declared response headers of an HTTP 503 response for CancelTurn
-type CancelTurnResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CancelTurnResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *CancelAnswer
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CancelTurnResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CancelTurnResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -4200,24 +3945,9 @@ func (r CancelTurnResponse) GetJSON202() *CancelAnswer {
 	return r.JSON202
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CancelTurnResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CancelTurnResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CancelTurnResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CancelTurnResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CancelTurnResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4249,21 +3979,6 @@ func (r CancelTurnResponse) ContentType() string {
 	return ""
 }
 
-// DecideResponse401Headers the declared response headers of an HTTP 401 response for Decide
-type DecideResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// DecideResponse429Headers the declared response headers of an HTTP 429 response for Decide
-type DecideResponse429Headers struct {
-	RetryAfter *string
-}
-
-// DecideResponse503Headers the declared response headers of an HTTP 503 response for Decide
-type DecideResponse503Headers struct {
-	RetryAfter *string
-}
-
 type DecideResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4271,32 +3986,8 @@ type DecideResponse struct {
 	JSON200 *Decide200JSONResponseBody
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *TurnAwaiting
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *TooLarge
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *UnsupportedMedia
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *TurnError
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *TimedOut
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *DecideResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *DecideResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *DecideResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4309,54 +4000,9 @@ func (r DecideResponse) GetJSON202() *TurnAwaiting {
 	return r.JSON202
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r DecideResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r DecideResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r DecideResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r DecideResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r DecideResponse) GetJSON413() *TooLarge {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r DecideResponse) GetJSON415() *UnsupportedMedia {
-	return r.JSON415
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r DecideResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r DecideResponse) GetJSON500() *TurnError {
-	return r.JSON500
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r DecideResponse) GetJSON503() *Unavailable {
-	return r.JSON503
-}
-
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r DecideResponse) GetJSON504() *TimedOut {
-	return r.JSON504
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DecideResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4388,31 +4034,13 @@ func (r DecideResponse) ContentType() string {
 	return ""
 }
 
-// GetMessagesResponse401Headers the declared response headers of an HTTP 401 response for GetMessages
-type GetMessagesResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetMessagesResponse503Headers the declared response headers of an HTTP 503 response for GetMessages
-type GetMessagesResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetMessagesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Transcript
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetMessagesResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetMessagesResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4420,19 +4048,9 @@ func (r GetMessagesResponse) GetJSON200() *Transcript {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetMessagesResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetMessagesResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetMessagesResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetMessagesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4464,31 +4082,13 @@ func (r GetMessagesResponse) ContentType() string {
 	return ""
 }
 
-// GetTimelineResponse401Headers the declared response headers of an HTTP 401 response for GetTimeline
-type GetTimelineResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTimelineResponse503Headers the declared response headers of an HTTP 503 response for GetTimeline
-type GetTimelineResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTimelineResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Timelines
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTimelineResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTimelineResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4496,19 +4096,9 @@ func (r GetTimelineResponse) GetJSON200() *Timelines {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTimelineResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTimelineResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTimelineResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTimelineResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4540,31 +4130,13 @@ func (r GetTimelineResponse) ContentType() string {
 	return ""
 }
 
-// GetToolSessionsResponse401Headers the declared response headers of an HTTP 401 response for GetToolSessions
-type GetToolSessionsResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetToolSessionsResponse503Headers the declared response headers of an HTTP 503 response for GetToolSessions
-type GetToolSessionsResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetToolSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ToolSessions
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetToolSessionsResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetToolSessionsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4572,19 +4144,9 @@ func (r GetToolSessionsResponse) GetJSON200() *ToolSessions {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetToolSessionsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetToolSessionsResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetToolSessionsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetToolSessionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4616,31 +4178,13 @@ func (r GetToolSessionsResponse) ContentType() string {
 	return ""
 }
 
-// GetTurnLogResponse401Headers the declared response headers of an HTTP 401 response for GetTurnLog
-type GetTurnLogResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTurnLogResponse503Headers the declared response headers of an HTTP 503 response for GetTurnLog
-type GetTurnLogResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTurnLogResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TurnLog
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTurnLogResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTurnLogResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4648,19 +4192,9 @@ func (r GetTurnLogResponse) GetJSON200() *TurnLog {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTurnLogResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTurnLogResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTurnLogResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTurnLogResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4692,21 +4226,6 @@ func (r GetTurnLogResponse) ContentType() string {
 	return ""
 }
 
-// SendMessageResponse401Headers the declared response headers of an HTTP 401 response for SendMessage
-type SendMessageResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// SendMessageResponse429Headers the declared response headers of an HTTP 429 response for SendMessage
-type SendMessageResponse429Headers struct {
-	RetryAfter *string
-}
-
-// SendMessageResponse503Headers the declared response headers of an HTTP 503 response for SendMessage
-type SendMessageResponse503Headers struct {
-	RetryAfter *string
-}
-
 type SendMessageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4714,32 +4233,8 @@ type SendMessageResponse struct {
 	JSON200 *TurnAnswered
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *TurnAwaiting
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *TooLarge
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *UnsupportedMedia
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *TurnError
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *TimedOut
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *SendMessageResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *SendMessageResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *SendMessageResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4752,54 +4247,9 @@ func (r SendMessageResponse) GetJSON202() *TurnAwaiting {
 	return r.JSON202
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r SendMessageResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r SendMessageResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r SendMessageResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r SendMessageResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r SendMessageResponse) GetJSON413() *TooLarge {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r SendMessageResponse) GetJSON415() *UnsupportedMedia {
-	return r.JSON415
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r SendMessageResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r SendMessageResponse) GetJSON500() *TurnError {
-	return r.JSON500
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r SendMessageResponse) GetJSON503() *Unavailable {
-	return r.JSON503
-}
-
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r SendMessageResponse) GetJSON504() *TimedOut {
-	return r.JSON504
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r SendMessageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4831,86 +4281,16 @@ func (r SendMessageResponse) ContentType() string {
 	return ""
 }
 
-// GetWorkspaceResponse401Headers the declared response headers of an HTTP 401 response for GetWorkspace
-type GetWorkspaceResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetWorkspaceResponse429Headers the declared response headers of an HTTP 429 response for GetWorkspace
-type GetWorkspaceResponse429Headers struct {
-	RetryAfter *string
-}
-
-// GetWorkspaceResponse503Headers the declared response headers of an HTTP 503 response for GetWorkspace
-type GetWorkspaceResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetWorkspaceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Error
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *WorkspaceUnsupported
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetWorkspaceResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *GetWorkspaceResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetWorkspaceResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetWorkspaceResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetWorkspaceResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetWorkspaceResponse) GetJSON404() *Error {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r GetWorkspaceResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r GetWorkspaceResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r GetWorkspaceResponse) GetJSON500() *Internal {
-	return r.JSON500
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r GetWorkspaceResponse) GetJSON501() *WorkspaceUnsupported {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetWorkspaceResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetWorkspaceResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4942,52 +4322,13 @@ func (r GetWorkspaceResponse) ContentType() string {
 	return ""
 }
 
-// PutWorkspaceResponse401Headers the declared response headers of an HTTP 401 response for PutWorkspace
-type PutWorkspaceResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// PutWorkspaceResponse429Headers the declared response headers of an HTTP 429 response for PutWorkspace
-type PutWorkspaceResponse429Headers struct {
-	RetryAfter *string
-}
-
-// PutWorkspaceResponse503Headers the declared response headers of an HTTP 503 response for PutWorkspace
-type PutWorkspaceResponse503Headers struct {
-	RetryAfter *string
-}
-
 type PutWorkspaceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkspaceStats
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Error
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Error
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *Error
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *Error
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *WorkspaceUnsupported
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *PutWorkspaceResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *PutWorkspaceResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *PutWorkspaceResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4995,54 +4336,9 @@ func (r PutWorkspaceResponse) GetJSON200() *WorkspaceStats {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r PutWorkspaceResponse) GetJSON400() *Error {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r PutWorkspaceResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r PutWorkspaceResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r PutWorkspaceResponse) GetJSON409() *Error {
-	return r.JSON409
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r PutWorkspaceResponse) GetJSON413() *Error {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r PutWorkspaceResponse) GetJSON415() *Error {
-	return r.JSON415
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r PutWorkspaceResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r PutWorkspaceResponse) GetJSON500() *Internal {
-	return r.JSON500
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r PutWorkspaceResponse) GetJSON501() *WorkspaceUnsupported {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r PutWorkspaceResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutWorkspaceResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5074,35 +4370,13 @@ func (r PutWorkspaceResponse) ContentType() string {
 	return ""
 }
 
-// ListTenantSessionsResponse401Headers the declared response headers of an HTTP 401 response for ListTenantSessions
-type ListTenantSessionsResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// ListTenantSessionsResponse503Headers the declared response headers of an HTTP 503 response for ListTenantSessions
-type ListTenantSessionsResponse503Headers struct {
-	RetryAfter *string
-}
-
 type ListTenantSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TenantSessionList
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *ListTenantSessionsResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *ListTenantSessionsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5110,29 +4384,9 @@ func (r ListTenantSessionsResponse) GetJSON200() *TenantSessionList {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListTenantSessionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5164,58 +4418,16 @@ func (r ListTenantSessionsResponse) ContentType() string {
 	return ""
 }
 
-// CloseTenantSessionResponse401Headers the declared response headers of an HTTP 401 response for CloseTenantSession
-type CloseTenantSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CloseTenantSessionResponse503Headers the declared response headers of an HTTP 503 response for CloseTenantSession
-type CloseTenantSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CloseTenantSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CloseTenantSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CloseTenantSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CloseTenantSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5247,33 +4459,13 @@ func (r CloseTenantSessionResponse) ContentType() string {
 	return ""
 }
 
-// GetTenantSessionResponse401Headers the declared response headers of an HTTP 401 response for GetTenantSession
-type GetTenantSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTenantSessionResponse503Headers the declared response headers of an HTTP 503 response for GetTenantSession
-type GetTenantSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTenantSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TenantSession
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTenantSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTenantSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5281,24 +4473,9 @@ func (r GetTenantSessionResponse) GetJSON200() *TenantSession {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTenantSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r GetTenantSessionResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTenantSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTenantSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTenantSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5330,35 +4507,13 @@ func (r GetTenantSessionResponse) ContentType() string {
 	return ""
 }
 
-// GetTenantUsageResponse401Headers the declared response headers of an HTTP 401 response for GetTenantUsage
-type GetTenantUsageResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTenantUsageResponse503Headers the declared response headers of an HTTP 503 response for GetTenantUsage
-type GetTenantUsageResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTenantUsageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Usage
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTenantUsageResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTenantUsageResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5366,29 +4521,9 @@ func (r GetTenantUsageResponse) GetJSON200() *Usage {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetTenantUsageResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTenantUsageResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r GetTenantUsageResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTenantUsageResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTenantUsageResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTenantUsageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5420,31 +4555,13 @@ func (r GetTenantUsageResponse) ContentType() string {
 	return ""
 }
 
-// GetUsageResponse401Headers the declared response headers of an HTTP 401 response for GetUsage
-type GetUsageResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetUsageResponse503Headers the declared response headers of an HTTP 503 response for GetUsage
-type GetUsageResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetUsageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Usage
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetUsageResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetUsageResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5452,19 +4569,9 @@ func (r GetUsageResponse) GetJSON200() *Usage {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetUsageResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetUsageResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetUsageResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetUsageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5969,12 +5076,12 @@ func ParseConsoleResponse(rsp *http.Response) (*ConsoleResponse, error) {
 	case rsp.StatusCode == 304:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -6002,12 +5109,12 @@ func ParseConsoleSignInResponse(rsp *http.Response) (*ConsoleSignInResponse, err
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -6031,12 +5138,12 @@ func ParseConsoleFileResponse(rsp *http.Response) (*ConsoleFileResponse, error) 
 	case rsp.StatusCode == 304:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -6064,6 +5171,13 @@ func ParseHealthResponse(rsp *http.Response) (*HealthResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6080,6 +5194,16 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 	response := &MetricsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6106,26 +5230,13 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON503 = &dest
+		response.JSONDefault = &dest
 
-	}
-
-	switch {
-	case rsp.StatusCode == 503:
-		var headers ReadyResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6145,67 +5256,13 @@ func ParseGetEventsResponse(rsp *http.Response) (*GetEventsResponse, error) {
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetEventsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetEventsResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetEventsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6232,43 +5289,13 @@ func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetMeResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetMeResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6294,6 +5321,13 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
 
 	}
 
@@ -6321,50 +5355,13 @@ func ParseListSessionsResponse(rsp *http.Response) (*ListSessionsResponse, error
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers ListSessionsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers ListSessionsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6391,47 +5388,12 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		}
 		response.JSON201 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest TooLarge
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest UnsupportedMedia
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -6446,36 +5408,6 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 			headers.Location = value
 		}
 		response.Headers201 = &headers
-	case rsp.StatusCode == 401:
-		var headers CreateSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers CreateSessionResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers CreateSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6498,57 +5430,13 @@ func ParseCloseSessionResponse(rsp *http.Response) (*CloseSessionResponse, error
 	case rsp.StatusCode == 204:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers CloseSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers CloseSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6575,50 +5463,13 @@ func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6645,57 +5496,13 @@ func ParseCancelTurnResponse(rsp *http.Response) (*CancelTurnResponse, error) {
 		}
 		response.JSON202 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers CancelTurnResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers CancelTurnResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6729,112 +5536,16 @@ func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
 		}
 		response.JSON202 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest TooLarge
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest UnsupportedMedia
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest TurnError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
-		var dest TimedOut
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON504 = &dest
+		response.JSONDefault = &dest
 
 	case rsp.StatusCode == 200:
 		// Content-type (text/event-stream) unsupported
 
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers DecideResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers DecideResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers DecideResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6861,50 +5572,13 @@ func ParseGetMessagesResponse(rsp *http.Response) (*GetMessagesResponse, error) 
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetMessagesResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetMessagesResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6931,50 +5605,13 @@ func ParseGetTimelineResponse(rsp *http.Response) (*GetTimelineResponse, error) 
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTimelineResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTimelineResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7001,50 +5638,13 @@ func ParseGetToolSessionsResponse(rsp *http.Response) (*GetToolSessionsResponse,
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetToolSessionsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetToolSessionsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7071,50 +5671,13 @@ func ParseGetTurnLogResponse(rsp *http.Response) (*GetTurnLogResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTurnLogResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTurnLogResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7148,112 +5711,16 @@ func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) 
 		}
 		response.JSON202 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest TooLarge
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest UnsupportedMedia
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest TurnError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
-		var dest TimedOut
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON504 = &dest
+		response.JSONDefault = &dest
 
 	case rsp.StatusCode == 200:
 		// Content-type (text/event-stream) unsupported
 
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers SendMessageResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers SendMessageResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers SendMessageResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7273,95 +5740,13 @@ func ParseGetWorkspaceResponse(rsp *http.Response) (*GetWorkspaceResponse, error
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest WorkspaceUnsupported
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetWorkspaceResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetWorkspaceResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetWorkspaceResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7388,109 +5773,13 @@ func ParsePutWorkspaceResponse(rsp *http.Response) (*PutWorkspaceResponse, error
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Error
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest Error
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest Error
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest WorkspaceUnsupported
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers PutWorkspaceResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers PutWorkspaceResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers PutWorkspaceResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7517,64 +5806,13 @@ func ParseListTenantSessionsResponse(rsp *http.Response) (*ListTenantSessionsRes
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers ListTenantSessionsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers ListTenantSessionsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7597,64 +5835,13 @@ func ParseCloseTenantSessionResponse(rsp *http.Response) (*CloseTenantSessionRes
 	case rsp.StatusCode == 204:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers CloseTenantSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers CloseTenantSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7681,57 +5868,13 @@ func ParseGetTenantSessionResponse(rsp *http.Response) (*GetTenantSessionRespons
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTenantSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTenantSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7758,64 +5901,13 @@ func ParseGetTenantUsageResponse(rsp *http.Response) (*GetTenantUsageResponse, e
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTenantUsageResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTenantUsageResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7842,50 +5934,13 @@ func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetUsageResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetUsageResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
