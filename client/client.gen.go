@@ -492,6 +492,26 @@ func (e GetUsageParamsBy) Valid() bool {
 // Archive A tar stream (or, uploaded, a gzip of one).
 type Archive = openapi_types.File
 
+// CallView The tool call an activity is about, when the provider said (the native agent's calls; an ACP agent's tool calls), its input as it starts and its output as it ends, each bounded to 8 KiB.
+type CallView struct {
+	// Id The call's id, the same on its start and its end.
+	Id string `json:"id"`
+
+	// Input The call's arguments as the agent sent them (a file edit's {"path","oldText","newText"}).
+	Input interface{} `json:"input,omitempty"`
+
+	// InputCut The size in bytes of arguments too large to keep (input is then absent).
+	InputCut *int  `json:"inputCut,omitempty"`
+	IsError  *bool `json:"isError,omitempty"`
+
+	// Output What the call returned (set on its end); cut past 8 KiB with a note.
+	Output *string `json:"output,omitempty"`
+
+	// OutputCut The whole output's size in bytes when it was cut.
+	OutputCut *int   `json:"outputCut,omitempty"`
+	Tool      string `json:"tool"`
+}
+
 // Caller defines model for Caller.
 type Caller struct {
 	Principal string `json:"principal"`
@@ -599,6 +619,8 @@ type MarkKind string
 
 // Message One entry of the transcript.
 type Message struct {
+	// Call The tool call an activity is about, when the provider said (the native agent's calls; an ACP agent's tool calls), its input as it starts and its output as it ends, each bounded to 8 KiB.
+	Call    *CallView   `json:"call,omitempty"`
 	Content *string     `json:"content,omitempty"`
 	Role    MessageRole `json:"role"`
 
