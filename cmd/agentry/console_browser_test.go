@@ -327,17 +327,23 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	}
 	a.until("the transcript", `[...document.querySelectorAll("#transcript .msg.assistant .answer")].some((e) => e.textContent === "42")`)
-	// What the agent did (the provider's activities: the call and its
-	// return) is folded under the answer.
-	if n := eval[int](a, `document.querySelectorAll("#transcript details.calls .call").length`); n != 2 {
-		t.Fatalf("%d activities folded under the answer, want the call and its return", n)
+	// What the agent did is folded under the answer: one call, its input
+	// (the code, as numbered lines) and its output, in words a person reads.
+	if n := eval[int](a, `document.querySelectorAll("#transcript details.calls .call").length`); n != 1 {
+		t.Fatalf("%d calls folded under the answer, want the one run_code call", n)
 	}
 	if open := eval[bool](a, `document.querySelector("#transcript details.calls").open`); open {
 		t.Fatal("the tool calls are not folded")
 	}
 	a.do("unfold the call", chromedp.Click(chromedp.CSS("#transcript details.calls summary")))
-	if r := a.text("#transcript details.calls"); !strings.Contains(r, "the agent called run_code") || !strings.Contains(r, "run_code answered") {
-		t.Fatalf("the folded activities: %q", r)
+	if h := a.text("#transcript details.calls .call-head"); h != "the agent ran code with run_code: done" {
+		t.Fatalf("the call says %q", h)
+	}
+	if in := eval[[]string](a, `[...document.querySelectorAll("#transcript details.calls .code-lines li")].map((li) => li.textContent)`); len(in) != 1 || in[0] != "print(6*7)" {
+		t.Fatalf("the call's input: %q", in)
+	}
+	if out := a.text("#transcript details.calls pre.result"); strings.TrimSpace(out) != "42" {
+		t.Fatalf("the call's output: %q", out)
 	}
 
 	// The live tool session: its runner, key hash, held for, calls.

@@ -104,7 +104,13 @@ func TestBrowserConsoleLive(t *testing.T) {
 	a.do("approve", chromedp.Click(chromedp.ID("approve")))
 	a.until("answered", `[...document.querySelectorAll("#transcript .msg.assistant .answer")].some((e) => e.textContent.includes("42"))`)
 	a.until("the inbox empties", `!document.getElementById("inbox-empty").hidden`)
-	a.until("the tool call's output under its answer", `[...document.querySelectorAll("#transcript details.calls")].length > 0`)
+	a.until("the tool call's output under its answer", `[...document.querySelectorAll("#transcript details.calls pre.result")].some((e) => e.textContent.includes("42"))`)
+	if out := a.text("#transcript details.calls pre.result"); !strings.Contains(out, "<script>alert(1)</script>") {
+		t.Fatalf("the call's output, as text: %q", out)
+	}
+	if n := eval[int](a, `document.querySelectorAll("#transcript script, #transcript details.calls pre.result *").length`); n != 0 {
+		t.Fatalf("the call's output was parsed as markup: %d elements", n)
+	}
 
 	// The host stops: a banner says so.
 	s.stop(t)

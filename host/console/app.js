@@ -440,12 +440,7 @@ function renderTranscript(msgs) {
           d.append(el("div", { class: "call activity" }, el("p", { class: "call-head" }, activityWords(c.call.name))));
           continue;
         }
-        d.append(el("div", { class: "call" + (c.result && c.result.isError ? " is-error" : "") },
-          el("p", { class: "call-head" }, c.call.name + " ", el("code", {}, c.call.id)),
-          el("p", { class: "io-h" }, "Input"),
-          argsView(c.call.name, c.call.args) || el("p", { class: "help" }, "No input."),
-          el("p", { class: "io-h" }, "Output"),
-          c.result ? el("pre", { class: "result" }, ...cut(c.result.content || "(no output)")) : el("p", { class: "help" }, "No result recorded.")));
+        d.append(callView(c));
       }
       item.append(d);
     }
@@ -461,8 +456,22 @@ function renderTranscript(msgs) {
     }
     if (!group) group = { steps: [], answer: null };
     if (m.role === "activity") {
-      // What the agent did, as any provider says it ("calling run_code").
-      group.steps.push({ call: { id: "", name: m.content || "activity" }, result: null, activity: true });
+      // What the agent did, as any provider says it ("calling run_code"),
+      // with the call it is about when the provider said: one step per
+      // call, its input from the start, its output from the end.
+      const c = m.call && typeof m.call === "object" && m.call.id ? m.call : null;
+      if (!c) {
+        group.steps.push({ call: { id: "", name: m.content || "activity" }, result: null, activity: true });
+        continue;
+      }
+      let step = group.steps.find((x) => !x.activity && x.call.id === c.id);
+      if (!step) {
+        step = { call: { id: c.id, name: c.tool || "a tool" }, result: null, said: m.content || "" };
+        group.steps.push(step);
+      }
+      if (step.call.args === undefined && c.input !== undefined) step.call.args = c.input;
+      if (c.inputCut) step.call.argsCut = c.inputCut;
+      if (typeof c.output === "string") step.result = { content: c.output, isError: !!c.isError, cut: c.outputCut };
       continue;
     }
     if (m.role === "assistant") {
@@ -475,6 +484,44 @@ function renderTranscript(msgs) {
     }
   }
   flush();
+}
+
+// callWords says a tool call the way a person reads it: "the agent asked
+// to write hello.txt", "the agent ran code", "the agent called search".
+function callWords(call, result) {
+  const a = call.args && typeof call.args === "object" && !Array.isArray(call.args) ? call.args : {};
+  const path = [a.path, a.file_path, a.filePath, a.file].find((v) => typeof v === "string");
+  let what;
+  if (path !== undefined && (typeof a.newText === "string" || typeof a.new_string === "string" || typeof a.content === "string")) {
+    const fresh = a.oldText === undefined && a.old_string === undefined;
+    what = "the agent asked to " + (fresh ? "write " : "edit ") + path;
+  } else if (typeof a.code === "string") {
+    what = "the agent ran code with " + call.name;
+  } else if (typeof a.command === "string" || Array.isArray(a.command)) {
+    what = "the agent ran a command with " + call.name;
+  } else {
+    what = "the agent called " + call.name;
+  }
+  if (!result) return what + " (no result recorded)";
+  return what + (result.isError ? ": it failed" : ": done");
+}
+
+// callView is one tool call under its answer: what it was, its input (by
+// kind, as text) and its output (cut with a note past a size).
+function callView(c) {
+  const input = c.call.argsCut
+    ? el("p", { class: "help cut" }, "The input (" + c.call.argsCut + " bytes) was too large to keep.")
+    : argsView(c.call.name, c.call.args) || el("p", { class: "help" }, "No input recorded.");
+  let output = el("p", { class: "help" }, "No output recorded.");
+  if (c.result) {
+    const [text, note] = cut(c.result.content || "(no output)");
+    output = el("div", {}, el("pre", { class: "result", "aria-label": "Output of " + c.call.name }, text), note,
+      c.result.cut ? el("p", { class: "help cut" }, "Cut: the whole output was " + c.result.cut + " bytes.") : null);
+  }
+  return el("div", { class: "call" + (c.result && c.result.isError ? " is-error" : "") },
+    el("p", { class: "call-head" }, callWords(c.call, c.result)),
+    el("p", { class: "io-h" }, "Input"), input,
+    el("p", { class: "io-h" }, "Output"), output);
 }
 
 // ---- arguments, by kind, always as text ----
@@ -583,6 +630,10 @@ function activityWords(text) {
   if ((m = /^(\S+) returned$/.exec(t))) return m[1] + " answered";
   if ((m = /^(\S+) returned an error(.*)$/.exec(t))) return m[1] + " failed" + m[2];
   if ((m = /^(\S+) was declined$/.exec(t))) return "you declined " + m[1];
+  // An ACP agent's: "tool call ID: Title (kind, status)", "tool call ID completed".
+  if ((m = /^tool call \S+: (.*?)(?: \(([^()]*)\))?$/.exec(t))) return "the agent: " + m[1] + (m[2] ? " (" + m[2].replace(/_/g, " ") + ")" : "");
+  if ((m = /^tool call \S+ (\S+)$/.exec(t))) return "a tool call " + m[1].replace(/_/g, " ");
+  if ((m = /^answered (\S+): (.*)$/.exec(t))) return "the agent was answered: " + m[2];
   return t;
 }
 
