@@ -141,7 +141,8 @@ func (b *tab) until(what, expr string) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool]("!!("+expr+")", chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(step))); err != nil {
 		b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
 		text, _ := chromedp.Run(context.WithoutCancel(b.ctx), chromedp.Evaluate[string]("document.body.innerText"))
-		b.t.Fatalf("%s: %v\nthe page says:\n%s", what, err, text)
+		focus, _ := chromedp.Run(context.WithoutCancel(b.ctx), chromedp.Evaluate[string]("document.activeElement ? document.activeElement.tagName + '#' + document.activeElement.id : 'none'"))
+		b.t.Fatalf("%s: %v\nthe focus is on %s; the page says:\n%s", what, err, focus, text)
 	}
 }
 
@@ -277,19 +278,8 @@ var (
 // stays out of every URL and out of localStorage; nothing breaks the
 // page's policy.
 func TestBrowserConsole(t *testing.T) {
-	needPython(t)
-	actx := browser(t)
+	actx, s, toks := consoleServe(t, "alice", "bob")
 	dir := artifactDir(t)
-	tokens, toks := writeTokens(t, "alice", "bob")
-	o := serveDefaults(t)
-	o.tokens = tokens
-	o.runner = "interpreter"
-	if jailWorks() {
-		o.runner = "jail"
-	}
-	o.checkIns = []string{"run_code"}
-	s := startServe(t, o)
-	defer s.stop(t)
 
 	a := openTab(t, actx, dir)
 	a.signIn(s.url, toks["alice"])
@@ -387,6 +377,8 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	}
 	a.shot("4-timeline")
+	axe := axeScript(t)
+	a.accessible(axe, "a run's timeline")
 	a.do("scroll to the top", chromedp.Evaluate[chromedp.Void]("window.scrollTo(0, 0)"))
 	a.shot("console") // the README's picture
 	a.noOverflow(1280)
@@ -403,6 +395,7 @@ func TestBrowserConsole(t *testing.T) {
 	if st := a.text("#conv-state"); st == "closed" {
 		t.Fatal("closed before the person confirmed")
 	}
+	a.accessible(axe, "the close confirmation")
 	a.do("close", chromedp.Click(chromedp.ID("close-yes")))
 	a.until("closed", `document.getElementById("conv-state").textContent === "closed"`)
 	a.until("the session closed", `document.querySelector("#tool-sessions tbody tr.closed") && !document.querySelector("#tool-sessions tbody tr.live")`)
@@ -414,6 +407,7 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	a.until("listed as closed", `document.querySelector("#conv-list .badge.closed")`)
 	a.shot("6-closed")
+	a.accessible(axe, "a closed conversation")
 	a.tokenStaysHidden(toks["alice"])
 	a.clean()
 
@@ -459,6 +453,7 @@ func TestBrowserConsoleRefusesABadToken(t *testing.T) {
 		t.Fatal("a refused token was kept")
 	}
 	b.shot("refused")
+	b.accessible(axeScript(t), "a refused sign-in")
 	b.clean()
 }
 
@@ -538,6 +533,7 @@ func TestBrowserConsoleSessionInteraction(t *testing.T) {
 		t.Fatalf("the interaction reads %q / %q", h, q)
 	}
 	b.shot("interaction")
+	b.accessible(axeScript(t), "a question from the agent")
 	b.do("choose staging", chromedp.Click(chromedp.CSS(`#interaction-detail button.option`)))
 	if r := <-got; r.Answer != "staging" || r.Declined {
 		t.Fatalf("the agent heard %+v", r)

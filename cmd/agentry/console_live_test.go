@@ -49,24 +49,8 @@ func (b *tab) within(what string, d time.Duration, expr string) {
 // card shows the code as numbered lines, a <script> in it as text; and
 // when the host stops, a banner says it cannot be reached.
 func TestBrowserConsoleLive(t *testing.T) {
-	needPython(t)
-	actx := browser(t)
+	actx, s, toks := consoleServe(t, "alice")
 	dir := artifactDir(t)
-	tokens, toks := writeTokens(t, "alice")
-	o := serveDefaults(t)
-	o.tokens = tokens
-	o.runner = "interpreter"
-	if jailWorks() {
-		o.runner = "jail"
-	}
-	o.checkIns = []string{"run_code"}
-	s := startServe(t, o)
-	stopped := false
-	defer func() {
-		if !stopped {
-			s.stop(t)
-		}
-	}()
 
 	a := openTab(t, actx, dir)
 	a.signIn(s.url, toks["alice"])
@@ -99,6 +83,7 @@ func TestBrowserConsoleLive(t *testing.T) {
 		t.Fatal("the message box is usable while the turn waits, or Stop is not beside it")
 	}
 	a.shot("live-check-in")
+	a.accessible(axeScript(t), "the inbox with a check-in")
 
 	// Approve in the console: the inbox empties, the answer is there.
 	a.do("approve", chromedp.Click(chromedp.ID("approve")))
@@ -113,9 +98,9 @@ func TestBrowserConsoleLive(t *testing.T) {
 	}
 
 	// The host stops: a banner says so.
-	s.stop(t)
-	stopped = true
+	s.stop()
 	a.until("the banner", `!document.getElementById("banner").hidden && document.getElementById("banner-text").textContent.includes("cannot be reached")`)
 	a.shot("host-stopped")
+	a.accessible(axeScript(t), "the host-unreachable banner")
 	a.clean()
 }

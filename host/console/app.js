@@ -192,7 +192,6 @@ function renderInbox() {
     list.append(el("li", {},
       el("button", {
         type: "button", class: "inbox-item", "data-id": it.id,
-        "aria-label": it.what + " in conversation " + short(it.id) + ", waiting since " + clock(it.since) + ": " + it.detail,
         onclick: () => openConv(it.id),
       },
       el("span", { class: "inbox-what" }, it.what),
@@ -251,6 +250,10 @@ async function loadConvs() {
 }
 
 function renderConvs() {
+  // The lists are rebuilt: focus on one of their buttons moves to the
+  // same button rebuilt, so a keyboard user keeps their place.
+  const a = document.activeElement;
+  const had = a && a.dataset && a.dataset.id && a.closest("#conv-list, #inbox-list") ? [a.closest("ol, ul").id, a.dataset.id] : null;
   renderInbox();
   const list = $("conv-list");
   list.replaceChildren();
@@ -260,14 +263,17 @@ function renderConvs() {
     const st = state.running.has(c.sessionId) ? "running" : c.state;
     list.append(el("li", {},
       el("button", {
-        type: "button", class: "conv-item", "data-id": c.sessionId,
+        type: "button", class: "conv-item", "data-id": c.sessionId, id: "conv-" + c.sessionId,
         "aria-current": current ? "true" : undefined,
-        "aria-label": "Conversation " + short(c.sessionId) + ", " + st + ", " + c.turns + " turns, updated " + clock(c.updatedAt),
         onclick: () => openConv(c.sessionId),
       },
       el("span", { class: "conv-id" }, short(c.sessionId)),
       el("span", { class: "badge " + st }, st),
       el("span", { class: "conv-meta" }, c.turns + (c.turns === 1 ? " turn · " : " turns · ") + clock(c.updatedAt)))));
+  }
+  if (had) {
+    const again = $(had[0]).querySelector('[data-id="' + had[1] + '"]');
+    if (again) again.focus();
   }
 }
 
@@ -814,7 +820,7 @@ function renderTurns(turns) {
     const runCell = el("td", {});
     if (t.runId) {
       runCell.append(el("button", {
-        type: "button", class: "quiet", "aria-label": "Show the timeline of run " + t.runId,
+        type: "button", class: "quiet", "aria-label": "Show the timeline of run " + short(t.runId),
         onclick: () => showTimeline(t.runId),
       }, short(t.runId)));
     }
