@@ -714,6 +714,21 @@ type SessionList struct {
 	Sessions []Session `json:"sessions"`
 }
 
+// SessionUsage defines model for SessionUsage.
+type SessionUsage struct {
+	// SessionId Examples: ses_5f0c2b7e9a1d4c3e8b6a0f1e2d3c4b5a
+	SessionId SessionID `json:"sessionId"`
+
+	// Total The usage records sharing a key: a day (UTC, YYYY-MM-DD), a conversation, a model or a principal; the total's key is "total".
+	Total UsageRow `json:"total"`
+
+	// Truncated The caller's records since the conversation opened passed the bound one read sums.
+	Truncated bool `json:"truncated"`
+
+	// Turns One per turn-log entry with a usage record, by seq; the key is the seq.
+	Turns []UsageRow `json:"turns"`
+}
+
 // SignIn defines model for SignIn.
 type SignIn struct {
 	Oidc *OIDCSignIn `json:"oidc"`
@@ -1366,6 +1381,15 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessage(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetSessionUsage The usage of each of the conversation's turns, and their total.
+	//
+	// One row per turn-log entry that has a usage record (its key the
+	// entry's seq), in order, and their total; what the console shows
+	// beside each turn. Another's conversation is 404. docs/usage.md.
+	//
+	// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+	GetSessionUsage(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetWorkspace Take the workspace out as a tar stream.
 	//
 	// Symbolic links are written as links (never followed); FIFOs and
@@ -1817,6 +1841,25 @@ func (c *Client) SendMessageWithBody(ctx context.Context, id SessionID, contentT
 // Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 func (c *Client) SendMessage(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSendMessageRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSessionUsage The usage of each of the conversation's turns, and their total.
+//
+// One row per turn-log entry that has a usage record (its key the
+// entry's seq), in order, and their total; what the console shows
+// beside each turn. Another's conversation is 404. docs/usage.md.
+//
+// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+func (c *Client) GetSessionUsage(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionUsageRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2672,6 +2715,40 @@ func NewSendMessageRequestWithBody(server string, id SessionID, contentType stri
 	return req, nil
 }
 
+// NewGetSessionUsageRequest constructs an http.Request for the GetSessionUsage method
+func NewGetSessionUsageRequest(server string, id SessionID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/usage", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetWorkspaceRequest constructs an http.Request for the GetWorkspace method
 func NewGetWorkspaceRequest(server string, id SessionID, params *GetWorkspaceParams) (*http.Request, error) {
 	var err error
@@ -3325,6 +3402,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessageWithResponse(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
+
+	// GetSessionUsageWithResponse The usage of each of the conversation's turns, and their total.
+	//
+	// One row per turn-log entry that has a usage record (its key the
+	// entry's seq), in order, and their total; what the console shows
+	// beside each turn. Another's conversation is 404. docs/usage.md.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+	GetSessionUsageWithResponse(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*GetSessionUsageResponse, error)
 
 	// GetWorkspaceWithResponse Take the workspace out as a tar stream.
 	//
@@ -4853,6 +4941,82 @@ func (r SendMessageResponse) ContentType() string {
 	return ""
 }
 
+// GetSessionUsageResponse401Headers the declared response headers of an HTTP 401 response for GetSessionUsage
+type GetSessionUsageResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetSessionUsageResponse503Headers the declared response headers of an HTTP 503 response for GetSessionUsage
+type GetSessionUsageResponse503Headers struct {
+	RetryAfter *string
+}
+
+type GetSessionUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionUsage
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetSessionUsageResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetSessionUsageResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionUsageResponse) GetJSON200() *SessionUsage {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetSessionUsageResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetSessionUsageResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetSessionUsageResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetWorkspaceResponse401Headers the declared response headers of an HTTP 401 response for GetWorkspace
 type GetWorkspaceResponse401Headers struct {
 	WWWAuthenticate *string
@@ -5861,6 +6025,23 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Se
 		return nil, err
 	}
 	return ParseSendMessageResponse(rsp)
+}
+
+// GetSessionUsageWithResponse The usage of each of the conversation's turns, and their total.
+//
+// One row per turn-log entry that has a usage record (its key the
+// entry's seq), in order, and their total; what the console shows
+// beside each turn. Another's conversation is 404. docs/usage.md.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+func (c *ClientWithResponses) GetSessionUsageWithResponse(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*GetSessionUsageResponse, error) {
+	rsp, err := c.GetSessionUsage(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionUsageResponse(rsp)
 }
 
 // GetWorkspaceWithResponse Take the workspace out as a tar stream.
@@ -7268,6 +7449,76 @@ func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) 
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers SendMessageResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionUsageResponse parses an HTTP response from a GetSessionUsageWithResponse call
+func ParseGetSessionUsageResponse(rsp *http.Response) (*GetSessionUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionUsage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetSessionUsageResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetSessionUsageResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

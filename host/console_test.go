@@ -353,3 +353,36 @@ func TestTranscriptKeepsToolCallInputAndOutput(t *testing.T) {
 		}
 	}
 }
+
+// GET /v1/sessions/{id}/usage: a row per turn (keyed by its turn-log
+// seq) and their total, only this conversation's, only for its owner.
+func TestConversationUsage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, config{})
+	id, other := f.open("alice"), f.open("alice")
+	want(t, f.say("alice", id, "hello"), 200, "")
+	want(t, f.say("alice", id, `call files {"op":"write","name":"a.txt","text":"x"}`), 200, "")
+	want(t, f.say("alice", other, "elsewhere"), 200, "")
+	r := f.do("GET", "/v1/sessions/"+id+"/usage", "alice", nil)
+	want(t, r, 200, "")
+	var got struct {
+		SessionID string
+		Turns     []host.UsageRow
+		Total     host.UsageRow
+		Truncated bool
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.SessionID != id || len(got.Turns) != 2 || got.Turns[0].Key != "1" || got.Turns[1].Key != "2" || got.Truncated {
+		t.Fatalf("the rows: %+v", got)
+	}
+	if got.Turns[0].ModelCalls != 1 || got.Turns[1].ModelCalls != 2 || got.Turns[1].ToolCalls != 1 {
+		t.Fatalf("the turns' usage: %+v", got.Turns)
+	}
+	if got.Total.Turns != 2 || got.Total.ModelCalls != 3 || got.Total.Key != "total" {
+		t.Fatalf("the total: %+v", got.Total)
+	}
+	want(t, f.do("GET", "/v1/sessions/"+id+"/usage", "bob", nil), 404, "not_found")
+	want(t, f.do("POST", "/v1/sessions/"+id+"/usage", "alice", nil), 405, "")
+}

@@ -344,6 +344,10 @@ func TestBrowserConsole(t *testing.T) {
 		t.Fatalf("the tool session row: %q", cells)
 	}
 	a.shot("3-answered")
+	// What it used: each turn's, the conversation's, the person's month.
+	a.until("each turn's usage", `[...document.querySelectorAll("#turns tbody td.used")].some((td) => td.textContent.includes("model call") && td.textContent.includes("tokens"))`)
+	a.until("the conversation's usage", `document.getElementById("conv-usage").textContent.startsWith("This conversation: 1 turn · ")`)
+	a.until("the month's usage", `/^You this month: [1-9][0-9]* turns? · [0-9,]+ tokens/.test(document.getElementById("usage-total").textContent)`)
 
 	// Decline the next one, by keyboard only: Ctrl+Enter sends; Tab from
 	// the note passes Approve to Decline; Enter presses it.

@@ -238,6 +238,7 @@ function clearError(where) {
 // ---- conversations ----
 
 async function loadConvs() {
+  loadUsageTotal();
   try {
     const res = await api("GET", "/v1/sessions");
     state.convs = res.sessions || [];
@@ -309,13 +310,14 @@ async function openConv(id) {
 async function refreshConv() {
   const id = state.current;
   if (!id) return;
-  let s, msgs, turns, tools;
+  let s, msgs, turns, tools, usage;
   try {
-    [s, msgs, turns, tools] = await Promise.all([
+    [s, msgs, turns, tools, usage] = await Promise.all([
       api("GET", "/v1/sessions/" + id),
       api("GET", "/v1/sessions/" + id + "/messages"),
       api("GET", "/v1/sessions/" + id + "/turns"),
       api("GET", "/v1/sessions/" + id + "/tool-sessions"),
+      api("GET", "/v1/sessions/" + id + "/usage"),
     ]);
   } catch (e) {
     if (e.status === 404) {
@@ -333,7 +335,7 @@ async function refreshConv() {
   state.session = s;
   renderSession(s);
   renderTranscript(msgs.messages || []);
-  renderTurns(turns.turns || []);
+  renderTurns(turns.turns || [], usage);
   renderTools(tools);
 }
 
@@ -812,9 +814,38 @@ function renderTools(res) {
   }
 }
 
-function renderTurns(turns) {
+// usageWords says a usage row as a person reads it: "1,234 tokens ·
+// 3 model calls · $0.0123" (a cost the price table cannot tell is said so,
+// never shown as zero).
+function usageWords(r) {
+  if (!r) return "";
+  const n = (v) => Number(v || 0).toLocaleString("en");
+  const tokens = (r.inputTokens || 0) + (r.outputTokens || 0);
+  const parts = [n(tokens) + " tokens (" + n(r.inputTokens) + " in, " + n(r.outputTokens) + " out)"];
+  if (r.modelCalls) parts.push(n(r.modelCalls) + (r.modelCalls === 1 ? " model call" : " model calls"));
+  if (r.toolCalls) parts.push(n(r.toolCalls) + (r.toolCalls === 1 ? " tool call" : " tool calls"));
+  if (r.costUsd || !r.unknownCostTurns) parts.push("$" + Number(r.costUsd || 0).toFixed(4));
+  if (r.unknownCostTurns) parts.push("cost unknown for " + r.unknownCostTurns + (r.unknownCostTurns === 1 ? " turn" : " turns"));
+  return parts.join(" · ");
+}
+
+// loadUsageTotal shows the person's usage this month (UTC).
+async function loadUsageTotal() {
+  const now = new Date();
+  const since = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString().slice(0, 10);
+  try {
+    const u = await api("GET", "/v1/usage?by=day&since=" + since);
+    $("usage-total").textContent = "You this month: " + u.total.turns + (u.total.turns === 1 ? " turn · " : " turns · ") + usageWords(u.total);
+  } catch (e) {
+    $("usage-total").textContent = "Your usage cannot be read now: " + e.message;
+  }
+}
+
+function renderTurns(turns, usage) {
   const body = $("turns").tBodies[0];
   body.replaceChildren();
+  const used = new Map(((usage && usage.turns) || []).map((r) => [r.key, r]));
+  $("conv-usage").textContent = usage ? "This conversation: " + usage.total.turns + (usage.total.turns === 1 ? " turn · " : " turns · ") + usageWords(usage.total) : "";
   for (const t of turns.slice().reverse()) {
     const took = new Date(t.ended) - new Date(t.started);
     const runCell = el("td", {});
@@ -829,6 +860,7 @@ function renderTurns(turns) {
       el("td", {}, t.kind),
       el("td", {}, el("span", { class: "badge " + t.outcome }, t.outcome), t.error ? el("span", { class: "turn-error" }, " " + t.error) : null),
       el("td", {}, ms(took)),
+      el("td", { class: "used" }, usageWords(used.get(String(t.seq)))),
       runCell));
   }
 }
