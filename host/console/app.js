@@ -4,7 +4,7 @@
 // the /v1 API with the caller's token; the page is built with textContent
 // only (the policy refuses HTML from strings).
 
-import { api, stream, follow, token, ApiError, signInConfig, beginSignIn, finishSignIn } from "./api.js";
+import { api, stream, follow, token, ApiError, signInConfig, beginSignIn, finishSignIn, raw, tarOf, listTar } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -301,9 +301,13 @@ async function openConv(id) {
   $("waterfall").replaceChildren();
   $("marks").replaceChildren();
   $("timeline-title").textContent = "Choose a run in the turn log.";
+  $("ws-list").replaceChildren();
+  $("ws-state").textContent = "";
+  clearError("ws");
   renderConvs();
   await refreshConv();
   $("conv-h").focus();
+  listWorkspace();
 }
 
 // refreshConv reloads everything the conversation view shows.
@@ -865,6 +869,100 @@ function renderTurns(turns, usage) {
   }
 }
 
+// ---- the workspace: upload, list, download ----
+
+const WS_LIST_MAX = 500; // entries listed; past it the list says so
+
+function bytes(n) {
+  if (n < 1024) return n + " B";
+  if (n < 1 << 20) return (n / 1024).toFixed(1) + " KiB";
+  return (n / (1 << 20)).toFixed(1) + " MiB";
+}
+
+// listWorkspace reads the workspace's tar stream and lists its entries.
+async function listWorkspace() {
+  const id = state.current;
+  clearError("ws");
+  $("ws-state").textContent = "Reading the workspace…";
+  let res;
+  try {
+    res = await listTar(await raw("GET", "/v1/sessions/" + id + "/workspace"), WS_LIST_MAX);
+  } catch (e) {
+    if (id !== state.current) return;
+    if (e.code === "workspace_unsupported") {
+      $("ws-controls").hidden = true;
+      $("ws-list").replaceChildren();
+      $("ws-state").textContent = "This agent keeps no files the host can reach: no workspace to show.";
+      return;
+    }
+    $("ws-state").textContent = "";
+    if (e.status === 401) fail(e);
+    else showError("ws", e.message);
+    return;
+  }
+  if (id !== state.current) return;
+  $("ws-controls").hidden = false;
+  const list = $("ws-list");
+  list.replaceChildren();
+  const files = res.entries.filter((f) => f.type !== "dir" && f.name !== "." && f.name !== "./");
+  for (const f of files) {
+    const name = f.name.replace(/^\.\//, "");
+    list.append(el("li", {},
+      el("span", { class: "ws-name" }, name),
+      el("span", { class: "sub" }, f.type === "link" ? "link" : bytes(f.size)),
+      el("button", { type: "button", class: "quiet", "aria-label": "Download " + name, onclick: () => downloadWorkspace(name) }, "Download")));
+  }
+  $("ws-state").textContent = files.length === 0 ? "The workspace is empty."
+    : files.length + (files.length === 1 ? " file" : " files") + (res.more ? "; only the first " + WS_LIST_MAX + " entries are listed" : "") + ".";
+}
+
+// downloadWorkspace saves the workspace (or one path of it) as a tar file.
+async function downloadWorkspace(path) {
+  clearError("ws");
+  const q = path ? "?path=" + encodeURIComponent(path) : "";
+  let blob;
+  try {
+    blob = await (await raw("GET", "/v1/sessions/" + state.current + "/workspace" + q)).blob();
+  } catch (e) {
+    if (e.status === 401) fail(e);
+    else showError("ws", e.message);
+    return;
+  }
+  const url = URL.createObjectURL(blob);
+  const a = el("a", { href: url, download: (path ? path.replace(/[\/]/g, "_") : "workspace-" + short(state.current)) + ".tar", hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+  $("ws-state").textContent = "Downloaded " + (path || "the workspace") + " (" + bytes(blob.size) + ", a tar file).";
+}
+
+// uploadWorkspace puts the chosen files into the workspace's top level.
+async function uploadWorkspace() {
+  clearError("ws");
+  const chosen = [...$("ws-files").files];
+  if (chosen.length === 0) {
+    showError("ws", "Choose one or more files first.");
+    $("ws-files").focus();
+    return;
+  }
+  $("ws-upload").disabled = true;
+  $("ws-state").textContent = "Uploading " + chosen.length + (chosen.length === 1 ? " file…" : " files…");
+  try {
+    const files = await Promise.all(chosen.map(async (f) => ({ name: f.name, bytes: new Uint8Array(await f.arrayBuffer()) })));
+    const res = await raw("PUT", "/v1/sessions/" + state.current + "/workspace", tarOf(files), "application/x-tar");
+    await res.body?.cancel();
+    $("ws-files").value = "";
+    await listWorkspace();
+  } catch (e) {
+    $("ws-state").textContent = "";
+    if (e.status === 401) fail(e);
+    else showError("ws", e.message);
+  } finally {
+    $("ws-upload").disabled = false;
+  }
+}
+
 // ---- a run's timeline ----
 
 async function showTimeline(runId) {
@@ -952,6 +1050,9 @@ function wire() {
     }
   });
   $("stop").addEventListener("click", stopTurn);
+  $("ws-upload").addEventListener("click", uploadWorkspace);
+  $("ws-list-button").addEventListener("click", listWorkspace);
+  $("ws-download").addEventListener("click", () => downloadWorkspace(""));
   $("approve").addEventListener("click", () => decide(true));
   $("decline").addEventListener("click", () => decide(false));
   window.addEventListener("hashchange", () => {
