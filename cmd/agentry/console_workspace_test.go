@@ -26,6 +26,7 @@ func TestBrowserConsoleWorkspace(t *testing.T) {
 	b.signIn(s.url, toks["alice"])
 	b.do("start", chromedp.Click(chromedp.ID("new-conv")), chromedp.WaitVisible(chromedp.ID("conv-body")))
 	id := strings.TrimPrefix(eval[string](b, "location.hash"), "#")
+	b.do("list the files", chromedp.Click(chromedp.ID("ws-list-button")))
 	b.until("the empty workspace", `document.getElementById("ws-state").textContent === "The workspace is empty."`)
 
 	dir := t.TempDir()

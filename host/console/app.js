@@ -301,13 +301,15 @@ async function openConv(id) {
   $("waterfall").replaceChildren();
   $("marks").replaceChildren();
   $("timeline-title").textContent = "Choose a run in the turn log.";
+  // The workspace is read when the person asks: reading it may start the
+  // agent's sandbox, and holds the conversation while it runs.
   $("ws-list").replaceChildren();
-  $("ws-state").textContent = "";
+  $("ws-controls").hidden = false;
+  $("ws-state").textContent = "List files reads the workspace (it starts the agent's sandbox if none runs).";
   clearError("ws");
   renderConvs();
   await refreshConv();
   $("conv-h").focus();
-  listWorkspace();
 }
 
 // refreshConv reloads everything the conversation view shows.
