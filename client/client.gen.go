@@ -492,6 +492,26 @@ func (e GetUsageParamsBy) Valid() bool {
 // Archive A tar stream (or, uploaded, a gzip of one).
 type Archive = openapi_types.File
 
+// CallView The tool call an activity is about, when the provider said (the native agent's calls; an ACP agent's tool calls), its input as it starts and its output as it ends, each bounded to 8 KiB.
+type CallView struct {
+	// Id The call's id, the same on its start and its end.
+	Id string `json:"id"`
+
+	// Input The call's arguments as the agent sent them (a file edit's {"path","oldText","newText"}).
+	Input interface{} `json:"input,omitempty"`
+
+	// InputCut The size in bytes of arguments too large to keep (input is then absent).
+	InputCut *int  `json:"inputCut,omitempty"`
+	IsError  *bool `json:"isError,omitempty"`
+
+	// Output What the call returned (set on its end); cut past 8 KiB with a note.
+	Output *string `json:"output,omitempty"`
+
+	// OutputCut The whole output's size in bytes when it was cut.
+	OutputCut *int   `json:"outputCut,omitempty"`
+	Tool      string `json:"tool"`
+}
+
 // Caller defines model for Caller.
 type Caller struct {
 	Principal string `json:"principal"`
@@ -599,6 +619,8 @@ type MarkKind string
 
 // Message One entry of the transcript.
 type Message struct {
+	// Call The tool call an activity is about, when the provider said (the native agent's calls; an ACP agent's tool calls), its input as it starts and its output as it ends, each bounded to 8 KiB.
+	Call    *CallView   `json:"call,omitempty"`
 	Content *string     `json:"content,omitempty"`
 	Role    MessageRole `json:"role"`
 
@@ -690,6 +712,21 @@ type SessionID = string
 // SessionList defines model for SessionList.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`
+}
+
+// SessionUsage defines model for SessionUsage.
+type SessionUsage struct {
+	// SessionId Examples: ses_5f0c2b7e9a1d4c3e8b6a0f1e2d3c4b5a
+	SessionId SessionID `json:"sessionId"`
+
+	// Total The usage records sharing a key: a day (UTC, YYYY-MM-DD), a conversation, a model or a principal; the total's key is "total".
+	Total UsageRow `json:"total"`
+
+	// Truncated The caller's records since the conversation opened passed the bound one read sums.
+	Truncated bool `json:"truncated"`
+
+	// Turns One per turn-log entry with a usage record, by seq; the key is the seq.
+	Turns []UsageRow `json:"turns"`
 }
 
 // SignIn defines model for SignIn.
@@ -1305,6 +1342,15 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessage(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetSessionUsage The usage of each of the conversation's turns, and their total.
+	//
+	// One row per turn-log entry that has a usage record (its key the
+	// entry's seq), in order, and their total; what the console shows
+	// beside each turn. Another's conversation is 404. docs/usage.md.
+	//
+	// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+	GetSessionUsage(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetWorkspace Take the workspace out as a tar stream.
 	//
 	// Symbolic links are written as links (never followed); FIFOs and
@@ -1756,6 +1802,25 @@ func (c *Client) SendMessageWithBody(ctx context.Context, id SessionID, contentT
 // Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 func (c *Client) SendMessage(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSendMessageRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSessionUsage The usage of each of the conversation's turns, and their total.
+//
+// One row per turn-log entry that has a usage record (its key the
+// entry's seq), in order, and their total; what the console shows
+// beside each turn. Another's conversation is 404. docs/usage.md.
+//
+// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+func (c *Client) GetSessionUsage(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionUsageRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2611,6 +2676,40 @@ func NewSendMessageRequestWithBody(server string, id SessionID, contentType stri
 	return req, nil
 }
 
+// NewGetSessionUsageRequest constructs an http.Request for the GetSessionUsage method
+func NewGetSessionUsageRequest(server string, id SessionID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/usage", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetWorkspaceRequest constructs an http.Request for the GetWorkspace method
 func NewGetWorkspaceRequest(server string, id SessionID, params *GetWorkspaceParams) (*http.Request, error) {
 	var err error
@@ -3264,6 +3363,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessageWithResponse(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
+
+	// GetSessionUsageWithResponse The usage of each of the conversation's turns, and their total.
+	//
+	// One row per turn-log entry that has a usage record (its key the
+	// entry's seq), in order, and their total; what the console shows
+	// beside each turn. Another's conversation is 404. docs/usage.md.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+	GetSessionUsageWithResponse(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*GetSessionUsageResponse, error)
 
 	// GetWorkspaceWithResponse Take the workspace out as a tar stream.
 	//
@@ -4281,6 +4391,54 @@ func (r SendMessageResponse) ContentType() string {
 	return ""
 }
 
+type GetSessionUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionUsage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionUsageResponse) GetJSON200() *SessionUsage {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetSessionUsageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetWorkspaceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4946,6 +5104,23 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Se
 		return nil, err
 	}
 	return ParseSendMessageResponse(rsp)
+}
+
+// GetSessionUsageWithResponse The usage of each of the conversation's turns, and their total.
+//
+// One row per turn-log entry that has a usage record (its key the
+// entry's seq), in order, and their total; what the console shows
+// beside each turn. Another's conversation is 404. docs/usage.md.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+func (c *ClientWithResponses) GetSessionUsageWithResponse(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*GetSessionUsageResponse, error) {
+	rsp, err := c.GetSessionUsage(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionUsageResponse(rsp)
 }
 
 // GetWorkspaceWithResponse Take the workspace out as a tar stream.
@@ -5720,6 +5895,39 @@ func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) 
 
 	case rsp.StatusCode == 200:
 		// Content-type (text/event-stream) unsupported
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionUsageResponse parses an HTTP response from a GetSessionUsageWithResponse call
+func ParseGetSessionUsageResponse(rsp *http.Response) (*GetSessionUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionUsage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
 
 	}
 

@@ -142,6 +142,25 @@ type Message struct {
 	Content string `json:"content,omitempty"`
 	// RunID is the turn the message belongs to.
 	RunID string `json:"runId,omitempty"`
+	// Call is the tool call an activity is about, when the provider said
+	// (its input as the call starts, its output as it ends), bounded by
+	// MaxCallBytes.
+	Call *CallView `json:"call,omitempty"`
+}
+
+// CallView is a tool call as the transcript keeps it.
+type CallView struct {
+	ID   string `json:"id"`
+	Tool string `json:"tool"`
+	// Input is the call's arguments (a JSON value); InputCut, when set, is
+	// the size of arguments too large to keep.
+	Input    json.RawMessage `json:"input,omitempty"`
+	InputCut int             `json:"inputCut,omitempty"`
+	// Output is what the call returned (set on its end), cut past
+	// MaxCallBytes with OutputCut its whole size.
+	Output    *string `json:"output,omitempty"`
+	OutputCut int     `json:"outputCut,omitempty"`
+	IsError   bool    `json:"isError,omitempty"`
 }
 
 // Conversation is a hosted conversation as the store keeps it.

@@ -293,7 +293,7 @@ type turnRun struct {
 
 	answer     strings.Builder // the last run of text: what came since the activity before it
 	afterText  bool            // an activity came after the answer so far: new text starts a new one
-	activities []string        // what the agent did, for the transcript (bounded)
+	activities []Message       // what the agent did, for the transcript (bounded)
 	request    *provider.Request
 	outcome    provider.Outcome
 	failure    string // what a failed turn said
@@ -353,7 +353,7 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 			t.failure = o.Text
 			t.afterText = true
 			if len(t.activities) < maxActivities {
-				t.activities = append(t.activities, clipText(o.Text, maxActivityBytes))
+				t.activities = append(t.activities, Message{Role: "activity", Content: clipText(o.Text, maxActivityBytes), Call: callView(o.Call)})
 			}
 		case provider.OutputRequest:
 			t.request = o.Request
@@ -377,17 +377,48 @@ func wantsStream(r *http.Request) bool {
 }
 
 // The transcript keeps what the agent did in a turn (its activity
-// outputs: "calling run_code", "run_code returned"), bounded.
+// outputs: "calling run_code", "run_code returned", with the call's input
+// and output where the provider gives them), bounded: a turn's transcript
+// grows by at most maxActivities × (maxActivityBytes + 2 × MaxCallBytes).
 const (
 	maxActivities    = 64
 	maxActivityBytes = 2 << 10
 )
 
+// MaxCallBytes bounds a tool call's input and output in the transcript
+// (CallView): past it, the input is left out and its size said; the output
+// is cut and its size said.
+const MaxCallBytes = 8 << 10
+
+// callView is what the transcript keeps of a tool call an activity is
+// about, bounded; nil for none.
+func callView(c *provider.CallDetail) *CallView {
+	if c == nil {
+		return nil
+	}
+	v := &CallView{ID: clipText(c.ID, 256), Tool: clipText(c.Tool, 256), IsError: c.IsError}
+	if len(c.Input) > MaxCallBytes {
+		v.InputCut = len(c.Input)
+	} else if len(c.Input) > 0 && json.Valid(c.Input) {
+		v.Input = append(json.RawMessage(nil), c.Input...)
+	}
+	if c.Ended {
+		out := c.Output
+		if len(out) > MaxCallBytes {
+			v.OutputCut = len(out)
+			out = clipText(out, MaxCallBytes)
+		}
+		v.Output = &out
+	}
+	return v
+}
+
 // activityMessages are a turn's activities as transcript entries.
 func (t *turnRun) activityMessages() []Message {
 	out := make([]Message, 0, len(t.activities))
 	for _, a := range t.activities {
-		out = append(out, Message{Role: "activity", Content: a, RunID: t.runID})
+		a.RunID = t.runID
+		out = append(out, a)
 	}
 	return out
 }

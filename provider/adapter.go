@@ -237,6 +237,24 @@ type Output struct {
 	// Usage is set for OutputUsage: what the turn used since its previous
 	// usage output (never a running total).
 	Usage *llm.TurnUsage
+	// Call is set on an activity about one tool call, as far as the
+	// provider knows it: its input when the call starts, its output when
+	// it ends. Hosts show it to the person; it is not bounded here.
+	Call *CallDetail
+}
+
+// CallDetail is one tool call an activity is about.
+type CallDetail struct {
+	// ID is the call's id, the same on its start and its end.
+	ID   string
+	Tool string
+	// Input is the call's arguments (a file edit's {"path","oldText",
+	// "newText"} as the agent sent it), nil when not known.
+	Input json.RawMessage
+	// Output is what the call returned; Ended is set when it did.
+	Output  string
+	Ended   bool
+	IsError bool
 }
 
 // Outcome is how a turn ended.

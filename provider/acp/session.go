@@ -424,7 +424,12 @@ func (s *session) update(ctx context.Context, u sdk.SessionUpdate) {
 	if text == "" {
 		kind, body = provider.OutputActivity, act
 	}
-	s.push(ctx, t, item{out: s.output(kind, t.id, func(o *provider.Output) { o.Text = body })})
+	s.push(ctx, t, item{out: s.output(kind, t.id, func(o *provider.Output) {
+		o.Text = body
+		if kind == provider.OutputActivity {
+			o.Call = callOf(u)
+		}
+	})})
 }
 
 var cancelled = sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{Cancelled: &sdk.RequestPermissionOutcomeCancelled{}}}
@@ -839,24 +844,5 @@ func (s *session) teardown(ctx context.Context) error {
 // "newText"}; oldText absent for a new file), else the call's raw input
 // when it is a JSON object, else nil.
 func permissionArgs(tc sdk.ToolCallUpdate) json.RawMessage {
-	for _, c := range tc.Content {
-		if d := c.Diff; d != nil {
-			b, err := json.Marshal(struct {
-				Path    string  `json:"path"`
-				OldText *string `json:"oldText,omitempty"`
-				NewText string  `json:"newText"`
-			}{d.Path, d.OldText, d.NewText})
-			if err == nil {
-				return b
-			}
-		}
-	}
-	if tc.RawInput == nil {
-		return nil
-	}
-	b, err := json.Marshal(tc.RawInput)
-	if err != nil || len(b) == 0 || b[0] != '{' {
-		return nil
-	}
-	return b
+	return callInput(tc.Content, tc.RawInput)
 }

@@ -592,8 +592,10 @@ func (t *turn) observe(e event.Event) {
 		o = t.output(provider.OutputText, p.Content)
 	case *tool.CallStart:
 		o = t.output(provider.OutputActivity, t.s.in.phrases.Calling(p.Tool))
+		o.Call = &provider.CallDetail{ID: p.ToolCallID, Tool: p.Tool, Input: p.Args}
 	case *tool.CallEnd:
 		o = t.output(provider.OutputActivity, t.s.in.phrases.Ended(p))
+		o.Call = &provider.CallDetail{ID: p.ToolCallID, Tool: p.Tool, Output: p.Content, Ended: true, IsError: p.IsError}
 	default:
 		t.mu.Unlock()
 		return
