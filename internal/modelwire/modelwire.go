@@ -37,14 +37,17 @@ type Options struct {
 	Code func(message string) string
 	// APIKey, when set, is the only key the server accepts.
 	APIKey string
-	// Script, when set, is the model of the Anthropic server instead of
-	// the run_code turn (the Responses server's too), and the Gemini server's only model: it is shown
-	// each request and says what to answer — text, calls of any tools
-	// with any arguments, or both. The answer is streamed the way the
-	// vendor streams (Anthropic: a text block, then one tool_use block per
-	// call with its input in pieces; Gemini: the text in pieces, each call
-	// whole) or sent whole. It is called from the server's goroutines,
-	// one call at a time per request. The OpenAI server does not use it.
+	// Script, when set, is the model of the Anthropic and Responses
+	// servers instead of the run_code turn, and the Gemini server's only
+	// model: it is shown each request and says what to answer — text,
+	// calls of any tools with any arguments, or both. The answer is
+	// streamed the way the vendor streams (Anthropic: a text block, then
+	// one tool_use block per call with its input in pieces; Responses: a
+	// message item with the text in deltas, then one item per call with
+	// its arguments or input in pieces; Gemini: the text in pieces, each
+	// call whole) or sent whole. It is called from the server's goroutines,
+	// one call at a time per request. The Chat Completions server does not
+	// use it.
 	Script func(Turn) Reply
 }
 
