@@ -50,6 +50,10 @@ func TestTurnMapsUpdatesToOutputs(t *testing.T) {
 		if u.Basis != llm.BasisPerTurn || u.Tokens() != (llm.Usage{InputTokens: 100, OutputTokens: 20}) || u.AgentWall <= 0 {
 			t.Errorf("usage %+v", u)
 		}
+		// The agent names its model only in its model option.
+		if _, ok := u.Models["small"]; !ok {
+			t.Errorf("usage by model %v: want the model option's current value, small", u.Models)
+		}
 	}
 	for _, want := range []string{"tool call call-9: Look around (read, in_progress)", "tool call call-9 completed", "plan: [completed] greet"} {
 		found := false
