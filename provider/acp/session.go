@@ -79,8 +79,8 @@ type session struct {
 	agentSID string
 	// fresh, set in a session reopened afresh, says why: the next turn
 	// tells the person, and the agent, that the agent's memory is new.
-	fresh string
-	instr string // host-binding instructions, for the next prompt
+	fresh   string
+	instr   string // host-binding instructions, for the next prompt
 	turn    *turn
 	reqN    int
 	elicitN int
