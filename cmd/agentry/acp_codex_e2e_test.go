@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -168,4 +169,46 @@ func checkUsage(t *testing.T, p *process) {
 	}) {
 		t.Errorf("no model's row with the turn's tokens in the usage: %s", b)
 	}
+}
+
+// A refused egress of a real agent shows on the terminal of `agentry run`
+// (TestRunPrintsRefusedEgress shows the line comes as it happens): Codex
+// with a HOME template that leaves its plugin features on reaches for
+// github.com and chatgpt.com at start; each refusal is a line on stderr
+// naming the flag that would allow it, and the turn still answers.
+func TestRunCodexPrintsRefusedEgress(t *testing.T) {
+	bin := npmAgent(t, codexACPEnv, defaultCodexACP, "codex-acp", codexACPPackage)
+	agentCmd := "node " + filepath.Join(filepath.Dir(filepath.Dir(bin)), "@agentclientprotocol", "codex-acp", "dist", "index.js")
+	agentry := binary(t)
+	dir, events := agentDir(t)
+	const key = "sk-offline-codex"
+	model := modelwire.NewResponses(modelwire.Options{APIKey: key, Script: func(modelwire.Turn) modelwire.Reply {
+		return modelwire.Reply{Text: "All done."}
+	}})
+	defer model.Close()
+	u, _ := url.Parse(model.URL)
+	home := filepath.Join(dir, "home")
+	writeTemplate(t, home, ".codex/config.toml", fmt.Sprintf("openai_base_url = %q\n", model.URL+"/v1"))
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(agentry, "run", "--agent", "acp", "--agent-cmd", agentCmd,
+		"--agent-env", "OPENAI_API_KEY="+key, "--agent-env", "PATH", "--agent-auth", "api-key",
+		"--agent-home", home, "--agent-mode", "read-only", "--agent-allow-host", u.Host,
+		"--workspace", ws, "--events", events, "Say hello.")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "All done.") {
+		t.Fatalf("agentry run: %v\n%s", err, out)
+	}
+	var refusals []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "the jail refused the agent's connection to ") && strings.Contains(l, "to allow it, pass --agent-allow-host ") {
+			refusals = append(refusals, l)
+		}
+	}
+	if len(refusals) == 0 {
+		t.Fatalf("no line on the terminal for a refused connection:\n%s", out)
+	}
+	t.Logf("refusals shown: %q", refusals)
 }
