@@ -72,7 +72,7 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 // permission request approved through POST …/decision; it calls the
 // lent run_code tool over MCP; a write outside its workspace fails, and
 // so does a dial to the host's own port (a jail event); the events file
-// audits clean.
+// audits clean; the turn's usage is structured data in GET /v1/usage.
 func TestServeClaudeAgentACP(t *testing.T) {
 	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
@@ -150,6 +150,16 @@ func TestServeClaudeAgentACP(t *testing.T) {
 		t.Errorf("the agent reached the host's own port: %q", seen)
 	}
 
+	checkUsage(t, p)
+	stopAndCheckJailed(t, p, bin, events, pu.Port())
+}
+
+// stopAndCheckJailed stops a serve process that hosted a real ACP agent
+// and reads its events file: the agent started in the jail, its dial of
+// the host's own port (port) was refused with a connection_refused event,
+// and `agentry events audit` is clean.
+func stopAndCheckJailed(t *testing.T, p *process, bin, events, port string) {
+	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +176,7 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.Contains(line, `"agentry.jail.connection_refused"`) && strings.Contains(line, "127.0.0.1:"+pu.Port()) {
+		if strings.Contains(line, `"agentry.jail.connection_refused"`) && strings.Contains(line, "127.0.0.1:"+port) {
 			refusedHost = true
 		}
 		if strings.Contains(line, `"agentry.acp.agent_started"`) && strings.Contains(line, `"launcher":"jail"`) {

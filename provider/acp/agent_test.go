@@ -117,7 +117,7 @@ func (a *scripted) Initialize(_ context.Context, req sdk.InitializeRequest) (sdk
 		version = v
 	}
 	caps := sdk.AgentCapabilities{
-		LoadSession:         resumeKind() == "load",
+		LoadSession:         resumeKind() == "load" || resumeKind() == "lazy",
 		McpCapabilities:     sdk.McpCapabilities{Http: os.Getenv("ACP_SCRIPTED_NO_MCP") == ""},
 		SessionCapabilities: sdk.SessionCapabilities{Close: &sdk.SessionCloseCapabilities{}},
 	}
@@ -215,6 +215,11 @@ func (a *scripted) reopen(cwd string, id sdk.SessionId, servers []sdk.McpServer)
 
 func (a *scripted) LoadSession(ctx context.Context, p sdk.LoadSessionRequest) (sdk.LoadSessionResponse, error) {
 	s, err := a.reopen(p.Cwd, p.SessionId, p.McpServers)
+	if err != nil && resumeKind() == "lazy" {
+		// As claude-agent-acp 0.101: the load succeeds, and the next call
+		// naming the session finds none.
+		return sdk.LoadSessionResponse{Modes: modes("default")}, nil
+	}
 	if err != nil {
 		return sdk.LoadSessionResponse{}, err
 	}
@@ -241,7 +246,7 @@ func (a *scripted) session(id sdk.SessionId) (*scriptedSession, error) {
 	defer a.mu.Unlock()
 	s := a.sessions[id]
 	if s == nil {
-		return nil, errors.New("no such session")
+		return nil, &sdk.RequestError{Code: -32002, Message: "Resource not found", Data: string(id)}
 	}
 	return s, nil
 }

@@ -22,8 +22,12 @@
 //     missing_credentials, unsupported_version or unavailable when the
 //     agent cannot be started, authenticated or understood.
 //   - Create is session/new (the ACP session id is the binding); Resume is
-//     session/load or session/resume, whichever the agent offers, and is
-//     not declared when it offers neither; Close sends session/close when
+//     session/load or session/resume, whichever the agent offers; when it
+//     offers neither, or refuses to reopen the binding (its memory of it
+//     went with its process), a new agent session serves the conversation
+//     under the same binding, and the first turn tells the person (an
+//     activity) and the agent (a note) that the agent's memory is new, the
+//     transcript kept (event agentry.acp.session_afresh); Close sends session/close when
 //     the agent offers it. A definition's (or session's) mode is set with
 //     session/set_mode, refused by name when the agent does not offer it.
 //   - A turn is session/prompt: its session/update notifications become
