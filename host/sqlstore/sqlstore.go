@@ -185,7 +185,7 @@ var v4 = []string{
 
 // v6 names the agent profile each conversation was opened with, and the
 // model its person chose, so a restarted host or another replica serves
-// it with the same ones. Conversations from before keep '' (the host's
+// it with the same ones. Conversations from before keep ” (the host's
 // default agent, the agent's own default model).
 var v6 = []string{
 	`ALTER TABLE agentry_conversations ADD COLUMN agent TEXT NOT NULL DEFAULT ''`,
