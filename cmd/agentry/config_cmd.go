@@ -45,8 +45,15 @@ func checkConfigFile(path string, stdout io.Writer) error {
 	if err := o.readConfig(flags); err != nil {
 		return failure(err)
 	}
+	if err := o.takeProfiles(flags); err != nil {
+		return failure(fmt.Errorf("%s: %w", path, err))
+	}
 	if err := checkServeSettings(&o); err != nil {
 		return failure(fmt.Errorf("%s: %w", path, err))
+	}
+	if n := len(o.profiles); n > 0 {
+		fmt.Fprintf(stdout, "%s: ok (%d settings, %d agent profiles: %s)\n", path, len(o.conf.file.settings), n, describeAgents(o.profiles, o.defaultAgent))
+		return nil
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d settings)\n", path, len(o.conf.file.settings))
 	return nil
@@ -59,8 +66,18 @@ func checkServeSettings(o *serveOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	if err := checkAgentFlags(flags, o.agent, "workspaces", "lend"); err != nil {
-		return err
+	if len(o.profiles) == 0 {
+		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend"); err != nil {
+			return err
+		}
+	}
+	for _, p := range o.profiles {
+		if p.kind != kindNative || p.model == "" {
+			continue
+		}
+		if _, err := parseModel(p.model, func(string) string { return "set-at-start" }); err != nil {
+			return usageError("agents.%s.model: %v", p.name, err)
+		}
 	}
 	if err := o.oidc.check(flags); err != nil {
 		return err
