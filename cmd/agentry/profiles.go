@@ -175,7 +175,7 @@ func (r *profileReader) refuse(key, format string, args ...any) {
 // secret refuses a value that is a secret, as a top-level key's would be.
 func (r *profileReader) secret(key, flag, val string) bool {
 	if why := inlineSecret(flag, val); why != "" {
-		r.refuse(key, "%s", strings.TrimPrefix(why, flag+": "))
+		r.refuse(key, "%s", strings.TrimPrefix(strings.TrimPrefix(why, flag+": "), flag+" "))
 		return true
 	}
 	return false
