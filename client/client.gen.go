@@ -49,6 +49,7 @@ const (
 	ErrorCodeInvalidToken            ErrorCode = "invalid_token"
 	ErrorCodeMethodNotAllowed        ErrorCode = "method_not_allowed"
 	ErrorCodeMissingField            ErrorCode = "missing_field"
+	ErrorCodeModelNotOffered         ErrorCode = "model_not_offered"
 	ErrorCodeNoPendingInteraction    ErrorCode = "no_pending_interaction"
 	ErrorCodeNoPendingQuestion       ErrorCode = "no_pending_question"
 	ErrorCodeNoTurn                  ErrorCode = "no_turn"
@@ -71,6 +72,7 @@ const (
 	ErrorCodeTurnLost                ErrorCode = "turn_lost"
 	ErrorCodeTurnTimedOut            ErrorCode = "turn_timed_out"
 	ErrorCodeUnauthenticated         ErrorCode = "unauthenticated"
+	ErrorCodeUnknownAgent            ErrorCode = "unknown_agent"
 	ErrorCodeUnknownField            ErrorCode = "unknown_field"
 	ErrorCodeUnknownKey              ErrorCode = "unknown_key"
 	ErrorCodeUnsupportedMediaType    ErrorCode = "unsupported_media_type"
@@ -117,6 +119,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeMissingField:
 		return true
+	case ErrorCodeModelNotOffered:
+		return true
 	case ErrorCodeNoPendingInteraction:
 		return true
 	case ErrorCodeNoPendingQuestion:
@@ -160,6 +164,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeTurnTimedOut:
 		return true
 	case ErrorCodeUnauthenticated:
+		return true
+	case ErrorCodeUnknownAgent:
 		return true
 	case ErrorCodeUnknownField:
 		return true
@@ -489,6 +495,30 @@ func (e GetUsageParamsBy) Valid() bool {
 	}
 }
 
+// Agent An agent profile a person may pick.
+type Agent struct {
+	// Default True for the host's default agent.
+	Default *bool `json:"default,omitempty"`
+
+	// Model The model a conversation gets when its person chooses none (absent, the agent's own default).
+	Model *string `json:"model,omitempty"`
+
+	// Models The models a person may choose for a conversation with it (empty when there is no choice).
+	Models []string `json:"models"`
+	Name   string   `json:"name"`
+
+	// Provider The key of the provider that runs it (native, acp).
+	Provider string `json:"provider"`
+}
+
+// AgentList defines model for AgentList.
+type AgentList struct {
+	Agents []Agent `json:"agents"`
+
+	// Default The agent a conversation opened without one gets.
+	Default string `json:"default"`
+}
+
 // Archive A tar stream (or, uploaded, a gzip of one).
 type Archive = openapi_types.File
 
@@ -537,7 +567,13 @@ type CancelAnswer struct {
 }
 
 // CreateSessionRequest defines model for CreateSessionRequest.
-type CreateSessionRequest = map[string]interface{}
+type CreateSessionRequest struct {
+	// Agent The agent to talk to, by name (GET /v1/agents); one the host does not offer is refused with unknown_agent, naming those it does.
+	Agent *string `json:"agent,omitempty"`
+
+	// Model The model, among the agent's models; one it does not offer is refused with model_not_offered, naming those it does.
+	Model *string `json:"model,omitempty"`
+}
 
 // DecisionRequest Either `{"approve", "note"?}` for a paused turn, or
 // `{"interaction", "answer"}` for a session interaction (`"approve":
@@ -680,6 +716,8 @@ type Run struct {
 
 // Session A conversation as the API shows it.
 type Session struct {
+	// Agent The agent profile it was opened with (absent for one opened before profiles; the default agent serves it).
+	Agent     *string   `json:"agent,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 
 	// Interaction A question or notice the agent raised outside a turn's requests, waiting for the person.
@@ -688,6 +726,9 @@ type Session struct {
 	// Interactions Every interaction it waits on, oldest first (the first is `interaction`).
 	Interactions *[]Interaction `json:"interactions,omitempty"`
 	LastRunId    *string        `json:"lastRunId,omitempty"`
+
+	// Model The model its person chose (absent, the agent's default).
+	Model *string `json:"model,omitempty"`
 
 	// Pending The question a paused conversation waits on.
 	Pending *Pending `json:"pending,omitempty"`
@@ -756,8 +797,13 @@ type State string
 
 // TenantSession A conversation as a tenant's admin sees it; never its transcript.
 type TenantSession struct {
+	// Agent The agent profile it was opened with (absent for one opened before profiles; the default agent serves it).
+	Agent     *string   `json:"agent,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	LastRunId *string   `json:"lastRunId,omitempty"`
+
+	// Model The model its person chose (absent, the agent's default).
+	Model *string `json:"model,omitempty"`
 
 	// Pending The question a paused conversation waits on.
 	Pending *Pending `json:"pending,omitempty"`
@@ -1203,6 +1249,11 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAgents The agents a person may open a conversation with, and each one's models.
+	//
+	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+	ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetEvents The caller's feed, as server-sent events.
 	//
 	// What changes in any of the caller's conversations (one opens,
@@ -1493,6 +1544,21 @@ func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 // Corresponds with GET /readyz (the `Ready` operationId).
 func (c *Client) Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAgents The agents a person may open a conversation with, and each one's models.
+//
+// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+func (c *Client) ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2110,6 +2176,33 @@ func NewReadyRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAgentsRequest constructs an http.Request for the ListAgents method
+func NewListAgentsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/agents")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3203,6 +3296,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	ReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyResponse, error)
 
+	// ListAgentsWithResponse The agents a person may open a conversation with, and each one's models.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+	ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
+
 	// GetEventsWithResponse The caller's feed, as server-sent events.
 	//
 	// What changes in any of the caller's conversations (one opens,
@@ -3706,6 +3806,54 @@ func (r ReadyResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAgentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentsResponse) GetJSON200() *AgentList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListAgentsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4843,6 +4991,19 @@ func (c *ClientWithResponses) ReadyWithResponse(ctx context.Context, reqEditors 
 	return ParseReadyResponse(rsp)
 }
 
+// ListAgentsWithResponse The agents a person may open a conversation with, and each one's models.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error) {
+	rsp, err := c.ListAgents(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentsResponse(rsp)
+}
+
 // GetEventsWithResponse The caller's feed, as server-sent events.
 //
 // What changes in any of the caller's conversations (one opens,
@@ -5400,6 +5561,39 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Ready
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAgentsResponse parses an HTTP response from a ListAgentsWithResponse call
+func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -87,14 +87,43 @@ func DecodeDecision(body []byte) (DecisionRequest, error) {
 	return d, nil
 }
 
-// DecodeCreate checks the body of POST /v1/sessions: empty, or an empty
-// JSON object.
-func DecodeCreate(body []byte) error {
+// CreateRequest is the body of POST /v1/sessions: the agent to talk to
+// (empty: the host's default) and the model among the agent's (empty:
+// the agent's default).
+type CreateRequest struct {
+	Agent string `json:"agent,omitempty"`
+	Model string `json:"model,omitempty"`
+}
+
+// DecodeCreate decodes and checks the body of POST /v1/sessions: empty,
+// or a JSON object with at most "agent" and "model", each a name (an
+// agent's 1 to 64 characters, a model's 1 to 256, no control
+// characters). Whether the host offers them is the host's to say.
+func DecodeCreate(body []byte) (CreateRequest, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
+		return CreateRequest{}, nil
 	}
-	var raw struct{}
-	return decodeStrict(body, &raw)
+	var raw struct {
+		Agent *string `json:"agent"`
+		Model *string `json:"model"`
+	}
+	if err := decodeStrict(body, &raw); err != nil {
+		return CreateRequest{}, err
+	}
+	var c CreateRequest
+	if raw.Agent != nil {
+		if CheckAgentName(*raw.Agent) != nil {
+			return CreateRequest{}, fieldError(CodeInvalidField, "agent", `host: "agent" is not an agent's name (1 to 64 of a-z, 0-9, '-' and '_'); GET /v1/agents lists them`)
+		}
+		c.Agent = *raw.Agent
+	}
+	if raw.Model != nil {
+		if checkModelName(*raw.Model) != nil {
+			return CreateRequest{}, fieldError(CodeInvalidField, "model", `host: "model" is not a model's name (1 to 256 printable characters); GET /v1/agents lists each agent's`)
+		}
+		c.Model = *raw.Model
+	}
+	return c, nil
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields and

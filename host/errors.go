@@ -53,6 +53,8 @@ const (
 	CodeReplicaUnavailable   Code = "replica_unavailable"    // 503: the replica holding the session cannot be reached (Retry-After: until its lease lapses)
 	CodeSessionMoved         Code = "session_moved"          // 503: the session changed replicas while a forwarded request was on its way
 	CodeTurnLost             Code = "turn_lost"              // 500: the turn was cut because its replica lost the session; it may have run in part (never resend it blindly)
+	CodeUnknownAgent         Code = "unknown_agent"          // 400: POST /v1/sessions names an agent the host does not offer (the message lists those it does)
+	CodeModelNotOffered      Code = "model_not_offered"      // 400: POST /v1/sessions names a model the agent does not offer (the message lists those it does)
 )
 
 // The workspace's error codes: an upload refused, and a provider whose

@@ -93,12 +93,21 @@ func FuzzDecodeDecision(f *testing.F) {
 }
 
 func FuzzDecodeCreate(f *testing.F) {
-	for _, s := range []string{``, `{}`, ` {} `, `{"x":1}`, `[]`, `null`} {
+	for _, s := range []string{``, `{}`, ` {} `, `{"x":1}`, `[]`, `null`, `{"agent":"claude"}`, `{"agent":"claude","model":"opus"}`,
+		`{"agent":"Claude"}`, `{"agent":""}`, `{"model":"a\u0000b"}`, `{"agent":1}`, `{"agent":"a","agent":"b"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if err := host.DecodeCreate(body); err != nil {
+		c, err := host.DecodeCreate(body)
+		if err != nil {
 			checkDecodeError(t, err)
+			return
+		}
+		if c.Agent != "" && host.CheckAgentName(c.Agent) != nil {
+			t.Fatalf("accepted agent %q", c.Agent)
+		}
+		if len(c.Model) > 256 || strings.ContainsFunc(c.Model, func(r rune) bool { return r < 0x20 }) {
+			t.Fatalf("accepted model %q", c.Model)
 		}
 	})
 }

@@ -88,6 +88,7 @@ func (h *Host) routes() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/openapi.json", h.handleOpenAPI) // the contract, docs/openapi.yaml (openapi.go)
 
+	mux.HandleFunc("GET /v1/agents", h.authed(h.handleAgents))
 	mux.HandleFunc("POST /v1/sessions", h.authed(h.handleCreate))
 	mux.HandleFunc("GET /v1/sessions", h.authed(h.handleList))
 	mux.HandleFunc("GET /v1/sessions/{id}", h.authed(h.handleGet))
@@ -115,6 +116,7 @@ func (h *Host) routes() http.Handler {
 		"/readyz":                            "GET, HEAD",
 		"/metrics":                           "GET, HEAD",
 		"/v1/openapi.json":                   "GET, HEAD",
+		"/v1/agents":                         "GET, HEAD",
 		"/v1/sessions":                       "GET, HEAD, POST",
 		"/v1/sessions/{id}":                  "GET, HEAD, DELETE",
 		"/v1/sessions/{id}/turns":            "GET, HEAD, POST",
@@ -229,13 +231,17 @@ type sessionView struct {
 	// first is Interaction).
 	Interactions []InteractionView `json:"interactions,omitempty"`
 	Provider     string            `json:"provider,omitempty"`
-	LastRunID    string            `json:"lastRunId,omitempty"`
-	CreatedAt    time.Time         `json:"createdAt"`
-	UpdatedAt    time.Time         `json:"updatedAt"`
+	// Agent is the agent profile the session was opened with, Model the
+	// model its person chose (absent: the agent's default).
+	Agent     string    `json:"agent,omitempty"`
+	Model     string    `json:"model,omitempty"`
+	LastRunID string    `json:"lastRunId,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 func viewOf(c Conversation) sessionView {
-	return sessionView{SessionID: c.ID, State: c.State, Turns: c.Turns, Pending: c.Pending, Provider: c.Provider, LastRunID: c.LastRunID,
+	return sessionView{SessionID: c.ID, State: c.State, Turns: c.Turns, Pending: c.Pending, Provider: c.Provider, Agent: c.Agent, Model: c.Model, LastRunID: c.LastRunID,
 		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
 }
 
@@ -273,8 +279,14 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		writeError(w, ae)
 		return
 	}
-	if err := DecodeCreate(body); err != nil {
+	req, err := DecodeCreate(body)
+	if err != nil {
 		writeError(w, asAPIError(err))
+		return
+	}
+	ag, model, ae := h.pickAgent(req)
+	if ae != nil {
+		writeError(w, ae)
 		return
 	}
 	ctx, cancel := storeCtx(r)
@@ -292,7 +304,7 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		return
 	}
 	now := h.now().UTC()
-	c := Conversation{ID: newSessionID(), Owner: o, Provider: h.key, State: StateOpen, CreatedAt: now, UpdatedAt: now}
+	c := Conversation{ID: newSessionID(), Owner: o, Provider: ag.key, Agent: ag.stored, Model: model, State: StateOpen, CreatedAt: now, UpdatedAt: now}
 	if err := h.store.Create(ctx, c); err != nil {
 		writeError(w, h.storeError(err))
 		return

@@ -45,8 +45,18 @@ type Options struct {
 	// it: the registry's owner does, after Shutdown.
 	Provider *provider.Instance
 	// Adapter is the alternative to Provider: an adapter already behind
-	// the contract (provider.Validate). Set exactly one of the two.
+	// the contract (provider.Validate). Set exactly one of the two, or
+	// neither and Agents.
 	Adapter *provider.Validated
+	// Agents are several agents offered side by side, each driven by its
+	// own provider; a person picks one when opening a conversation
+	// (POST /v1/sessions {"agent": NAME}) and GET /v1/agents lists them.
+	// DefaultAgent names the one a conversation gets when its person
+	// picks none (default: the first). A host of one agent sets Provider
+	// or Adapter instead; that agent is named after its instance (or its
+	// provider key).
+	Agents       []Agent
+	DefaultAgent string
 
 	Store Store
 	Auth  Authenticator
@@ -70,7 +80,8 @@ type Options struct {
 	// wires them).
 	EventSink *EventSink
 
-	// HostTools are lent to every provider session through a host binding
+	// HostTools are lent to every provider session of a host of one agent
+	// (with Agents, each Agent has its own) through a host binding
 	// (provider.HostBinding): the provider sees them as tools it may call.
 	// Each call is one call: its tool.Call has the conversation's identity
 	// and honours the call scope only.
@@ -153,8 +164,10 @@ type Options struct {
 // owns the listener, and calls Shutdown on the way out.
 type Host struct {
 	opt      Options
-	prov     *provider.Validated
-	key      string // the provider key
+	agents   []*hostedAgent // in Options order
+	byName   map[string]*hostedAgent
+	def      *hostedAgent // the default agent
+	key      string       // the default agent's provider key
 	store    Store
 	auth     Authenticator
 	router   *EventSink
@@ -164,7 +177,6 @@ type Host struct {
 	log      *slog.Logger
 	now      func() time.Time
 	handler  http.Handler
-	lent     *lending
 	cleanups *cleanups
 	rep      *replicas // nil: the only replica
 	prices   *price.Table
@@ -228,7 +240,7 @@ var errCut = errors.New("host: the turn was cut by the shutdown drain bound")
 // steps before it took. Attaching the router to the bus, which cannot be
 // taken back, is the last step that can fail.
 func New(opt Options) (_ *Host, err error) {
-	prov, err := chooseProvider(opt)
+	agents, def, unnamed, err := agentsOf(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -239,8 +251,6 @@ func New(opt Options) (_ *Host, err error) {
 	defer stack.OnError(&err)
 	h := &Host{
 		opt:      opt,
-		prov:     prov,
-		key:      prov.ProviderKey(),
 		store:    opt.Store,
 		auth:     opt.Auth,
 		log:      opt.Logger,
@@ -259,7 +269,7 @@ func New(opt Options) (_ *Host, err error) {
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err
 	}
-	if h.lent, err = newLending(opt.HostTools, h.bus); err != nil {
+	if err := h.hostAgents(agents, def, unnamed); err != nil {
 		return nil, err
 	}
 	h.cleanups = newCleanups(h)
@@ -279,30 +289,6 @@ func New(opt Options) (_ *Host, err error) {
 	h.startJanitor()
 	stack.Keep()
 	return h, nil
-}
-
-// chooseProvider is the adapter the host drives: Options.Provider's or
-// Options.Adapter, exactly one of them. It also refuses options missing
-// the store or the authenticator.
-func chooseProvider(opt Options) (*provider.Validated, error) {
-	var prov *provider.Validated
-	switch {
-	case opt.Provider != nil && opt.Adapter != nil:
-		return nil, errors.New("host: set Options.Provider or Options.Adapter, not both")
-	case opt.Provider != nil:
-		prov = opt.Provider.Adapter()
-	case opt.Adapter != nil:
-		prov = opt.Adapter
-	default:
-		return nil, errors.New("host: no provider; set Options.Provider to a registry instance (provider.OpenRegistry) or Options.Adapter to provider.Validate(...)")
-	}
-	switch {
-	case opt.Store == nil:
-		return nil, errors.New("host: Options.Store is nil; open one with host/sqlstore (sqlite.Open or postgres.Open)")
-	case opt.Auth == nil:
-		return nil, errors.New("host: Options.Auth is nil; pass a *host.Tokens (host.LoadTokens) or another Authenticator")
-	}
-	return prov, nil
 }
 
 // withDefaults refuses negative bounds and fills in every zero option with
@@ -422,7 +408,8 @@ func identityConfig(owner tool.Identity, sessionID string) json.RawMessage {
 // ServeHTTP serves the API.
 func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
 
-// ProviderKey is the key of the provider the host drives.
+// ProviderKey is the key of the provider the host drives (its default
+// agent's, when it offers several).
 func (h *Host) ProviderKey() string { return h.key }
 
 // newSessionID returns "ses_" and 32 hex digits (128 random bits).
@@ -586,7 +573,9 @@ func (h *Host) shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	h.lent.close(cctx)
+	for _, a := range h.agents {
+		a.lent.close(cctx)
+	}
 	if h.ownBus {
 		_ = h.bus.Close(cctx)
 	} else {

@@ -175,6 +175,11 @@ type Conversation struct {
 	// opened a session.
 	Provider string
 	Binding  provider.Binding
+	// Agent is the name of the agent profile the conversation was opened
+	// with (Options.Agents); "" for one opened before profiles, served
+	// by the default agent. Model is the model its person chose among
+	// the agent's, "" for the agent's default. Both are fixed at Create.
+	Agent, Model string
 	// Messages counts the transcript's messages in the store.
 	Messages int
 	// Transcript is the conversation so far (Load fills it; nil from

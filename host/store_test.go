@@ -71,6 +71,38 @@ var storeCases = []struct {
 			t.Fatalf("a missing id: %v", err)
 		}
 	}},
+	{"keeps the agent profile and model a conversation was opened with", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		c := conv("c1", alice)
+		c.Agent, c.Model = "claude", "opus"
+		if err := s.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Create(ctx, conv("c2", alice)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Load(ctx, alice, "c1")
+		if err != nil || got.Agent != "claude" || got.Model != "opus" {
+			t.Fatalf("load: agent %q model %q, %v", got.Agent, got.Model, err)
+		}
+		got.Turns = 1
+		if _, err := s.Save(ctx, host.Update{Conversation: got, Turn: &host.Turn{RunID: "run-1", Kind: "message", Outcome: host.TurnAnswered, Started: t0, Ended: t0}}); err != nil {
+			t.Fatal(err)
+		}
+		list, err := s.List(ctx, alice, host.ListOptions{})
+		if err != nil || len(list) != 2 {
+			t.Fatalf("list: %d, %v", len(list), err)
+		}
+		for _, c := range list {
+			want := [2]string{"claude", "opus"}
+			if c.ID == "c2" {
+				want = [2]string{} // opened without: the default agent, its own model
+			}
+			if [2]string{c.Agent, c.Model} != want {
+				t.Fatalf("%s after a save: agent %q model %q, want %q", c.ID, c.Agent, c.Model, want)
+			}
+		}
+	}},
 	{"refuses what makes no sense", func(t *testing.T, s host.Store, _ string) {
 		ctx := context.Background()
 		for _, c := range []host.Conversation{

@@ -178,9 +178,9 @@ func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, 
 	case lc.conv.State == StateClosed:
 		writeError(w, newError(http.StatusConflict, CodeSessionClosed, "host: this session is closed; open a new one (POST /v1/sessions)"))
 		return
-	case lc.conv.Provider != "" && lc.conv.Provider != h.key:
-		writeError(w, newError(http.StatusConflict, CodeProviderMismatch,
-			fmt.Sprintf("host: this session is held by provider %q and this host drives %q; serve it with that provider, or open a new session", lc.conv.Provider, h.key)))
+	}
+	if _, ae := h.agentOf(lc.conv); ae != nil {
+		writeError(w, ae)
 		return
 	}
 	if ae := check(lc); ae != nil {
@@ -238,40 +238,51 @@ func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
 		// Quarantined by the contract: close what is left, open afresh.
 		h.closeSession(ctx, lc, provider.CloseRequested, "quarantine")
 	}
-	wd, err := h.opt.WorkingDirectory(lc.owner, lc.id)
+	ag, ae := h.agentOf(lc.conv)
+	if ae != nil {
+		return ae
+	}
+	wd, err := ag.workingDir(lc.owner, lc.id)
 	if err != nil {
 		h.log.Error("host: choosing a session's working directory", "session", lc.id, "err", err)
 		return newError(http.StatusInternalServerError, CodeInternal, "host: the session's working directory could not be prepared")
 	}
-	cfg := h.opt.SessionConfig(lc.owner, lc.id)
-	hb := h.lent.binding(lc.owner, lc.id)
+	model := lc.conv.Model
+	if model == "" {
+		model = ag.model
+	}
+	cfg := ag.sessionConfig(lc.owner, lc.id, model)
+	hb := ag.lent.binding(lc.owner, lc.id)
 	ask := interactions{h}
 	var vs *provider.ValidatedSession
 	if lc.conv.Binding == "" {
-		vs, err = h.prov.Create(ctx, provider.CreateRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb, Interactions: ask})
+		vs, err = ag.prov.Create(ctx, provider.CreateRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb, Interactions: ask})
 	} else {
-		vs, err = h.prov.Resume(ctx, provider.ResumeRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb,
+		vs, err = ag.prov.Resume(ctx, provider.ResumeRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb,
 			Binding: lc.conv.Binding, Interactions: ask})
 	}
 	if err != nil {
-		return h.openError(lc, err)
+		return h.openError(lc, ag, err)
 	}
 	h.dropUnknownPause(ctx, lc, vs)
 	lc.sess = vs
-	lc.conv.Provider, lc.conv.Binding = h.key, vs.Binding()
+	lc.conv.Provider, lc.conv.Binding = ag.key, vs.Binding()
 	return nil
 }
 
 // openError maps a refused opening to an answer.
-func (h *Host) openError(lc *liveConv, err error) *apiError {
+func (h *Host) openError(lc *liveConv, ag *hostedAgent, err error) *apiError {
 	h.metrics.failures.WithLabelValues("open").Inc()
-	h.log.Warn("host: the provider refused to open a session", "session", lc.id, "provider", h.key, "code", string(provider.CodeOf(err)), "err", err)
+	h.log.Warn("host: the provider refused to open a session", "session", lc.id, "agent", ag.name, "provider", ag.key, "code", string(provider.CodeOf(err)), "err", err)
 	h.emit(TypeTurnFailed, &TurnFailedEvent{Error: clipMessage("opening the provider session: " + err.Error())}, lc.id, lc.owner)
 	what := "opening"
 	if lc.conv.Binding != "" {
 		what = "re-opening"
 	}
-	msg := fmt.Sprintf("host: %s this session with provider %s failed", what, h.key)
+	msg := fmt.Sprintf("host: %s this session with provider %s failed", what, ag.key)
+	if len(h.agents) > 1 {
+		msg = fmt.Sprintf("host: %s this session with agent %s (provider %s) failed", what, ag.name, ag.key)
+	}
 	if c := provider.CodeOf(err); c != "" {
 		msg += " (" + string(c) + ")"
 	}

@@ -70,9 +70,9 @@ func (h *Host) openWorkspace(r *http.Request, o tool.Identity) (lc *liveConv, ro
 	switch {
 	case lc.conv.State == StateClosed:
 		return fail(newError(http.StatusConflict, CodeSessionClosed, "host: this session is closed, and its workspace with it; open a new one (POST /v1/sessions)"))
-	case lc.conv.Provider != "" && lc.conv.Provider != h.key:
-		return fail(newError(http.StatusConflict, CodeProviderMismatch,
-			fmt.Sprintf("host: this session is held by provider %q and this host drives %q", lc.conv.Provider, h.key)))
+	}
+	if _, ae := h.agentOf(lc.conv); ae != nil {
+		return fail(ae)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opt.TurnTimeout)
 	defer cancel()

@@ -73,32 +73,13 @@ func checkAgentFlags(f *pflag.FlagSet, agent string, extra ...string) error {
 // config is the definition's configuration, its sessions' workspaces
 // under root.
 func (a acpFlags) config(root string) (json.RawMessage, error) {
-	argv, err := splitCommand(a.cmd)
+	raw, err := a.raw(root)
 	if err != nil {
-		return nil, usageError("--agent-cmd: %v", err)
-	}
-	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root,
-		AuthMethod: a.auth, Model: a.model, Pool: a.pool}
-	if a.home != "" {
-		h, err := filepath.Abs(a.home)
-		if err != nil {
-			return nil, usageError("--agent-home: %v", err)
-		}
-		if fi, err := os.Stat(h); err != nil || !fi.IsDir() {
-			return nil, usageError("--agent-home %s is not a directory", a.home)
-		}
-		c.Home = h
-	}
-	raw, err := json.Marshal(c)
-	if err != nil {
-		return nil, failure(err)
-	}
-	if _, err := acp.ParseConfig(raw); err != nil {
 		var ce *acp.ConfigError
 		if errors.As(err, &ce) {
 			return nil, usageError("--agent-*: %s", flagOf(ce))
 		}
-		return nil, usageError("%v", err)
+		return nil, failure(err)
 	}
 	return raw, nil
 }
@@ -218,17 +199,17 @@ func acpLauncher(ctx context.Context, command string, caps sessionCaps, allow bo
 	return acp.Unjailed(acp.UnjailedOptions{Stderr: io.Discard}), oneLine(jerr.Error()), func() {}, nil
 }
 
-// openACP opens the registry with one ACP instance.
-func openACP(ctx context.Context, l acp.Launcher, cfg json.RawMessage, events func(event.Event), opts ...provider.Option) (*provider.Registry, *provider.Instance, error) {
+// openACP opens the registry with one ACP instance, id.
+func openACP(ctx context.Context, l acp.Launcher, id string, cfg json.RawMessage, events func(event.Event), opts ...provider.Option) (*provider.Registry, *provider.Instance, error) {
 	d, err := acp.NewDriver(acp.Options{Launcher: l, Events: events, ClientName: "agentry"})
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: "acp", Provider: acp.DefaultKey, Config: cfg}}, opts...)
+	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: id, Provider: acp.DefaultKey, Config: cfg}}, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
-	inst, err := reg.Instance("acp")
+	inst, err := reg.Instance(id)
 	if err != nil {
 		_ = reg.Dispose(ctx)
 		return nil, nil, err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +235,8 @@ func TestConfigCheckCommand(t *testing.T) {
 
 // TestConfigCheckPassesEveryExampleInTheDocs runs config check on every
 // ```toml block of the docs, in a directory holding the tokens.txt they
-// name.
+// name and, empty, the relative HOME templates their agent profiles name
+// (home = "gemini-home": what the operator builds beside the file).
 func TestConfigCheckPassesEveryExampleInTheDocs(t *testing.T) {
 	pages, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
 	pages = append(pages, filepath.Join("..", "..", "README.md"))
@@ -247,6 +249,11 @@ func TestConfigCheckPassesEveryExampleInTheDocs(t *testing.T) {
 			n++
 			dir := t.TempDir()
 			writeFile(t, dir, "tokens.txt", tokenLine(t, "acme", "alice"))
+			for _, m := range relativeHome.FindAllStringSubmatch(block, -1) {
+				if err := os.MkdirAll(filepath.Join(dir, m[1]), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
 			path := writeFile(t, dir, "agentry.toml", block)
 			t.Chdir(dir)
 			if out, err := execute(t, "config", "check", path); err != nil {
@@ -258,6 +265,9 @@ func TestConfigCheckPassesEveryExampleInTheDocs(t *testing.T) {
 		t.Fatal("the docs hold no ```toml example")
 	}
 }
+
+// relativeHome finds a profile's home = "DIR" with a relative DIR.
+var relativeHome = regexp.MustCompile(`(?m)^home = "([^/"][^"]*)"`)
 
 // tomlBlocks returns the ```toml blocks of a Markdown page by the line of
 // their opening fence.

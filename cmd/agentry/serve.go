@@ -51,6 +51,10 @@ type serveOptions struct {
 	workspaces                                 string
 	lend                                       []string
 	oidc                                       oidcFlags
+	// profiles are the configuration file's agent profiles, served side
+	// by side instead of --agent; defaultAgent names the default one.
+	profiles     []agentProfile
+	defaultAgent string
 	// agentFlagErr is the refusal of --agent-* flags that do not fit
 	// --agent (worked out from which flags were given).
 	agentFlagErr error
@@ -106,7 +110,12 @@ settings of it) and names what needs a restart.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sig)
-			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
+			if err := o.takeProfiles(cmd.Flags()); err != nil {
+				return err
+			}
+			if len(o.profiles) == 0 {
+				o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
+			}
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
 			}
@@ -185,6 +194,9 @@ func printServing(stdout io.Writer, o serveOptions, url string, leases host.Leas
 		signIn = "sign in at " + o.oidc.issuer + ", or with a token"
 	}
 	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (%s)\n", url, signIn)
+	if len(o.profiles) > 0 {
+		fmt.Fprintf(stdout, "agentry serve: agents %s; GET /v1/agents lists them\n", describeAgents(o.profiles, o.defaultAgent))
+	}
 	if o.oidc.set() {
 		fmt.Fprintf(stdout, "agentry serve: accepting %s\n", o.oidc.describe())
 	}
@@ -314,4 +326,9 @@ type serveDeps struct {
 	workingDir    func(tool.Identity, string) (string, error)
 	dropWorkspace func(tool.Identity, string) error
 	sessionConfig func(tool.Identity, string) json.RawMessage
+	workspaceRoot string
+
+	// profiles are what each agent profile runs with (a file with
+	// [agents.NAME] profiles).
+	profiles []profileDeps
 }

@@ -38,6 +38,7 @@ type server struct {
 	store     *sqlstore.Store
 	reg       *provider.Registry
 	inst      *provider.Instance
+	agents    []host.Agent // with agent profiles: one per profile
 	ln        net.Listener
 	leases    host.Leases
 	host      *host.Host
@@ -195,6 +196,9 @@ func (s *server) openStore(ctx context.Context) error {
 func (s *server) openAgent(ctx context.Context) error {
 	o, d := s.o, s.deps
 	opts := []provider.Option{provider.WithEvents(s.bus.Export), provider.WithCleanupTimeout(o.teardown)}
+	if len(d.profiles) > 0 {
+		return s.openProfiles(ctx, opts)
+	}
 	var err error
 	switch {
 	case o.temporal != "":
@@ -204,7 +208,7 @@ func (s *server) openAgent(ctx context.Context) error {
 			s.undo.PushFunc(closeTemporal)
 		}
 	case o.agent == "acp":
-		s.reg, s.inst, err = openACP(ctx, d.launcher, d.acpConfig, s.bus.Export, opts...)
+		s.reg, s.inst, err = openACP(ctx, d.launcher, "acp", d.acpConfig, s.bus.Export, opts...)
 	default:
 		s.reg, s.inst, err = native.Open(ctx, native.Config{Store: native.HostStore(s.store), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
 			ID:              "agentry-serve",
@@ -218,14 +222,19 @@ func (s *server) openAgent(ctx context.Context) error {
 	if err != nil {
 		return failure(err)
 	}
-	s.undo.PushFunc(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*o.teardown+5*time.Second)
+	s.undo.PushFunc(s.disposer(s.reg))
+	return nil
+}
+
+// disposer disposes reg once serve is done with it.
+func (s *server) disposer(reg *provider.Registry) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.o.teardown+5*time.Second)
 		defer cancel()
-		if err := s.reg.Dispose(ctx); err != nil {
+		if err := reg.Dispose(ctx); err != nil {
 			fmt.Fprintf(s.stderr, "agentry serve: closing the agent: %v\n", err)
 		}
-	})
-	return nil
+	}
 }
 
 // listen opens the listening socket.
@@ -249,14 +258,21 @@ func (s *server) openLeases(ctx context.Context) error {
 // newHost builds the host over everything opened so far.
 func (s *server) newHost(context.Context) error {
 	o, d := s.o, s.deps
-	h, err := host.New(host.Options{
+	opt := host.Options{
 		Provider: s.inst, Store: s.store, Auth: s.auth, Bus: s.bus, EventSink: s.router, Leases: s.leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxConversationsPerPrincipal: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: d.lent, WorkingDirectory: d.workingDir, SessionConfig: d.sessionConfig, DropWorkspace: d.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
 		Prices: s.prices,
-	})
+	}
+	if len(s.agents) > 0 {
+		// Each agent has its provider, lent tools, sessions'
+		// configuration and workspace; the host shares none of them.
+		opt.Provider, opt.Agents, opt.DefaultAgent = nil, s.agents, o.defaultAgent
+		opt.HostTools, opt.WorkingDirectory, opt.SessionConfig = nil, nil, nil
+	}
+	h, err := host.New(opt)
 	if err != nil {
 		return usageError("%v", err)
 	}

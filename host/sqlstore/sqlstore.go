@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -183,6 +183,15 @@ var v4 = []string{
 	`ALTER TABLE agentry_conversations ADD COLUMN forwards TEXT NOT NULL DEFAULT ''`,
 }
 
+// v6 names the agent profile each conversation was opened with, and the
+// model its person chose, so a restarted host or another replica serves
+// it with the same ones. Conversations from before keep ” (the host's
+// default agent, the agent's own default model).
+var v6 = []string{
+	`ALTER TABLE agentry_conversations ADD COLUMN agent TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE agentry_conversations ADD COLUMN model TEXT NOT NULL DEFAULT ''`,
+}
+
 // New puts a Store on an open database: it creates or migrates the
 // schema (refusing one newer than this build) and prepares its
 // statements. write and read may be the same; the Store closes both.
@@ -265,6 +274,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 		}
 	}
+	if version < 6 {
+		for _, q := range v6 {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("sqlstore: upgrading the %s store to schema 6: %w", kind, err)
+			}
+		}
+	}
 	if _, err := tx.ExecContext(ctx, s.rebind(`UPDATE agentry_meta SET value = ? WHERE key = ?`), strconv.Itoa(SchemaVersion), "schema"); err != nil {
 		return fmt.Errorf("sqlstore: recording the %s store's schema version: %w", kind, err)
 	}
@@ -289,11 +305,11 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 func (s *Store) prepareQueries() {
-	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, epoch, turn_begun`
+	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, epoch, turn_begun, agent, model`
 	const owned = ` WHERE id = ? AND tenant = ? AND principal = ?`
 	const keepForwards = `(CASE WHEN length(forwards) > 2000 THEN '' ELSE forwards END)` // a short log: the latest few
 	s.q = queries{
-		create:     s.rebind(`INSERT INTO agentry_conversations (id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
+		create:     s.rebind(`INSERT INTO agentry_conversations (id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, turn_seq, agent, model) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`),
 		messages:   s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? AND idx < ? ORDER BY idx`),
 		head:       s.rebind(`SELECT version, epoch FROM agentry_conversations` + owned),
 		insertMsg:  s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
@@ -365,7 +381,7 @@ func (s *Store) Create(ctx context.Context, c host.Conversation) error {
 	}
 	pq, pt, pr := pendingCols(c.Pending)
 	_, err := s.write.ExecContext(ctx, s.q.create, c.ID, c.Owner.Tenant, c.Owner.Principal, string(c.State), c.Turns,
-		pq, pt, pr, c.Provider, string(c.Binding), c.LastRunID, micros(c.CreatedAt), micros(c.UpdatedAt), c.Version)
+		pq, pt, pr, c.Provider, string(c.Binding), c.LastRunID, micros(c.CreatedAt), micros(c.UpdatedAt), c.Version, c.Agent, c.Model)
 	if err != nil {
 		if s.d.UniqueViolation(err) {
 			return host.ErrExists
@@ -436,7 +452,7 @@ func scanConversation(row scanner) (host.Conversation, error) {
 		begun             sql.NullString
 	)
 	if err := row.Scan(&c.ID, &tenant, &principal, &state, &c.Turns, &n, &pq, &pt, &pr, &prov, &binding, &lastRun, &created, &updated, &c.Version,
-		&c.Epoch, &begun); err != nil {
+		&c.Epoch, &begun, &c.Agent, &c.Model); err != nil {
 		return host.Conversation{}, err
 	}
 	if begun.Valid {

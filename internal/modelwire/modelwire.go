@@ -78,6 +78,8 @@ type Turn struct {
 	System string
 	// Stream says whether the request asked for a stream.
 	Stream bool
+	// Model is the model the request names (the Messages API's "model").
+	Model string
 }
 
 // Reply is a scripted model's answer: Text (may be empty when there are
