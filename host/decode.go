@@ -53,8 +53,8 @@ func DecodeTurn(body []byte) (TurnRequest, error) {
 // optional string "note".
 func DecodeDecision(body []byte) (DecisionRequest, error) {
 	var raw struct {
-		Approve     *bool   `json:"approve"`
-		Note        *string `json:"note"`
+		Approve     *bool           `json:"approve"`
+		Note        *string         `json:"note"`
 		Interaction *string         `json:"interaction"`
 		Answer      *string         `json:"answer"`
 		Rule        json.RawMessage `json:"rule"`

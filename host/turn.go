@@ -471,9 +471,9 @@ func (t *turnRun) activityMessages() []Message {
 
 // turnResult is the body of a turn's answer: output, or a question.
 type turnResult struct {
-	RunID    string    `json:"runId,omitempty"`
-	Output   *string   `json:"output,omitempty"`
-	Awaiting *Pending  `json:"awaiting,omitempty"`
+	RunID    string   `json:"runId,omitempty"`
+	Output   *string  `json:"output,omitempty"`
+	Awaiting *Pending `json:"awaiting,omitempty"`
 	// Rule is the standing rule the decision made, if it made one.
 	Rule  *ruleView `json:"rule,omitempty"`
 	Error *apiError `json:"error,omitempty"`
