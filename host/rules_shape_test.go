@@ -90,15 +90,15 @@ func TestCommandPatterns(t *testing.T) {
 func TestExactShape(t *testing.T) {
 	r := host.Rule{Tool: "run_code", Match: host.MatchExact, Args: json.RawMessage(`{"code":"print(1)","n":1}`)}
 	for args, want := range map[string]bool{
-		`{"code":"print(1)","n":1}`:         true,
-		`{ "n": 1, "code": "print(1)" }`:    true,
-		`{"code":"print(1)","n":1.0}`:       false, // another number as written
-		`{"code":"print(1)","n":"1"}`:       false,
-		`{"code":"print(1) ","n":1}`:        false,
-		`{"code":"print(1)"}`:               false,
-		`{"code":"print(1)","n":1,"x":0}`:   false,
-		`{"code":"print(1)","n":1} {}`:      false,
-		`{"code":"print(1)\ufffd","n":1}`:   false,
+		`{"code":"print(1)","n":1}`:           true,
+		`{ "n": 1, "code": "print(1)" }`:      true,
+		`{"code":"print(1)","n":1.0}`:         false, // another number as written
+		`{"code":"print(1)","n":"1"}`:         false,
+		`{"code":"print(1) ","n":1}`:          false,
+		`{"code":"print(1)"}`:                 false,
+		`{"code":"print(1)","n":1,"x":0}`:     false,
+		`{"code":"print(1)","n":1} {}`:        false,
+		`{"code":"print(1)\ufffd","n":1}`:     false,
 		"{\"code\":\"print(1)\xff\",\"n\":1}": false,
 	} {
 		if got := r.Matches(ruleConv, "run_code", json.RawMessage(args)); got != want {
