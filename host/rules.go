@@ -61,12 +61,6 @@ var (
 	ErrRuleExists = errors.New("host: a rule with this id exists")
 )
 
-// The rules' error codes.
-const (
-	CodeRuleNotFound Code = "rule_not_found" // 404: no such rule for this caller
-	CodeTooManyRules Code = "too_many_rules" // 409: the caller has as many rules as allowed
-)
-
 // TypeRuleApplied: a request a rule answered without asking the person.
 const TypeRuleApplied event.Type = "agentry.host.rule_applied"
 
