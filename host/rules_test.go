@@ -179,7 +179,13 @@ func TestRuleStreamed(t *testing.T) {
 // TestRuleRefused: a rule that does not fit what was asked, or one past
 // the person's bound, is refused and the question still waits.
 func TestRuleRefused(t *testing.T) {
-	f := newFixture(t, config{opt: host.Options{MaxRulesPerPrincipal: 1}})
+	for _, sk := range stores(t) {
+		t.Run(sk.name, func(t *testing.T) { ruleRefused(t, sk.dsn(t)) })
+	}
+}
+
+func ruleRefused(t *testing.T, dsn string) {
+	f := newFixture(t, config{dsn: dsn, opt: host.Options{MaxRulesPerPrincipal: 1}})
 	a := f.open("alice")
 	want(t, f.say("alice", a, `call deploy {"target":"prod"}`), http.StatusAccepted, "")
 	for _, c := range []struct {
