@@ -57,12 +57,14 @@ const (
 	ErrorCodeProviderMismatch        ErrorCode = "provider_mismatch"
 	ErrorCodeProviderUnavailable     ErrorCode = "provider_unavailable"
 	ErrorCodeReplicaUnavailable      ErrorCode = "replica_unavailable"
+	ErrorCodeRuleNotFound            ErrorCode = "rule_not_found"
 	ErrorCodeSessionBusy             ErrorCode = "session_busy"
 	ErrorCodeSessionClosed           ErrorCode = "session_closed"
 	ErrorCodeSessionMoved            ErrorCode = "session_moved"
 	ErrorCodeShuttingDown            ErrorCode = "shutting_down"
 	ErrorCodeStoreUnavailable        ErrorCode = "store_unavailable"
 	ErrorCodeTokenExpired            ErrorCode = "token_expired"
+	ErrorCodeTooManyRules            ErrorCode = "too_many_rules"
 	ErrorCodeTooManySessions         ErrorCode = "too_many_sessions"
 	ErrorCodeTooManyStreams          ErrorCode = "too_many_streams"
 	ErrorCodeTooManyTurns            ErrorCode = "too_many_turns"
@@ -135,6 +137,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeReplicaUnavailable:
 		return true
+	case ErrorCodeRuleNotFound:
+		return true
 	case ErrorCodeSessionBusy:
 		return true
 	case ErrorCodeSessionClosed:
@@ -146,6 +150,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeStoreUnavailable:
 		return true
 	case ErrorCodeTokenExpired:
+		return true
+	case ErrorCodeTooManyRules:
 		return true
 	case ErrorCodeTooManySessions:
 		return true
@@ -273,6 +279,84 @@ func (e MessageRole) Valid() bool {
 	}
 }
 
+// Defines values for RuleMatch.
+const (
+	RuleMatchAny     RuleMatch = "any"
+	RuleMatchCommand RuleMatch = "command"
+	RuleMatchExact   RuleMatch = "exact"
+)
+
+// Valid indicates whether the value is a known member of the RuleMatch enum.
+func (e RuleMatch) Valid() bool {
+	switch e {
+	case RuleMatchAny:
+		return true
+	case RuleMatchCommand:
+		return true
+	case RuleMatchExact:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleScope.
+const (
+	RuleScopeConversation RuleScope = "conversation"
+	RuleScopeEverywhere   RuleScope = "everywhere"
+)
+
+// Valid indicates whether the value is a known member of the RuleScope enum.
+func (e RuleScope) Valid() bool {
+	switch e {
+	case RuleScopeConversation:
+		return true
+	case RuleScopeEverywhere:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleRequestMatch.
+const (
+	RuleRequestMatchAny     RuleRequestMatch = "any"
+	RuleRequestMatchCommand RuleRequestMatch = "command"
+	RuleRequestMatchExact   RuleRequestMatch = "exact"
+)
+
+// Valid indicates whether the value is a known member of the RuleRequestMatch enum.
+func (e RuleRequestMatch) Valid() bool {
+	switch e {
+	case RuleRequestMatchAny:
+		return true
+	case RuleRequestMatchCommand:
+		return true
+	case RuleRequestMatchExact:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleRequestScope.
+const (
+	RuleRequestScopeConversation RuleRequestScope = "conversation"
+	RuleRequestScopeEverywhere   RuleRequestScope = "everywhere"
+)
+
+// Valid indicates whether the value is a known member of the RuleRequestScope enum.
+func (e RuleRequestScope) Valid() bool {
+	switch e {
+	case RuleRequestScopeConversation:
+		return true
+	case RuleRequestScopeEverywhere:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SpanKind.
 const (
 	SpanKindCode  SpanKind = "code"
@@ -376,6 +460,7 @@ func (e ToolSessionScope) Valid() bool {
 const (
 	TurnOutcomeAbandoned     TurnOutcome = "abandoned"
 	TurnOutcomeAnswered      TurnOutcome = "answered"
+	TurnOutcomeApproved      TurnOutcome = "approved"
 	TurnOutcomeCancelled     TurnOutcome = "cancelled"
 	TurnOutcomeCleanedUp     TurnOutcome = "cleaned_up"
 	TurnOutcomeCleanupFailed TurnOutcome = "cleanup_failed"
@@ -396,6 +481,8 @@ func (e TurnOutcome) Valid() bool {
 	case TurnOutcomeAbandoned:
 		return true
 	case TurnOutcomeAnswered:
+		return true
+	case TurnOutcomeApproved:
 		return true
 	case TurnOutcomeCancelled:
 		return true
@@ -588,6 +675,17 @@ type DecisionRequest struct {
 
 	// Note Why, for a paused turn's decision.
 	Note *string `json:"note,omitempty"`
+
+	// Rule With `"approve": true`: make a standing rule of this approval, for
+	// the tool the pending request is about. `scope` "conversation": this
+	// conversation only (`match` defaults to "any": any arguments);
+	// "everywhere": every conversation of the caller's (`match` defaults
+	// to "exact"; "any" is refused). `match` "exact": these arguments
+	// exactly (as JSON values); "command": a command of plain words
+	// matching `pattern` (the program, then literal words or `*` for one
+	// plain word not starting with `-`), and the pattern must match the
+	// pending request's command. docs/host.md, Standing rules.
+	Rule *RuleRequest `json:"rule,omitempty"`
 }
 
 // Error Every error response, and a stream's failed result.
@@ -699,6 +797,57 @@ type Pending struct {
 type Ready struct {
 	Status interface{} `json:"status"`
 }
+
+// Rule A standing approval, as the person who made it sees it.
+type Rule struct {
+	// Args The arguments an exact rule matches (canonical JSON).
+	Args      *map[string]interface{} `json:"args,omitempty"`
+	CreatedAt time.Time               `json:"createdAt"`
+	Id        string                  `json:"id"`
+	Match     RuleMatch               `json:"match"`
+
+	// Pattern The command pattern of a command rule.
+	Pattern *string   `json:"pattern,omitempty"`
+	Scope   RuleScope `json:"scope"`
+
+	// SessionId Examples: ses_5f0c2b7e9a1d4c3e8b6a0f1e2d3c4b5a
+	SessionId *SessionID `json:"sessionId,omitempty"`
+
+	// Tool The tool whose approval requests it answers.
+	Tool string `json:"tool"`
+}
+
+// RuleMatch defines model for Rule.Match.
+type RuleMatch string
+
+// RuleScope defines model for Rule.Scope.
+type RuleScope string
+
+// RuleList defines model for RuleList.
+type RuleList struct {
+	Rules []Rule `json:"rules"`
+}
+
+// RuleRequest With `"approve": true`: make a standing rule of this approval, for
+// the tool the pending request is about. `scope` "conversation": this
+// conversation only (`match` defaults to "any": any arguments);
+// "everywhere": every conversation of the caller's (`match` defaults
+// to "exact"; "any" is refused). `match` "exact": these arguments
+// exactly (as JSON values); "command": a command of plain words
+// matching `pattern` (the program, then literal words or `*` for one
+// plain word not starting with `-`), and the pattern must match the
+// pending request's command. docs/host.md, Standing rules.
+type RuleRequest struct {
+	Match   *RuleRequestMatch `json:"match,omitempty"`
+	Pattern *string           `json:"pattern,omitempty"`
+	Scope   RuleRequestScope  `json:"scope"`
+}
+
+// RuleRequestMatch defines model for RuleRequest.Match.
+type RuleRequestMatch string
+
+// RuleRequestScope defines model for RuleRequest.Scope.
+type RuleRequestScope string
 
 // Run One run's waterfall.
 type Run struct {
@@ -884,27 +1033,36 @@ type Turn struct {
 	Ended time.Time `json:"ended"`
 	Error *string   `json:"error,omitempty"`
 
-	// Kind message, decision, cancel, close, evict, cleanup, takeover or upgrade.
+	// Kind message, decision, rule (a request a standing rule answered; outcome approved), cancel, close, evict, cleanup, takeover or upgrade.
 	Kind string `json:"kind"`
 
 	// Outcome How a turn-log entry ended (`taken_over`, `lost` and `completed` with replicas).
 	Outcome TurnOutcome `json:"outcome"`
-	RunId   *string     `json:"runId,omitempty"`
-	Seq     int         `json:"seq"`
-	Started time.Time   `json:"started"`
+
+	// Rule The standing rule that answered the request (kind rule).
+	Rule    *string   `json:"rule,omitempty"`
+	RunId   *string   `json:"runId,omitempty"`
+	Seq     int       `json:"seq"`
+	Started time.Time `json:"started"`
 }
 
 // TurnAnswer A turn that answered.
 type TurnAnswer struct {
 	Output string `json:"output"`
-	RunId  string `json:"runId"`
+
+	// Rule A standing approval, as the person who made it sees it.
+	Rule  *Rule  `json:"rule,omitempty"`
+	RunId string `json:"runId"`
 }
 
 // TurnAwaiting A turn that asks the person; the conversation is paused.
 type TurnAwaiting struct {
 	// Awaiting The question a paused conversation waits on.
 	Awaiting Pending `json:"awaiting"`
-	RunId    string  `json:"runId"`
+
+	// Rule A standing approval, as the person who made it sees it.
+	Rule  *Rule  `json:"rule,omitempty"`
+	RunId string `json:"runId"`
 }
 
 // TurnLog defines model for TurnLog.
@@ -1281,6 +1439,16 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
 	GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListRules The caller's standing rules, oldest first.
+	//
+	// Corresponds with GET /v1/rules (the `ListRules` operationId).
+	ListRules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteRule Revoke one of the caller's standing rules; the person is asked again from now on.
+	//
+	// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+	DeleteRule(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListSessions The caller's conversations, newest first.
 	//
 	// Corresponds with GET /v1/sessions (the `ListSessions` operationId).
@@ -1329,6 +1497,9 @@ type ClientInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1341,6 +1512,9 @@ type ClientInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1626,6 +1800,36 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
+// ListRules The caller's standing rules, oldest first.
+//
+// Corresponds with GET /v1/rules (the `ListRules` operationId).
+func (c *Client) ListRules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRulesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteRule Revoke one of the caller's standing rules; the person is asked again from now on.
+//
+// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+func (c *Client) DeleteRule(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteRuleRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListSessions The caller's conversations, newest first.
 //
 // Corresponds with GET /v1/sessions (the `ListSessions` operationId).
@@ -1734,6 +1938,9 @@ func (c *Client) CancelTurn(ctx context.Context, id SessionID, reqEditors ...Req
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1756,6 +1963,9 @@ func (c *Client) DecideWithBody(ctx context.Context, id SessionID, contentType s
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2309,6 +2519,67 @@ func NewGetOpenAPIRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListRulesRequest constructs an http.Request for the ListRules method
+func NewListRulesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteRuleRequest constructs an http.Request for the DeleteRule method
+func NewDeleteRuleRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3336,6 +3607,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
 	GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error)
 
+	// ListRulesWithResponse The caller's standing rules, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/rules (the `ListRules` operationId).
+	ListRulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRulesResponse, error)
+
+	// DeleteRuleWithResponse Revoke one of the caller's standing rules; the person is asked again from now on.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+	DeleteRuleWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteRuleResponse, error)
+
 	// ListSessionsWithResponse The caller's conversations, newest first.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3392,6 +3677,9 @@ type ClientWithResponsesInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3404,6 +3692,9 @@ type ClientWithResponsesInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3991,6 +4282,95 @@ func (r GetOpenAPIResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetOpenAPIResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListRulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RuleList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRulesResponse) GetJSON200() *RuleList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListRulesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteRuleResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteRuleResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5055,6 +5435,32 @@ func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEdi
 	return ParseGetOpenAPIResponse(rsp)
 }
 
+// ListRulesWithResponse The caller's standing rules, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/rules (the `ListRules` operationId).
+func (c *ClientWithResponses) ListRulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRulesResponse, error) {
+	rsp, err := c.ListRules(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRulesResponse(rsp)
+}
+
+// DeleteRuleWithResponse Revoke one of the caller's standing rules; the person is asked again from now on.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+func (c *ClientWithResponses) DeleteRuleWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteRuleResponse, error) {
+	rsp, err := c.DeleteRule(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteRuleResponse(rsp)
+}
+
 // ListSessionsWithResponse The caller's conversations, newest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5147,6 +5553,9 @@ func (c *ClientWithResponses) CancelTurnWithResponse(ctx context.Context, id Ses
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5165,6 +5574,9 @@ func (c *ClientWithResponses) DecideWithBodyWithResponse(ctx context.Context, id
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5690,6 +6102,68 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListRulesResponse parses an HTTP response from a ListRulesWithResponse call
+func ParseListRulesResponse(rsp *http.Response) (*ListRulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RuleList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteRuleResponse parses an HTTP response from a DeleteRuleWithResponse call
+func ParseDeleteRuleResponse(rsp *http.Response) (*DeleteRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

@@ -26,6 +26,9 @@ type DecisionRequest struct {
 	// reads as true).
 	Interaction string `json:"interaction,omitempty"`
 	Answer      string `json:"answer,omitempty"`
+	// Rule, with "approve": true, makes a standing approval of what the
+	// pending request is about (see [Rule]).
+	Rule *RuleRequest `json:"rule,omitempty"`
 }
 
 // DecodeTurn decodes and checks a turn request: a JSON object with a
@@ -50,10 +53,11 @@ func DecodeTurn(body []byte) (TurnRequest, error) {
 // optional string "note".
 func DecodeDecision(body []byte) (DecisionRequest, error) {
 	var raw struct {
-		Approve     *bool   `json:"approve"`
-		Note        *string `json:"note"`
-		Interaction *string `json:"interaction"`
-		Answer      *string `json:"answer"`
+		Approve     *bool           `json:"approve"`
+		Note        *string         `json:"note"`
+		Interaction *string         `json:"interaction"`
+		Answer      *string         `json:"answer"`
+		Rule        json.RawMessage `json:"rule"`
 	}
 	if err := decodeStrict(body, &raw); err != nil {
 		return DecisionRequest{}, err
@@ -65,6 +69,8 @@ func DecodeDecision(body []byte) (DecisionRequest, error) {
 			return DecisionRequest{}, fieldError(CodeInvalidField, "interaction", `host: "interaction" is empty; send the id the session shows`)
 		case raw.Note != nil:
 			return DecisionRequest{}, fieldError(CodeUnknownField, "note", `host: an interaction's answer goes in "answer", not "note"`)
+		case raw.Rule != nil:
+			return DecisionRequest{}, fieldError(CodeUnknownField, "rule", `host: a rule goes with the approval of a paused turn, not with an interaction's answer`)
 		}
 		if raw.Answer != nil {
 			d.Answer = *raw.Answer
@@ -83,6 +89,24 @@ func DecodeDecision(body []byte) (DecisionRequest, error) {
 	d := DecisionRequest{Approve: *raw.Approve}
 	if raw.Note != nil {
 		d.Note = *raw.Note
+	}
+	if raw.Rule != nil {
+		if !d.Approve {
+			return DecisionRequest{}, fieldError(CodeInvalidField, "rule", `host: a rule is a standing approval; it goes with "approve": true`)
+		}
+		var rr RuleRequest
+		if err := decodeStrict(raw.Rule, &rr); err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) {
+				ae.Field = "rule" + dotted(ae.Field)
+				ae.Message = strings.Replace(ae.Message, "the body", `"rule"`, 1)
+			}
+			return DecisionRequest{}, err
+		}
+		if rr.Scope == "" {
+			return DecisionRequest{}, fieldError(CodeMissingField, "rule.scope", `host: a rule needs "scope": "conversation" or "everywhere"`)
+		}
+		d.Rule = &rr
 	}
 	return d, nil
 }
@@ -246,4 +270,11 @@ func kindName(goType string) string {
 		return "boolean (true or false)"
 	}
 	return goType
+}
+
+func dotted(field string) string {
+	if field == "" {
+		return ""
+	}
+	return "." + field
 }

@@ -70,6 +70,12 @@ const (
 	CodeWorkspaceConflict       Code = "workspace_conflict"         // 409: an entry collides with what the workspace holds
 )
 
+// The standing rules' error codes (rules.go).
+const (
+	CodeRuleNotFound Code = "rule_not_found" // 404: no such rule for this caller
+	CodeTooManyRules Code = "too_many_rules" // 409: the caller has as many rules as allowed
+)
+
 // apiError is an error response: {"error": {"code", "message", "field"}}.
 type apiError struct {
 	status     int

@@ -107,6 +107,9 @@ func (h *Host) routes() http.Handler {
 	// What turns used: the caller's own, and a tenant's for its admins.
 	mux.HandleFunc("GET /v1/usage", h.authed(h.handleUsage))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/usage", h.authed(h.handleTenantUsage))
+	// Standing approvals the caller made while answering (rules.go).
+	mux.HandleFunc("GET /v1/rules", h.authed(h.handleRules))
+	mux.HandleFunc("DELETE /v1/rules/{id}", h.authed(h.handleDeleteRule))
 	h.consoleRoutes(mux) // the web console at /, and the endpoints it reads (console.go)
 
 	// Known paths with an unknown method: 405 in JSON, after the caller is
@@ -128,6 +131,8 @@ func (h *Host) routes() http.Handler {
 		"/v1/tenants/{tenant}/sessions/{id}": "GET, HEAD, DELETE",
 		"/v1/usage":                          "GET, HEAD",
 		"/v1/tenants/{tenant}/usage":         "GET, HEAD",
+		"/v1/rules":                          "GET, HEAD",
+		"/v1/rules/{id}":                     "DELETE",
 	}
 	for path, methods := range allow {
 		notAllowed := func(w http.ResponseWriter, _ *http.Request) {

@@ -25,6 +25,7 @@ const (
 	DefaultMaxTurns                     = 256
 	DefaultMaxTurnsPerPrincipal         = 32
 	DefaultMaxConversationsPerPrincipal = 100
+	DefaultMaxRulesPerPrincipal         = 256
 	DefaultIdleEvict                    = 15 * time.Minute
 	DefaultEvictEvery                   = time.Minute
 	DefaultTurnTimeout                  = 30 * time.Minute
@@ -154,6 +155,9 @@ type Options struct {
 	Logger *slog.Logger
 	// NoConsole leaves the web console out: / is a 404 like any unknown path.
 	NoConsole bool
+	// MaxRulesPerPrincipal bounds the standing rules one person keeps
+	// (default 256).
+	MaxRulesPerPrincipal int
 	// Prices turns each turn's tokens into its estimated cost, stored
 	// with the turn's usage record (default price.Default(), the table
 	// agentry ships).
@@ -294,13 +298,14 @@ func New(opt Options) (_ *Host, err error) {
 // withDefaults refuses negative bounds and fills in every zero option with
 // its default.
 func withDefaults(opt Options) (Options, error) {
-	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxConversationsPerPrincipal < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
+	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxConversationsPerPrincipal < 0 || opt.MaxRulesPerPrincipal < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
 		opt.CutGrace < 0 || opt.CloseTimeout < 0 || opt.CleanupRetry < 0 || opt.CleanupRetryMax < 0 {
 		return opt, errors.New("host: bounds in Options must not be negative; use 0 for the default")
 	}
 	orDefault(&opt.MaxTurns, DefaultMaxTurns)
 	orDefault(&opt.MaxTurnsPerPrincipal, DefaultMaxTurnsPerPrincipal)
 	orDefault(&opt.MaxConversationsPerPrincipal, DefaultMaxConversationsPerPrincipal)
+	orDefault(&opt.MaxRulesPerPrincipal, DefaultMaxRulesPerPrincipal)
 	orDefault(&opt.IdleEvict, DefaultIdleEvict)
 	orDefault(&opt.EvictEvery, DefaultEvictEvery)
 	orDefault(&opt.TurnTimeout, DefaultTurnTimeout)

@@ -72,6 +72,14 @@ type Store interface {
 	// UsageTotal sums the usage of a tenant's turns (one principal's when
 	// principal is set) that ended at or after since.
 	UsageTotal(ctx context.Context, tenant, principal string, since time.Time) (UsageTotal, error)
+	// AddRule stores a standing approval (see [Rule]) unless its owner
+	// has max rules already ([ErrTooManyRules]).
+	AddRule(ctx context.Context, r Rule, max int) error
+	// Rules returns the owner's rules, oldest first.
+	Rules(ctx context.Context, owner tool.Identity) ([]Rule, error)
+	// DeleteRule removes one of the owner's rules; a missing one, or
+	// another owner's, is [ErrRuleNotFound].
+	DeleteRule(ctx context.Context, owner tool.Identity, id string) error
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store. Safe to call twice.
@@ -268,6 +276,9 @@ const (
 	// agent's record, which the next turn continues from, not in this
 	// transcript.
 	TurnCompleted = "completed"
+	// TurnApproved: a standing rule answered a request of the turn
+	// (kind "rule"; Turn.Rule names it).
+	TurnApproved = "approved"
 )
 
 // Turn is one entry of a conversation's turn log: facts, not content.
@@ -275,12 +286,16 @@ type Turn struct {
 	// Seq numbers the entries of one conversation from 1; the store sets it.
 	Seq   int64  `json:"seq"`
 	RunID string `json:"runId,omitempty"`
-	// Kind is "message", "decision", "close", "evict" or "cleanup".
+	// Kind is "message", "decision", "rule" (a request a standing rule
+	// answered: Outcome "approved", Rule naming it), "close", "evict" or
+	// "cleanup".
 	Kind    string    `json:"kind"`
 	Outcome string    `json:"outcome"`
 	Error   string    `json:"error,omitempty"`
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
+	// Rule is the standing rule that answered a request (kind "rule").
+	Rule string `json:"rule,omitempty"`
 	// Usage is what a message or decision turn used: the store keeps it
 	// beside the entry, in the same transaction (and sets its Seq).
 	Usage *UsageRecord `json:"-"`

@@ -138,14 +138,24 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 		h.answerInteraction(w, r, o, dec)
 		return
 	}
+	var made *Rule
 	h.runTurn(w, r, o, func(lc *liveConv) *apiError {
 		if lc.conv.State != StatePaused {
 			return newError(http.StatusConflict, CodeNoPendingQuestion, "host: this session waits for no decision; send a message instead")
 		}
-		return nil
+		if dec.Rule == nil {
+			return nil
+		}
+		// The rule stands before the answer goes: a request the rest of
+		// this turn raises is answered by it too.
+		ctx, cancel := storeCtx(r)
+		defer cancel()
+		var ae *apiError
+		made, ae = h.makeRule(ctx, lc, *dec.Rule)
+		return ae
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		p := lc.conv.Pending
-		t := &turnRun{kind: "decision", runID: p.TurnID}
+		t := &turnRun{kind: "decision", runID: p.TurnID, made: made}
 		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note})
 		return t
 	})
@@ -313,6 +323,8 @@ type turnRun struct {
 	usage      llm.TurnUsage
 	reported   bool // the provider reported usage (usage outputs came)
 	fz         *fencing
+	auto       int   // requests standing rules answered in this turn
+	made       *Rule // the rule the decision made, if any
 }
 
 // drive runs the turn: it pulls the provider's outputs until a stable
@@ -324,7 +336,8 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(stop))
 	defer pcancel()
 	fz := h.newFencing(stop, lc)
-	t := start(fz.context(pctx), lc)
+	fctx := fz.context(pctx)
+	t := start(fctx, lc)
 	t.fz = fz
 	if !h.begin(stop, lc, t) {
 		return t // not begun: nothing ran
@@ -338,7 +351,40 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 		t.err, t.unbegun = context.Cause(stop), true
 		return t
 	}
-	for o, err := range t.seq {
+	for seq := t.seq; ; {
+		asked := t.pull(seq, out)
+		if t.err != nil || t.request == nil {
+			break
+		}
+		// A standing rule of the person's answers the request, unless the
+		// turn is being stopped: then the person (or the stop) decides.
+		var r *Rule
+		if stop.Err() == nil {
+			r = h.standing(stop, lc, t)
+		}
+		if r == nil {
+			if out != nil {
+				out(asked)
+			}
+			break
+		}
+		note := clipText(fmt.Sprintf("approved by your rule %s: %s", r.ID, t.request.Tool), maxActivityBytes)
+		if len(t.activities) < maxActivities {
+			t.activities = append(t.activities, Message{Role: "activity", Content: note})
+		}
+		if out != nil {
+			out(provider.Output{Kind: provider.OutputActivity, SessionID: asked.SessionID, TurnID: asked.TurnID, Text: note})
+		}
+		seq = lc.sess.Resolve(fctx, provider.Resolution{TurnID: t.runID, RequestID: t.request.ID, Approve: true})
+		t.request = nil
+	}
+	return t
+}
+
+// pull takes a stretch of the turn's outputs, to its end or to a request
+// (returned, not yet handed to out: a standing rule may answer it).
+func (t *turnRun) pull(seq func(func(provider.Output, error) bool), out func(provider.Output)) (asked provider.Output) {
+	for o, err := range seq {
 		if err != nil {
 			t.err = err
 			break
@@ -348,7 +394,7 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 			t.reported = true
 			continue // for the usage record, not the stream
 		}
-		if out != nil {
+		if out != nil && o.Kind != provider.OutputRequest {
 			out(o)
 		}
 		switch o.Kind {
@@ -367,12 +413,12 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 				t.activities = append(t.activities, Message{Role: "activity", Content: clipText(o.Text, maxActivityBytes), Call: callView(o.Call)})
 			}
 		case provider.OutputRequest:
-			t.request = o.Request
+			t.request, asked = o.Request, o
 		case provider.OutputTurnCompleted:
 			t.outcome = o.Outcome
 		}
 	}
-	return t
+	return asked
 }
 
 func wantsStream(r *http.Request) bool {
@@ -436,10 +482,12 @@ func (t *turnRun) activityMessages() []Message {
 
 // turnResult is the body of a turn's answer: output, or a question.
 type turnResult struct {
-	RunID    string    `json:"runId,omitempty"`
-	Output   *string   `json:"output,omitempty"`
-	Awaiting *Pending  `json:"awaiting,omitempty"`
-	Error    *apiError `json:"error,omitempty"`
+	RunID    string   `json:"runId,omitempty"`
+	Output   *string  `json:"output,omitempty"`
+	Awaiting *Pending `json:"awaiting,omitempty"`
+	// Rule is the standing rule the decision made, if it made one.
+	Rule  *ruleView `json:"rule,omitempty"`
+	Error *apiError `json:"error,omitempty"`
 }
 
 // settle records how a turn ended — store first, then the answer — and
@@ -460,6 +508,10 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	c.UpdatedAt = now
 	turn := &Turn{RunID: t.runID, Kind: t.kind, Started: now.Add(-time.Since(began)), Ended: now}
 	out := turnResult{RunID: t.runID}
+	if t.made != nil {
+		v := viewRule(*t.made)
+		out.Rule = &v
+	}
 	var add []Message
 	cut := errors.Is(context.Cause(stop), errCut)
 	stopped := h.stopOf(stop) // a cancel or the turn timeout

@@ -293,7 +293,19 @@ type Request struct {
 	// object; for a file edit {"path","oldText","newText"}), or nil when
 	// the adapter does not know it. Never markup: a host shows it as text.
 	Args json.RawMessage
+	// Choices, for an approval, are the answers the agent offered, in its
+	// order and as it names their kinds (an ACP agent's permission
+	// options: ChoiceAllowOnce, "allow_always", "reject_once",
+	// "reject_always"); nil when the agent takes a plain yes or no. An
+	// approving Resolution is the agent's one-time yes: a host that
+	// answers by a standing rule of its own does so only when
+	// ChoiceAllowOnce is among them (or Choices is nil), so the agent
+	// never remembers a yes the host could not take back.
+	Choices []string
 }
+
+// ChoiceAllowOnce is the choice of a one-time yes (Request.Choices).
+const ChoiceAllowOnce = "allow_once"
 
 // AuthRequest starts an authentication flow.
 type AuthRequest struct {

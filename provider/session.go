@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -422,7 +423,8 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 				st.held, st.holding = out, true
 				if out.Request != nil {
 					r := *out.Request
-					r.Schema = clone(r.Schema)
+					r.Schema, r.Args = clone(r.Schema), clone(r.Args)
+					r.Choices = slices.Clone(r.Choices)
 					st.held.Request = &r
 				}
 				continue

@@ -321,8 +321,8 @@ func (s *Store) prepareQueries() {
 			RETURNING turn_seq`),
 		lockRow:    s.rebind(`UPDATE agentry_conversations SET turn_seq = turn_seq + 1` + owned),
 		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations` + owned),
-		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us, rule)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		list: s.rebind(`SELECT ` + cols + `
 			FROM agentry_conversations WHERE tenant = ? AND principal = ? ORDER BY updated_us DESC, id LIMIT ?`),
 		listOpen: s.rebind(`SELECT ` + cols + `
@@ -333,7 +333,7 @@ func (s *Store) prepareQueries() {
 			FROM agentry_conversations WHERE tenant = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
 		tenantInfo: s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ?`),
 		countOpen:  s.rebind(`SELECT COUNT(*) FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed'`),
-		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
+		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us, t.rule
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
 			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
 		fence:      s.rebind(`UPDATE agentry_conversations SET epoch = ?` + owned + ` AND epoch <= ?`),
@@ -698,7 +698,7 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, one, two *sql.Stmt, 
 }
 
 func (s *Store) insertTurn(ctx context.Context, tx *sql.Tx, id string, seq int64, t *host.Turn) error {
-	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended)); err != nil {
+	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended), t.Rule); err != nil {
 		return s.fail("recording a turn", err)
 	}
 	if t.Usage != nil {
@@ -929,7 +929,7 @@ func (s *Store) Turns(ctx context.Context, owner tool.Identity, id string) ([]ho
 	for rows.Next() {
 		var t host.Turn
 		var started, ended int64
-		if err := rows.Scan(&t.Seq, &t.RunID, &t.Kind, &t.Outcome, &t.Error, &started, &ended); err != nil {
+		if err := rows.Scan(&t.Seq, &t.RunID, &t.Kind, &t.Outcome, &t.Error, &started, &ended, &t.Rule); err != nil {
 			return nil, s.fail("reading the turn log", err)
 		}
 		t.Started, t.Ended = fromMicros(started), fromMicros(ended)

@@ -34,10 +34,11 @@
 //     text (message chunks) and activities (thoughts, tool calls and their
 //     updates, plans, usage), and its stop reason ends the turn (completed;
 //     cancelled is interrupted; the others are failed). A permission
-//     request is an approval request; Resolve answers it with the option
-//     the agent offered (allow_once, or reject_once; a note of "always"
-//     picks the *_always option). Interrupt is session/cancel, and answers
-//     a pending permission request cancelled.
+//     request is an approval request whose Choices are the kinds of the
+//     options the agent offered, in its order; Resolve answers it with one
+//     of them (allow_once, or reject_once; a note of "always" picks the
+//     *_always option), never one the agent did not offer. Interrupt is
+//     session/cancel, and answers a pending permission request cancelled.
 //   - Everything the agent asks of the client is bounded where it enters,
 //     in front of the SDK's connection: at most limits.maxClientRequests
 //     (32) of its requests in flight, and Options.MaxClientRequests (1024)

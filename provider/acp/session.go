@@ -532,7 +532,11 @@ func (s *session) permission(ctx context.Context, p sdk.RequestPermissionRequest
 	} else if p.ToolCall.Kind != nil {
 		tool = string(*p.ToolCall.Kind)
 	}
-	req := &provider.Request{ID: id, Kind: provider.RequestApproval, Prompt: permissionPrompt(tool, p.Options), Tool: tool, Args: permissionArgs(p.ToolCall)}
+	choices := make([]string, 0, len(p.Options))
+	for _, o := range p.Options {
+		choices = append(choices, string(o.Kind))
+	}
+	req := &provider.Request{ID: id, Kind: provider.RequestApproval, Prompt: permissionPrompt(tool, p.Options), Tool: tool, Args: permissionArgs(p.ToolCall), Choices: choices}
 	if !s.push(ctx, t, item{out: s.output(provider.OutputRequest, t.id, func(o *provider.Output) { o.Request = req }), perm: perm}) {
 		return cancelled
 	}
