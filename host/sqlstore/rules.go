@@ -7,9 +7,9 @@ import (
 	"github.com/agentry-dev/agentry/tool"
 )
 
-// v6 keeps people's standing approvals (host.Rule), one row each, read by
+// v7 keeps people's standing approvals (host.Rule), one row each, read by
 // owner; and the turn log names the rule that answered a request.
-var v6 = []string{
+var v7 = []string{
 	`CREATE TABLE IF NOT EXISTS agentry_rules (
 		id              TEXT PRIMARY KEY,
 		tenant          TEXT NOT NULL,

@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -260,24 +260,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: upgrading the %s store to schema 3: %w", kind, err)
 		}
 	}
-	if version < 4 {
-		for _, q := range v4 {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("sqlstore: upgrading the %s store to schema 4: %w", kind, err)
-			}
+	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7} {
+		if n <= 3 || version >= n {
+			continue
 		}
-	}
-	if version < 5 {
-		for _, q := range v5 {
+		for _, q := range step {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("sqlstore: upgrading the %s store to schema 5: %w", kind, err)
-			}
-		}
-	}
-	if version < 6 {
-		for _, q := range v6 {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("sqlstore: upgrading the %s store to schema 6: %w", kind, err)
+				return fmt.Errorf("sqlstore: upgrading the %s store to schema %d: %w", kind, n, err)
 			}
 		}
 	}
