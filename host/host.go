@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
@@ -147,6 +148,9 @@ type Options struct {
 	// with the turn's usage record (default price.Default(), the table
 	// agentry ships).
 	Prices *price.Table
+	// Budgets are the caps and turn rates turns are held to (nil: none);
+	// SetBudgets replaces them while serving. See ParseBudgets.
+	Budgets *Budgets
 }
 
 // Host serves conversations over HTTP. It is an http.Handler; the caller
@@ -168,6 +172,8 @@ type Host struct {
 	cleanups *cleanups
 	rep      *replicas // nil: the only replica
 	prices   *price.Table
+	budgets  atomic.Pointer[Budgets]
+	rates    rateWindows
 
 	mu       sync.Mutex
 	live     map[string]*liveConv
@@ -200,7 +206,8 @@ type liveConv struct {
 	asking   map[string]*asking // questions the provider asked, waiting for the person
 	turn     *turnCtl           // the turn holding busy, when a turn does
 	// guarded by busy
-	conv Conversation
+	conv   Conversation
+	budget *turnBudget // the running turn's share of its caps; nil: none bound it
 	sess *provider.ValidatedSession // nil until a turn opens it
 }
 
@@ -256,6 +263,7 @@ func New(opt Options) (_ *Host, err error) {
 	if h.prices == nil {
 		h.prices = price.Default()
 	}
+	h.budgets.Store(opt.Budgets)
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err
 	}
