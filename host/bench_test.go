@@ -24,6 +24,11 @@ import (
 // benchHost is a host on a real listener with the scripted model (no
 // tools) and SQLite, and n sessions of one principal open on it.
 func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
+	return benchHostWith(b, n, steps, nil)
+}
+
+// benchHostWith is benchHost holding turns to budgets (nil: none).
+func benchHostWith(b *testing.B, n, steps int, budgets *host.Budgets) (url, token string, ids []string) {
 	b.Helper()
 	ss := make([]scripted.Step, steps)
 	for i := range ss {
@@ -44,7 +49,7 @@ func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
 	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1,
-		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1})
+		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1, Budgets: budgets})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,4 +130,57 @@ func BenchmarkTurn(b *testing.B) {
 			post(b, c, fmt.Sprintf("%s/v1/sessions/%s/turns", url, id), tok, turnBody)
 		}
 	})
+}
+
+// benchBudgets bind alice by every kind of cap, per day and per month,
+// and by a rate, none of them reached: what checking them costs.
+const benchBudgets = `
+[[cap]]
+tenant = "*"
+principal = "*"
+per = "day"
+turns = 1000000000
+tokens = 1000000000000
+cost_usd = 1000000.0
+sandbox = "100000h"
+
+[[cap]]
+tenant = "acme"
+per = "month"
+turns = 1000000000
+
+[[rate]]
+tenant = "*"
+principal = "*"
+turns = 10000
+per = "1s"
+`
+
+// BenchmarkTurnBudgets is BenchmarkTurn without budgets (off) and with
+// caps and a rate that apply to every turn (on); compare them in one
+// run: go test -run '^$' -bench TurnBudgets -count 6 ./host
+func BenchmarkTurnBudgets(b *testing.B) {
+	bud, err := host.ParseBudgets([]byte(benchBudgets))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    *host.Budgets
+	}{{"off", nil}, {"on", bud}} {
+		b.Run(tc.name, func(b *testing.B) {
+			const sessions = 64
+			url, tok, ids := benchHostWith(b, sessions, b.N+2, tc.b)
+			var next atomic.Int64
+			b.SetParallelism(sessions / runtime.GOMAXPROCS(0))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				c := benchClient
+				id := ids[int(next.Add(1)-1)%sessions]
+				for pb.Next() {
+					post(b, c, fmt.Sprintf("%s/v1/sessions/%s/turns", url, id), tok, turnBody)
+				}
+			})
+		})
+	}
 }
