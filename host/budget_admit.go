@@ -263,4 +263,3 @@ func (tb *turnBudget) limitFor(conv, runID string) func(llm.TurnUsage) string {
 	tb.conv, tb.runID = conv, runID
 	return tb.limit
 }
-

@@ -207,8 +207,8 @@ type liveConv struct {
 	turn     *turnCtl           // the turn holding busy, when a turn does
 	// guarded by busy
 	conv   Conversation
-	budget *turnBudget // the running turn's share of its caps; nil: none bound it
-	sess *provider.ValidatedSession // nil until a turn opens it
+	budget *turnBudget                // the running turn's share of its caps; nil: none bound it
+	sess   *provider.ValidatedSession // nil until a turn opens it
 }
 
 // turnCtl is how a turn is stopped from outside its request: cut by the
