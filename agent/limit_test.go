@@ -2,8 +2,11 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/llm"
@@ -76,4 +79,35 @@ func noToolCalls(reqs []llm.Request) []bool {
 		out[i] = r.NoToolCalls
 	}
 	return out
+}
+
+// What a call's sandbox reports is the turn's sandbox usage: CPU time
+// summed, peak memory the largest.
+func TestSandboxUsageIsCounted(t *testing.T) {
+	var n atomic.Int32
+	box := tool.Func("box", "runs in a sandbox", func(context.Context, *tool.Call, noteArgs) (sandboxed, error) {
+		return sandboxed{int(n.Add(1))}, nil
+	})
+	m := scripted.New(calls(call("box", `{}`), call("box", `{}`)), answer("done"))
+	a, _ := newAgent(t, agent.Options{Model: m, Tools: []tool.Tool{sandboxTool{box}}})
+	res, err := a.Run(bg(), agent.Input{Message: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := res.Usage; u.SandboxCPU != 3*time.Second || u.SandboxPeakMemory != 2<<20 {
+		t.Fatalf("sandbox usage %v, %d: want 3s and 2 MiB", u.SandboxCPU, u.SandboxPeakMemory)
+	}
+}
+
+type sandboxed struct{ N int }
+
+// sandboxTool reports call n as n seconds of CPU and n MiB at the peak.
+type sandboxTool struct{ tool.Tool }
+
+func (s sandboxTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage) (tool.Result, error) {
+	r, err := s.Tool.Call(ctx, c, args)
+	var v sandboxed
+	_ = json.Unmarshal([]byte(r.Content), &v)
+	r.Sandbox = &tool.SandboxUsage{CPU: time.Duration(v.N) * time.Second, PeakMemory: int64(v.N) << 20}
+	return r, err
 }

@@ -313,6 +313,7 @@ func (l *looper) start(calls []llm.ToolCall) error {
 		}
 		l.count(&reqs[j])
 		o := &outs[j]
+		l.sandbox(o)
 		j++
 		if o.Asked != "" {
 			st.Waiting = append(st.Waiting, CheckpointWait{Index: i, Question: asks(calls[i].Name, o.Asked), Asked: true})
@@ -357,6 +358,7 @@ func (l *looper) settle(d *Decision) error {
 		d = nil
 		l.count(&req)
 		o := &l.x.Tools([]ToolCall{req})[0]
+		l.sandbox(o)
 		if o.Asked != "" {
 			st.Waiting[0] = CheckpointWait{Index: w.Index, Question: asks(c.Name, o.Asked), Asked: true}
 			continue
@@ -383,6 +385,15 @@ func (l *looper) call(c llm.ToolCall, a *tool.Approval, refused *tool.Outcome) T
 func (l *looper) count(req *ToolCall) {
 	if req.Refused == nil {
 		l.end.Usage.CountTool(req.Call.Name)
+	}
+}
+
+// sandbox counts what a call's sandbox used.
+func (l *looper) sandbox(o *tool.Outcome) {
+	if sb := o.Result.Sandbox; sb != nil {
+		u := &l.end.Usage
+		u.SandboxCPU += sb.CPU
+		u.SandboxPeakMemory = max(u.SandboxPeakMemory, sb.PeakMemory)
 	}
 }
 

@@ -126,7 +126,6 @@ func (h *Host) admitBudget(ctx context.Context, o tool.Identity, kind string) (*
 	}
 	now := h.now()
 	tb := &turnBudget{h: h, owner: o}
-	totals := map[string]map[time.Time]UsageTotal{}
 	for _, c := range b.Caps {
 		if !matches(c.Tenant, c.Principal, o.Tenant, o.Principal) {
 			continue
@@ -136,16 +135,9 @@ func (h *Host) admitBudget(ctx context.Context, o tool.Identity, kind string) (*
 			who = ""
 		}
 		start, end := periodOf(c.Period, now)
-		t, ok := totals[who][start]
-		if !ok {
-			var err error
-			if t, err = h.store.UsageTotal(ctx, o.Tenant, who, start); err != nil {
-				return nil, h.storeError(err)
-			}
-			if totals[who] == nil {
-				totals[who] = map[time.Time]UsageTotal{}
-			}
-			totals[who][start] = t
+		t, err := h.totals.get(ctx, h.store, totalKey{o.Tenant, who, start}, now)
+		if err != nil {
+			return nil, h.storeError(err)
 		}
 		running := int64(0)
 		if kind == "message" {

@@ -174,6 +174,7 @@ type Host struct {
 	prices   *price.Table
 	budgets  atomic.Pointer[Budgets]
 	rates    rateWindows
+	totals   usageTotals
 
 	mu       sync.Mutex
 	live     map[string]*liveConv

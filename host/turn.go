@@ -549,6 +549,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	c.Messages += len(add)
 	lc.conv = c
 	h.metrics.countUsage(turn.Usage)
+	h.totals.add(turn.Usage)
 	h.metrics.turns.WithLabelValues(t.kind, turn.Outcome).Inc()
 	h.metrics.durations.WithLabelValues(t.kind, turn.Outcome).Observe(time.Since(began).Seconds())
 	return turn.Outcome, out
