@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/host"
@@ -156,31 +157,43 @@ turns = 10000
 per = "1s"
 `
 
-// BenchmarkTurnBudgets is BenchmarkTurn without budgets (off) and with
-// caps and a rate that apply to every turn (on); compare them in one
-// run: go test -run '^$' -bench TurnBudgets -count 6 ./host
+// BenchmarkTurnBudgets runs turns on two hosts side by side, one
+// without budgets (off) and one with caps and a rate that apply to every
+// turn (on), alternating turn by turn so that the machine's load falls on
+// both alike; it reports each one's mean turn time and their ratio:
+// go test -run '^$' -bench TurnBudgets -benchtime 3000x -count 5 ./host
 func BenchmarkTurnBudgets(b *testing.B) {
 	bud, err := host.ParseBudgets([]byte(benchBudgets))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name string
-		b    *host.Budgets
-	}{{"off", nil}, {"on", bud}} {
-		b.Run(tc.name, func(b *testing.B) {
-			const sessions = 64
-			url, tok, ids := benchHostWith(b, sessions, b.N+2, tc.b)
-			var next atomic.Int64
-			b.SetParallelism(sessions / runtime.GOMAXPROCS(0))
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				c := benchClient
-				id := ids[int(next.Add(1)-1)%sessions]
-				for pb.Next() {
-					post(b, c, fmt.Sprintf("%s/v1/sessions/%s/turns", url, id), tok, turnBody)
-				}
-			})
-		})
-	}
+	const sessions = 64
+	offURL, offTok, offIDs := benchHostWith(b, sessions, b.N+2, nil)
+	onURL, onTok, onIDs := benchHostWith(b, sessions, b.N+2, bud)
+	var next, offNs, onNs atomic.Int64
+	b.SetParallelism(sessions / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := benchClient
+		i := int(next.Add(1)-1) % sessions
+		off := fmt.Sprintf("%s/v1/sessions/%s/turns", offURL, offIDs[i])
+		on := fmt.Sprintf("%s/v1/sessions/%s/turns", onURL, onIDs[i])
+		for n := 0; pb.Next(); n++ {
+			first, second := off, on
+			firstTok, secondTok := offTok, onTok
+			firstNs, secondNs := &offNs, &onNs
+			if n%2 == 1 { // each goes first half the time
+				first, second, firstTok, secondTok, firstNs, secondNs = on, off, onTok, offTok, &onNs, &offNs
+			}
+			t0 := time.Now()
+			post(b, c, first, firstTok, turnBody)
+			t1 := time.Now()
+			post(b, c, second, secondTok, turnBody)
+			firstNs.Add(int64(t1.Sub(t0)))
+			secondNs.Add(int64(time.Since(t1)))
+		}
+	})
+	b.ReportMetric(float64(offNs.Load())/float64(b.N)/1e6, "off-ms/turn")
+	b.ReportMetric(float64(onNs.Load())/float64(b.N)/1e6, "on-ms/turn")
+	b.ReportMetric(float64(onNs.Load())/float64(offNs.Load()), "on/off")
 }

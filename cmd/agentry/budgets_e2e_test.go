@@ -22,7 +22,8 @@ import (
 // The built binary, on SQLite and on PostgreSQL, with a model on
 // Anthropic's wire (usage in every response) and a budget of 3 turns a
 // day for alice: each turn's record holds the tokens the server
-// reported, the cost from the shipped table and the tool call;
+// reported, the cost from the shipped table, the tool call and the
+// sandbox CPU time from the jail's cgroup;
 // GET /v1/usage and agentry usage agree; bob sees none of alice's; the
 // 4th turn answers 429 budget_exhausted with Retry-After; bob is
 // unaffected; an edit of the budgets file applies without a restart.
@@ -113,6 +114,10 @@ func budgetServe(t *testing.T, bin, dir, dsn string) {
 	if a.Turns != 3 || a.ModelCalls != 6 || a.InputTokens != 150 || a.OutputTokens != 72 || a.ToolCalls != 3 ||
 		a.UnknownCostTurns != 0 || math.Abs(a.CostUSD-wantCost) > 1e-9 {
 		t.Fatalf("alice's usage %+v; want 3 turns, 6 calls, 150/72 tokens, 3 tool calls, $%v", a, wantCost)
+	}
+	// The jailed interpreter's cgroup counted the code's CPU time.
+	if a.SandboxSeconds <= 0 || a.SandboxSeconds > 60 {
+		t.Fatalf("alice's sandbox time %v s: want the CPU time of 3 jailed runs", a.SandboxSeconds)
 	}
 	if b := usage(bob); b.Turns != 0 || b.InputTokens != 0 {
 		t.Fatalf("bob sees %+v", b)
