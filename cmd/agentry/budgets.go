@@ -35,10 +35,12 @@ func loadBudgets(path string) (*host.Budgets, [sha256.Size]byte, error) {
 	return bud, sum, nil
 }
 
-// followBudgets makes --budgets reloadable: a reload (SIGHUP, a --config
-// change, or an edit of the budgets file, which the poll sees) reads the
-// file named then and hands it to the host; a file that does not parse
-// keeps the budgets that ran before, and the reload's line says why.
+// followBudgets makes --budgets reloadable, when serve started with a
+// budgets file: a reload (SIGHUP, a --config change, or an edit of the
+// budgets file, which the poll sees) reads the file named then and hands
+// it to the host; a file that does not parse keeps the budgets that ran
+// before, and the reload's line says why. A serve started without one
+// takes budgets on at a restart (the reload's line says so).
 func (s *server) followBudgets() {
 	s.running["budgets"] = s.o.budgets
 	s.onReload("budgets", func(path string) (string, error) {

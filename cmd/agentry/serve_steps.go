@@ -269,7 +269,9 @@ func (s *server) newHost(context.Context) error {
 		return usageError("%v", err)
 	}
 	s.host = h
-	s.followBudgets()
+	if s.o.budgets != "" {
+		s.followBudgets()
+	}
 	return nil
 }
 
