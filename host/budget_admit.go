@@ -13,11 +13,6 @@ import (
 	"github.com/agentry-dev/agentry/tool"
 )
 
-// CodeBudgetExhausted answers a turn refused by a budget: a cap of the
-// period is used up (Retry-After: until the period ends), or the
-// principal's turn rate is (Retry-After: until a turn leaves the window).
-const CodeBudgetExhausted Code = "budget_exhausted" // 429
-
 // TypeBudgetCrossed: a turn crossed a cap while it ran; it was given one
 // wrap-up model call without tools.
 const TypeBudgetCrossed event.Type = "agentry.host.budget_crossed"
