@@ -37,6 +37,7 @@ func (e CallerRole) Valid() bool {
 const (
 	ErrorCodeAwaitingDecision        ErrorCode = "awaiting_decision"
 	ErrorCodeBodyTooLarge            ErrorCode = "body_too_large"
+	ErrorCodeBudgetExhausted         ErrorCode = "budget_exhausted"
 	ErrorCodeCapacity                ErrorCode = "capacity"
 	ErrorCodeClaimInvalid            ErrorCode = "claim_invalid"
 	ErrorCodeClaimMissing            ErrorCode = "claim_missing"
@@ -96,6 +97,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeAwaitingDecision:
 		return true
 	case ErrorCodeBodyTooLarge:
+		return true
+	case ErrorCodeBudgetExhausted:
 		return true
 	case ErrorCodeCapacity:
 		return true

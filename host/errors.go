@@ -43,6 +43,7 @@ const (
 	CodeTooManySessions      Code = "too_many_sessions"      // 429
 	CodeTooManyStreams       Code = "too_many_streams"       // 429: the caller has as many event streams (GET /v1/events) open as allowed
 	CodeCapacity             Code = "capacity"               // 429: every live tool session is busy
+	CodeBudgetExhausted      Code = "budget_exhausted"       // 429: a budget's cap for the UTC period (Retry-After: its end) or the principal's turn rate (Retry-After: a turn leaves the window) is used up
 	CodeTurnFailed           Code = "turn_failed"            // 500: the turn ran and failed
 	CodeTurnCut              Code = "turn_cut"               // 503: the shutdown drain bound cut the turn
 	CodeTurnTimedOut         Code = "turn_timed_out"         // 504: the turn ran past the turn timeout

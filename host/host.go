@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
@@ -162,6 +163,9 @@ type Options struct {
 	// with the turn's usage record (default price.Default(), the table
 	// agentry ships).
 	Prices *price.Table
+	// Budgets are the caps and turn rates turns are held to (nil: none);
+	// SetBudgets replaces them while serving. See ParseBudgets.
+	Budgets *Budgets
 }
 
 // Host serves conversations over HTTP. It is an http.Handler; the caller
@@ -184,6 +188,9 @@ type Host struct {
 	cleanups *cleanups
 	rep      *replicas // nil: the only replica
 	prices   *price.Table
+	budgets  atomic.Pointer[Budgets]
+	rates    rateWindows
+	totals   usageTotals
 
 	mu       sync.Mutex
 	live     map[string]*liveConv
@@ -216,8 +223,9 @@ type liveConv struct {
 	asking   map[string]*asking // questions the provider asked, waiting for the person
 	turn     *turnCtl           // the turn holding busy, when a turn does
 	// guarded by busy
-	conv Conversation
-	sess *provider.ValidatedSession // nil until a turn opens it
+	conv   Conversation
+	budget *turnBudget                // the running turn's share of its caps; nil: none bound it
+	sess   *provider.ValidatedSession // nil until a turn opens it
 }
 
 // turnCtl is how a turn is stopped from outside its request: cut by the
@@ -270,6 +278,7 @@ func New(opt Options) (_ *Host, err error) {
 	if h.prices == nil {
 		h.prices = price.Default()
 	}
+	h.budgets.Store(opt.Budgets)
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err
 	}

@@ -108,7 +108,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, o tool.Identit
 		writeError(w, asAPIError(err))
 		return
 	}
-	h.runTurn(w, r, o, func(lc *liveConv) *apiError {
+	h.runTurn(w, r, o, "message", func(lc *liveConv) *apiError {
 		if c := lc.conv; c.State == StatePaused {
 			return newError(http.StatusConflict, CodeAwaitingDecision,
 				fmt.Sprintf("host: this session waits for a decision on %q (tool %s); answer it with POST /v1/sessions/%s/decision first", c.Pending.Question, c.Pending.Tool, lc.id))
@@ -116,7 +116,9 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, o tool.Identit
 		return nil
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		t := &turnRun{kind: "message", runID: newRunID(), input: msg.Message}
-		t.seq = lc.sess.RunTurn(ctx, h.turnRequest(lc.id, t.runID, msg.Message))
+		req := h.turnRequest(lc.id, t.runID, msg.Message)
+		req.Limit = lc.budget.limitFor(lc.id, t.runID)
+		t.seq = lc.sess.RunTurn(ctx, req)
 		return t
 	})
 }
@@ -139,7 +141,7 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 		return
 	}
 	var made *Rule
-	h.runTurn(w, r, o, func(lc *liveConv) *apiError {
+	h.runTurn(w, r, o, "decision", func(lc *liveConv) *apiError {
 		if lc.conv.State != StatePaused {
 			return newError(http.StatusConflict, CodeNoPendingQuestion, "host: this session waits for no decision; send a message instead")
 		}
@@ -156,7 +158,8 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		p := lc.conv.Pending
 		t := &turnRun{kind: "decision", runID: p.TurnID, made: made}
-		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note})
+		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note,
+			Limit: lc.budget.limitFor(lc.id, p.TurnID)})
 		return t
 	})
 }
@@ -164,14 +167,20 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 // runTurn is what a message and a decision share: admission, the
 // conversation taken for the request, its provider session opened, the
 // turn run to a stable boundary, its end saved, then answered in JSON or
-// as an event stream. check refuses a conversation in the wrong state;
-// start begins the provider's side.
-func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, check func(*liveConv) *apiError, start func(context.Context, *liveConv) *turnRun) {
+// as an event stream. kind is "message" or "decision" (budgets treat
+// them apart); check refuses a conversation in the wrong state; start
+// begins the provider's side.
+func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, kind string, check func(*liveConv) *apiError, start func(context.Context, *liveConv) *turnRun) {
 	if ae := h.admitTurn(o); ae != nil {
 		writeError(w, ae)
 		return
 	}
 	defer h.endTurn(o)
+	budget, ae := h.admitBudget(r.Context(), o, kind)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
 	// The turn runs on contexts of its own: a client that goes away does
 	// not stop it. The drain bound and the turn timeout end bounded, and a
 	// cancel stop too; each becomes an Interrupt (drive).
@@ -197,6 +206,7 @@ func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, 
 		writeError(w, ae)
 		return
 	}
+	lc.budget = budget
 
 	// The person's other tabs hear the turn begin, and end as saved (this
 	// runs before the conversation is let go, so lc.conv is the saved one).
@@ -602,6 +612,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	c.Messages += len(add)
 	lc.conv = c
 	h.metrics.countUsage(turn.Usage)
+	h.totals.add(turn.Usage)
 	h.metrics.turns.WithLabelValues(t.kind, turn.Outcome).Inc()
 	h.metrics.durations.WithLabelValues(t.kind, turn.Outcome).Observe(time.Since(began).Seconds())
 	return turn.Outcome, out

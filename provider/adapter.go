@@ -171,6 +171,13 @@ type TurnRequest struct {
 	// stopped answering says what was lost). Input and Context together
 	// are bounded by Limits.MaxInputBytes.
 	Context string
+	// Limit, when set, is the host's budget for the turn: a provider that
+	// runs agentry's turn loop (native, durable) asks it before each model
+	// call after the first, with what the turn used so far, and a turn
+	// whose answer is not empty (the cap it crossed) finishes its step,
+	// then ends with one model call with tool calls withheld. A provider
+	// whose agent runs its own loop (ACP) does not ask it.
+	Limit func(used llm.TurnUsage) (crossed string)
 }
 
 // SteerRequest adds input to the running turn.
@@ -190,6 +197,8 @@ type Resolution struct {
 	// Response is an accepted elicitation's answer: a JSON object. It must
 	// be empty for approvals and declines.
 	Response json.RawMessage
+	// Limit is TurnRequest.Limit for the rest of the turn.
+	Limit func(used llm.TurnUsage) (crossed string)
 }
 
 // CloseReason says why a session is closing.

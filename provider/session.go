@@ -267,7 +267,7 @@ func (s *ValidatedSession) RunTurn(ctx context.Context, req TurnRequest) iter.Se
 			yield(Output{}, err)
 			return
 		}
-		preq := TurnRequest{TurnID: req.TurnID, Input: req.Input, Context: req.Context}
+		preq := TurnRequest{TurnID: req.TurnID, Input: req.Input, Context: req.Context, Limit: req.Limit}
 		s.drive(req.TurnID, "turn", false, func() iter.Seq2[Output, error] { return s.inner.RunTurn(ctx, preq) }, yield)
 	}
 }

@@ -123,6 +123,9 @@ func checkServeSettings(o *serveOptions) error {
 			return usageError("--tokens %s admits nobody; add a line with agentry token --tenant T --principal P --tokens %s", o.tokens, o.tokens)
 		}
 	}
+	if _, _, err := loadBudgets(o.budgets); err != nil {
+		return usageError("--budgets: %v", err)
+	}
 	if o.store == "" {
 		return usageError("--store is empty; pass a SQLite file path (agentry.db) or a postgres:// URL")
 	}

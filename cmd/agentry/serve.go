@@ -32,7 +32,7 @@ func init() { commands = append(commands, newServeCmd) }
 // default.
 type serveOptions struct {
 	addr, tokens, store, events, model, runner string
-	prices                                     string
+	prices, budgets                            string
 	agent, advertise                           string
 	temporal, temporalReplica                  string
 	temporalNamespace, temporalQueue           string
@@ -140,6 +140,7 @@ settings of it) and names what needs a restart.
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.prices, "prices", "", "the price table each turn's cost is estimated with (JSON; docs/usage.md); default: the table agentry ships")
+	f.StringVar(&o.budgets, "budgets", "", "caps per tenant and principal per UTC day and month (cost, tokens, turns, sandbox time) and per-principal turn rates (TOML; docs/usage.md); reloaded on change and SIGHUP")
 	f.StringVar(&o.model, "model", defaultModel, "the model: scripted (offline: runs the code in each message), anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
 	f.StringVar(&o.runner, "runner", "", "where model-written code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
 	o.caps.add(f)

@@ -35,13 +35,16 @@ type server struct {
 	bus       *event.Bus
 	router    *host.EventSink
 	prices    *price.Table
-	store     *sqlstore.Store
-	reg       *provider.Registry
-	inst      *provider.Instance
-	agents    []host.Agent // with agent profiles: one per profile
-	ln        net.Listener
-	leases    host.Leases
-	host      *host.Host
+	budgets   *host.Budgets
+	// budgetsSeen is the --budgets file as last read (see followBudgets).
+	budgetsSeen budgetsFile
+	store       *sqlstore.Store
+	reg         *provider.Registry
+	inst        *provider.Instance
+	agents      []host.Agent // with agent profiles: one per profile
+	ln          net.Listener
+	leases      host.Leases
+	host        *host.Host
 
 	// reloads are what a reload applies (see onReload); running holds
 	// the values they run with.
@@ -59,7 +62,12 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if err != nil {
 		return usageError("--prices: %v", err)
 	}
-	s := &server{o: o, stdout: stdout, stderr: stderr, prices: prices, running: map[string]string{}}
+	budgets, sum, err := loadBudgets(o.budgets)
+	if err != nil {
+		return usageError("--budgets: %v", err)
+	}
+	s := &server{o: o, stdout: stdout, stderr: stderr, prices: prices, budgets: budgets, running: map[string]string{}}
+	s.budgetsSeen = budgetsFile{path: o.budgets, sum: sum}
 	if err := s.build(ctx); err != nil {
 		return err
 	}
@@ -264,7 +272,7 @@ func (s *server) newHost(context.Context) error {
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: d.lent, WorkingDirectory: d.workingDir, SessionConfig: d.sessionConfig, DropWorkspace: d.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
-		Prices: s.prices,
+		Prices: s.prices, Budgets: s.budgets,
 	}
 	if len(s.agents) > 0 {
 		// Each agent has its provider, lent tools, sessions'
@@ -277,6 +285,9 @@ func (s *server) newHost(context.Context) error {
 		return usageError("%v", err)
 	}
 	s.host = h
+	if s.o.budgets != "" {
+		s.followBudgets()
+	}
 	return nil
 }
 
@@ -337,7 +348,7 @@ func (s *server) serve(sig <-chan os.Signal, forceExit func()) error {
 // SIGHUP, or a change to the configuration file, reloads meanwhile.
 func (s *server) await(served <-chan error, sig <-chan os.Signal) error {
 	var poll <-chan time.Time
-	if s.o.conf != nil {
+	if s.o.conf != nil || s.o.budgets != "" {
 		t := time.NewTicker(configPoll)
 		defer t.Stop()
 		poll = t.C
@@ -347,8 +358,11 @@ func (s *server) await(served <-chan error, sig <-chan os.Signal) error {
 		case err := <-served:
 			return err
 		case <-poll:
-			if s.o.conf.configChanged() {
+			switch {
+			case s.o.conf != nil && s.o.conf.configChanged():
 				s.reload(s.o.conf.file.path + " changed")
+			case s.budgetsChanged():
+				s.reload(s.budgetsSeen.path + " changed")
 			}
 		case sg := <-sig:
 			if sg == syscall.SIGHUP {

@@ -411,6 +411,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	defer outs.close()
 	before := s.before()
 	oom := s.cell.OOMKills()
+	cpu, _ := s.cell.Usage()
 
 	// One message: the frame, with the output pipes attached. The
 	// interpreter is idle between executes, so the write does not wait on
@@ -461,6 +462,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		Truncated: truncation(outs.stdout, outs.stderr),
 	}
 	res.Stderr = appendNote(res.Stderr, s.r.s.jail.Notes(s.cell, oom))
+	res.Sandbox = sandboxUsage(s.cell, cpu)
 	res.Artifacts, res.Truncated = artifacts(before, after, workDir(s.cell), s.cell.View, res.Truncated)
 	if err2 != nil {
 		return res, err2

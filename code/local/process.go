@@ -185,6 +185,7 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	cmd := l.Cmd
 	cmd.Stdout, cmd.Stderr = outs.out.writer(), outs.err.writer()
 	oom := s.cell.OOMKills()
+	cpu, _ := s.cell.Usage()
 	if err := l.Start(); err != nil {
 		return code.Result{}, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
@@ -232,6 +233,7 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 		Truncated: truncation(stdout, stderr),
 	}
 	res.Artifacts, res.Truncated = artifacts(before, after, work, s.cell.View, res.Truncated)
+	res.Sandbox = sandboxUsage(s.cell, cpu)
 	switch {
 	case s.isStopped():
 		return res, stoppedError(s.id)
