@@ -106,6 +106,9 @@ settings of it) and names what needs a restart.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sig)
+			if err := checkInlineEnv(o.acp.env, true, nil); err != nil {
+				return err
+			}
 			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
