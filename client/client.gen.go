@@ -37,6 +37,7 @@ func (e CallerRole) Valid() bool {
 const (
 	ErrorCodeAwaitingDecision        ErrorCode = "awaiting_decision"
 	ErrorCodeBodyTooLarge            ErrorCode = "body_too_large"
+	ErrorCodeBodyTooSlow             ErrorCode = "body_too_slow"
 	ErrorCodeCapacity                ErrorCode = "capacity"
 	ErrorCodeClaimInvalid            ErrorCode = "claim_invalid"
 	ErrorCodeClaimMissing            ErrorCode = "claim_missing"
@@ -55,6 +56,7 @@ const (
 	ErrorCodeNotFound                ErrorCode = "not_found"
 	ErrorCodeProviderMismatch        ErrorCode = "provider_mismatch"
 	ErrorCodeProviderUnavailable     ErrorCode = "provider_unavailable"
+	ErrorCodeRateLimited             ErrorCode = "rate_limited"
 	ErrorCodeReplicaUnavailable      ErrorCode = "replica_unavailable"
 	ErrorCodeSessionBusy             ErrorCode = "session_busy"
 	ErrorCodeSessionClosed           ErrorCode = "session_closed"
@@ -62,6 +64,7 @@ const (
 	ErrorCodeShuttingDown            ErrorCode = "shutting_down"
 	ErrorCodeStoreUnavailable        ErrorCode = "store_unavailable"
 	ErrorCodeTokenExpired            ErrorCode = "token_expired"
+	ErrorCodeTooManyRequests         ErrorCode = "too_many_requests"
 	ErrorCodeTooManySessions         ErrorCode = "too_many_sessions"
 	ErrorCodeTooManyStreams          ErrorCode = "too_many_streams"
 	ErrorCodeTooManyTurns            ErrorCode = "too_many_turns"
@@ -92,6 +95,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeAwaitingDecision:
 		return true
 	case ErrorCodeBodyTooLarge:
+		return true
+	case ErrorCodeBodyTooSlow:
 		return true
 	case ErrorCodeCapacity:
 		return true
@@ -129,6 +134,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeProviderUnavailable:
 		return true
+	case ErrorCodeRateLimited:
+		return true
 	case ErrorCodeReplicaUnavailable:
 		return true
 	case ErrorCodeSessionBusy:
@@ -142,6 +149,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeStoreUnavailable:
 		return true
 	case ErrorCodeTokenExpired:
+		return true
+	case ErrorCodeTooManyRequests:
 		return true
 	case ErrorCodeTooManySessions:
 		return true
@@ -711,6 +720,8 @@ type SessionID = string
 
 // SessionList defines model for SessionList.
 type SessionList struct {
+	// Next The cursor of the next page (pass it as `cursor`); absent on the last page.
+	Next     *string   `json:"next,omitempty"`
 	Sessions []Session `json:"sessions"`
 }
 
@@ -777,6 +788,8 @@ type TenantSession struct {
 
 // TenantSessionList defines model for TenantSessionList.
 type TenantSessionList struct {
+	// Next The cursor of the next page (pass it as `cursor`); absent on the last page.
+	Next     *string         `json:"next,omitempty"`
 	Sessions []TenantSession `json:"sessions"`
 	Tenant   string          `json:"tenant"`
 }
@@ -944,6 +957,12 @@ type WorkspaceStats struct {
 	Entries int   `json:"entries"`
 }
 
+// Cursor defines model for Cursor.
+type Cursor = string
+
+// Limit defines model for Limit.
+type Limit = int
+
 // OpenOnly defines model for OpenOnly.
 type OpenOnly = bool
 
@@ -969,6 +988,12 @@ type GetEventsParams struct {
 type ListSessionsParams struct {
 	// Open `true`: leave out closed conversations.
 	Open *OpenOnly `form:"open,omitempty" json:"open,omitempty"`
+
+	// Limit The most conversations one page holds, 1 to 1000 (default 1000).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the page before, as it was given (opaque); the page holds the conversations after it. Conversations are ordered newest first by creation, which never changes, so a walk sees each once.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // Decide200JSONResponseBody defines parameters for Decide.
@@ -992,6 +1017,12 @@ type GetWorkspaceParams struct {
 type ListTenantSessionsParams struct {
 	// Open `true`: leave out closed conversations.
 	Open *OpenOnly `form:"open,omitempty" json:"open,omitempty"`
+
+	// Limit The most conversations one page holds, 1 to 1000 (default 1000).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the page before, as it was given (opaque); the page holds the conversations after it. Conversations are ordered newest first by creation, which never changes, so a walk sees each once.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // GetTenantUsageParams defines parameters for GetTenantUsage.
@@ -2263,6 +2294,30 @@ func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Re
 
 		}
 
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -2845,6 +2900,30 @@ func NewListTenantSessionsRequest(server string, tenant Tenant, params *ListTena
 		if params.Open != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "open", *params.Open, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

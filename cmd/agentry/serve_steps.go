@@ -249,14 +249,16 @@ func (s *server) openLeases(ctx context.Context) error {
 // newHost builds the host over everything opened so far.
 func (s *server) newHost(context.Context) error {
 	o, d := s.o, s.deps
-	h, err := host.New(host.Options{
+	opts := host.Options{
 		Provider: s.inst, Store: s.store, Auth: s.auth, Bus: s.bus, EventSink: s.router, Leases: s.leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxConversationsPerPrincipal: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: d.lent, WorkingDirectory: d.workingDir, SessionConfig: d.sessionConfig, DropWorkspace: d.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
 		Prices: s.prices,
-	})
+	}
+	o.door.apply(&opts)
+	h, err := host.New(opts)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -269,7 +271,9 @@ func (s *server) newHost(context.Context) error {
 // build acquired.
 func (s *server) serve(sig <-chan os.Signal, forceExit func()) error {
 	defer func() { _ = s.undo.Undo() }()
-	srv := &http.Server{Handler: s.host, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	// No ReadTimeout: it would cut a large upload that keeps its pace; the
+	// host holds every body to a rate floor instead (--body-min-rate).
+	srv := &http.Server{Handler: s.host, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(s.ln) }()
 
