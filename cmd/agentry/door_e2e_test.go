@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The operator's door, through the built binary: serve never changes the
@@ -77,4 +84,83 @@ func TestDoorBinary(t *testing.T) {
 			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errout)
 		}
 	})
+}
+
+// 100 uploads from one principal that trickle (a byte, then nothing more)
+// do not hold the built serve: each is cut 408 body_too_slow within about
+// a window, or refused 429 too_many_requests past the principal's
+// in-flight bound; meanwhile another principal's turn answers, and the
+// trickling principal is served again once they are cut.
+func TestServeBinaryCutsTricklingBodies(t *testing.T) {
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	tokens, toks := writeTokens(t, "alice", "bob")
+	bin := binary(t)
+	args := append([]string{"--tokens", tokens, "--store", filepath.Join(t.TempDir(), "a.db"), "--events", "",
+		"--body-min-rate", "1000", "--body-rate-window", "1s", "--max-requests-per-principal", "40",
+		"--max-new-conversations-per-minute", "30", "--retain-closed", "720h"}, jailOrAllow()...)
+	s := startServeBinary(t, bin, nil, args...)
+	s.token = toks["alice"]
+	code, body := s.call(t, "POST", "/v1/sessions", "{}")
+	if code != 201 {
+		t.Fatalf("alice opens: %d %s", code, body)
+	}
+	id := jsonField(t, body, "sessionId")
+	u, _ := url.Parse(s.url)
+
+	const n = 100
+	began := time.Now()
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				statuses <- -1
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(60 * time.Second)) // the test's bound, not a wait
+			fmt.Fprintf(c, "POST /v1/sessions/%s/turns HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{",
+				id, u.Host, toks["alice"])
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				statuses <- -2
+				return
+			}
+			res.Body.Close()
+			statuses <- res.StatusCode
+		}()
+	}
+
+	// While they trickle, bob is served.
+	s.token = toks["bob"]
+	code, body = s.call(t, "POST", "/v1/sessions", "{}")
+	if code != 201 {
+		t.Fatalf("bob opens while alice trickles: %d %s", code, body)
+	}
+	bobID := jsonField(t, body, "sessionId")
+	if code, body := s.call(t, "POST", "/v1/sessions/"+bobID+"/turns", turnBody("print(6*7)")); code != 200 || !strings.Contains(string(body), "42") {
+		t.Fatalf("bob's turn while alice trickles: %d %s", code, body)
+	}
+
+	wg.Wait()
+	close(statuses)
+	took := time.Since(began)
+	count := map[int]int{}
+	for st := range statuses {
+		count[st]++
+	}
+	if count[408]+count[429] != n || count[408] == 0 || count[429] == 0 {
+		t.Fatalf("the trickling uploads were answered %v; want each cut 408 or refused 429", count)
+	}
+	t.Logf("100 trickling uploads: %d cut 408 and %d refused 429, all answered within %s", count[408], count[429], took.Round(time.Millisecond))
+	if took > 20*time.Second {
+		t.Fatalf("the trickling uploads held serve for %s; the window is 1s", took)
+	}
+	s.token = toks["alice"]
+	if code, body := s.call(t, "GET", "/v1/sessions?limit=1", ""); code != 200 {
+		t.Fatalf("alice after the cut: %d %s", code, body)
+	}
 }
