@@ -186,15 +186,8 @@ func runTurn(ctx context.Context, o runOptions, message string, stdin io.Reader,
 	if o.tenant != "" || o.principal != "" {
 		id = &tool.Identity{Tenant: o.tenant, Principal: o.principal}
 	}
-	jail, err := o.caps.jail()
+	runner, err := runRunner(ctx, o, stderr)
 	if err != nil {
-		return err
-	}
-	runner, err := newRunner(ctx, o.runner, local.Options{Jail: jail}, stderr)
-	if err != nil {
-		return err
-	}
-	if err := needInterpreter(runner); err != nil {
 		return err
 	}
 	stateLimits(runner, false, stderr)
@@ -310,6 +303,23 @@ func decide(ctx context.Context, o runOptions, p *agent.Pause, stdin io.Reader, 
 // oneLine folds a message onto one line for stderr.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// runRunner is run's runner (--runner, jailed with the session caps), once
+// it is known to find Python.
+func runRunner(ctx context.Context, o runOptions, stderr io.Writer) (code.Runner, error) {
+	jail, err := o.caps.jail()
+	if err != nil {
+		return nil, err
+	}
+	runner, err := newRunner(ctx, o.runner, local.Options{Jail: jail}, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := needInterpreter(runner); err != nil {
+		return nil, err
+	}
+	return runner, nil
 }
 
 // needInterpreter refuses a run whose run_code could not start Python,
