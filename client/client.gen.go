@@ -37,6 +37,7 @@ func (e CallerRole) Valid() bool {
 const (
 	ErrorCodeAwaitingDecision        ErrorCode = "awaiting_decision"
 	ErrorCodeBodyTooLarge            ErrorCode = "body_too_large"
+	ErrorCodeBodyTooSlow             ErrorCode = "body_too_slow"
 	ErrorCodeBudgetExhausted         ErrorCode = "budget_exhausted"
 	ErrorCodeCapacity                ErrorCode = "capacity"
 	ErrorCodeClaimInvalid            ErrorCode = "claim_invalid"
@@ -57,6 +58,7 @@ const (
 	ErrorCodeNotFound                ErrorCode = "not_found"
 	ErrorCodeProviderMismatch        ErrorCode = "provider_mismatch"
 	ErrorCodeProviderUnavailable     ErrorCode = "provider_unavailable"
+	ErrorCodeRateLimited             ErrorCode = "rate_limited"
 	ErrorCodeReplicaUnavailable      ErrorCode = "replica_unavailable"
 	ErrorCodeRuleNotFound            ErrorCode = "rule_not_found"
 	ErrorCodeSessionBusy             ErrorCode = "session_busy"
@@ -65,6 +67,7 @@ const (
 	ErrorCodeShuttingDown            ErrorCode = "shutting_down"
 	ErrorCodeStoreUnavailable        ErrorCode = "store_unavailable"
 	ErrorCodeTokenExpired            ErrorCode = "token_expired"
+	ErrorCodeTooManyRequests         ErrorCode = "too_many_requests"
 	ErrorCodeTooManyRules            ErrorCode = "too_many_rules"
 	ErrorCodeTooManySessions         ErrorCode = "too_many_sessions"
 	ErrorCodeTooManyStreams          ErrorCode = "too_many_streams"
@@ -97,6 +100,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeAwaitingDecision:
 		return true
 	case ErrorCodeBodyTooLarge:
+		return true
+	case ErrorCodeBodyTooSlow:
 		return true
 	case ErrorCodeBudgetExhausted:
 		return true
@@ -138,6 +143,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeProviderUnavailable:
 		return true
+	case ErrorCodeRateLimited:
+		return true
 	case ErrorCodeReplicaUnavailable:
 		return true
 	case ErrorCodeRuleNotFound:
@@ -153,6 +160,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeStoreUnavailable:
 		return true
 	case ErrorCodeTokenExpired:
+		return true
+	case ErrorCodeTooManyRequests:
 		return true
 	case ErrorCodeTooManyRules:
 		return true
@@ -904,6 +913,8 @@ type SessionID = string
 
 // SessionList defines model for SessionList.
 type SessionList struct {
+	// Next The cursor of the next page (pass it as `cursor`); absent on the last page.
+	Next     *string   `json:"next,omitempty"`
 	Sessions []Session `json:"sessions"`
 }
 
@@ -975,6 +986,8 @@ type TenantSession struct {
 
 // TenantSessionList defines model for TenantSessionList.
 type TenantSessionList struct {
+	// Next The cursor of the next page (pass it as `cursor`); absent on the last page.
+	Next     *string         `json:"next,omitempty"`
 	Sessions []TenantSession `json:"sessions"`
 	Tenant   string          `json:"tenant"`
 }
@@ -1151,6 +1164,12 @@ type WorkspaceStats struct {
 	Entries int   `json:"entries"`
 }
 
+// Cursor defines model for Cursor.
+type Cursor = string
+
+// Limit defines model for Limit.
+type Limit = int
+
 // OpenOnly defines model for OpenOnly.
 type OpenOnly = bool
 
@@ -1176,6 +1195,12 @@ type GetEventsParams struct {
 type ListSessionsParams struct {
 	// Open `true`: leave out closed conversations.
 	Open *OpenOnly `form:"open,omitempty" json:"open,omitempty"`
+
+	// Limit The most conversations one page holds, 1 to 1000 (default 1000).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the page before, as it was given (opaque); the page holds the conversations after it. Conversations are ordered newest first by creation, which never changes, so a walk sees each once.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // Decide200JSONResponseBody defines parameters for Decide.
@@ -1199,6 +1224,12 @@ type GetWorkspaceParams struct {
 type ListTenantSessionsParams struct {
 	// Open `true`: leave out closed conversations.
 	Open *OpenOnly `form:"open,omitempty" json:"open,omitempty"`
+
+	// Limit The most conversations one page holds, 1 to 1000 (default 1000).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the page before, as it was given (opaque); the page holds the conversations after it. Conversations are ordered newest first by creation, which never changes, so a walk sees each once.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // GetTenantUsageParams defines parameters for GetTenantUsage.
@@ -2630,6 +2661,30 @@ func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Re
 
 		}
 
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -3212,6 +3267,30 @@ func NewListTenantSessionsRequest(server string, tenant Tenant, params *ListTena
 		if params.Open != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "open", *params.Open, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -49,7 +49,7 @@ func benchHostWith(b *testing.B, n, steps int, budgets *host.Budgets) (url, toke
 	}
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1,
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1, RetentionEvery: -1,
 		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1, Budgets: budgets})
 	if err != nil {
 		b.Fatal(err)

@@ -41,6 +41,9 @@ const (
 	CodeTurnCancelled        Code = "turn_cancelled"         // 409: the turn was cancelled before it answered
 	CodeTooManyTurns         Code = "too_many_turns"         // 429
 	CodeTooManySessions      Code = "too_many_sessions"      // 429
+	CodeTooManyRequests      Code = "too_many_requests"      // 429: the caller has as many requests in flight as allowed
+	CodeRateLimited          Code = "rate_limited"           // 429: the caller opened conversations faster than allowed (Retry-After: until the next may open)
+	CodeBodyTooSlow          Code = "body_too_slow"          // 408: the request body arrived slower than the host's floor, and was cut
 	CodeTooManyStreams       Code = "too_many_streams"       // 429: the caller has as many event streams (GET /v1/events) open as allowed
 	CodeCapacity             Code = "capacity"               // 429: every live tool session is busy
 	CodeBudgetExhausted      Code = "budget_exhausted"       // 429: a budget's cap for the UTC period (Retry-After: its end) or the principal's turn rate (Retry-After: a turn leaves the window) is used up

@@ -34,6 +34,11 @@ func (h *Host) authed(next func(http.ResponseWriter, *http.Request, tool.Identit
 			writeError(w, authError(w, err))
 			return
 		}
+		if !h.requests.enter(who.Identity) {
+			writeError(w, h.tooManyRequests(who.Identity))
+			return
+		}
+		defer h.requests.leave(who.Identity)
 		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
 		if h.rep != nil {
 			var answered bool
@@ -207,8 +212,11 @@ func (h *Host) readCapped(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opt.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return nil, tooLarge
+		case errors.Is(err, errBodyTooSlow):
+			return nil, h.bodyTooSlow()
 		}
 		return nil, newError(http.StatusBadRequest, CodeInvalidJSON, "host: the body could not be read")
 	}
@@ -296,6 +304,10 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	}
 	ctx, cancel := storeCtx(r)
 	defer cancel()
+	if ok, wait := h.creates.take(o); !ok {
+		writeError(w, h.rateLimited(o, wait))
+		return
+	}
 	h.createMu.Lock()
 	defer h.createMu.Unlock()
 	n, err := h.store.CountOpen(ctx, o)
@@ -333,11 +345,17 @@ func (h *Host) refuse(o tool.Identity, limit string, bound, retryAfter int, code
 }
 
 func (h *Host) handleList(w http.ResponseWriter, r *http.Request, o tool.Identity) {
-	cs, err := h.store.List(r.Context(), o, ListOptions{OpenOnly: r.URL.Query().Get("open") == "true"})
+	opt, ae := listOptions(r)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	cs, err := h.store.List(r.Context(), o, opt)
 	if err != nil {
 		writeError(w, h.storeError(err))
 		return
 	}
+	cs, next := pageOf(cs, opt)
 	views := make([]sessionView, len(cs))
 	for i, c := range cs {
 		views[i] = viewOf(c)
@@ -345,7 +363,7 @@ func (h *Host) handleList(w http.ResponseWriter, r *http.Request, o tool.Identit
 			views[i].Interaction, views[i].Interactions = &qs[0], qs
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": views})
+	writeJSON(w, http.StatusOK, listAnswer(map[string]any{"sessions": views}, next))
 }
 
 func (h *Host) handleGet(w http.ResponseWriter, r *http.Request, o tool.Identity) {
@@ -430,16 +448,22 @@ func (h *Host) handleTenantList(w http.ResponseWriter, r *http.Request, _ tool.I
 	if !ok {
 		return
 	}
-	cs, err := h.store.ListTenant(r.Context(), tenant, ListOptions{OpenOnly: r.URL.Query().Get("open") == "true"})
+	opt, ae := listOptions(r)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	cs, err := h.store.ListTenant(r.Context(), tenant, opt)
 	if err != nil {
 		writeError(w, h.storeError(err))
 		return
 	}
+	cs, next := pageOf(cs, opt)
 	views := make([]adminView, len(cs))
 	for i, c := range cs {
 		views[i] = adminView{viewOf(c), c.Owner.Principal}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "sessions": views})
+	writeJSON(w, http.StatusOK, listAnswer(map[string]any{"tenant": tenant, "sessions": views}, next))
 }
 
 // tenantConversation reads the path's conversation of the admin's tenant

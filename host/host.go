@@ -166,6 +166,29 @@ type Options struct {
 	// Budgets are the caps and turn rates turns are held to (nil: none);
 	// SetBudgets replaces them while serving. See ParseBudgets.
 	Budgets *Budgets
+
+	// BodyMinRate is the slowest a request body may arrive, in bytes a
+	// second judged over each BodyRateWindow: a body that brings less in
+	// a window is cut and answered 408 body_too_slow, whatever its size
+	// (defaults 1024 and 10s; negative BodyMinRate: no floor). It needs
+	// a server that sets no ReadTimeout of its own for long uploads.
+	BodyMinRate    int64
+	BodyRateWindow time.Duration
+	// MaxRequestsPerPrincipal bounds one principal's requests in flight
+	// at once (default 64; negative: none): past it, 429
+	// too_many_requests with Retry-After.
+	MaxRequestsPerPrincipal int
+	// MaxCreatesPerMinute bounds how fast a principal opens
+	// conversations: a token bucket of this many, refilled at this many
+	// a minute on Now (default 60; negative: none); past it, 429
+	// rate_limited with Retry-After.
+	MaxCreatesPerMinute int
+	// RetainClosed is how long a closed conversation is kept (default 30
+	// days; negative: forever). Past it the sweep, every RetentionEvery
+	// (default 1h; negative: never in the background, call
+	// SweepClosed), removes it with its transcript and turn log; its
+	// usage records stay (they are what was billed).
+	RetainClosed, RetentionEvery time.Duration
 }
 
 // Host serves conversations over HTTP. It is an http.Handler; the caller
@@ -202,10 +225,13 @@ type Host struct {
 	running  map[*turnCtl]struct{}
 	turns    int
 	byOwner  map[tool.Identity]int
-	createMu sync.Mutex // creates run one at a time, so the open-session bound holds
+	createMu sync.Mutex     // creates run one at a time, so the open-session bound holds
+	requests *inflight      // each principal's requests in flight
+	creates  *createBuckets // each principal's rate of opening conversations
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
+	retain      *retention // nil: no background retention sweep
 
 	shutOnce sync.Once
 	shutDone chan struct{}
@@ -274,6 +300,8 @@ func New(opt Options) (_ *Host, err error) {
 		drained:  make(chan struct{}),
 		feed:     newFeed(opt.Now()),
 		prices:   opt.Prices,
+		requests: &inflight{max: opt.MaxRequestsPerPrincipal, n: make(map[tool.Identity]int)},
+		creates:  &createBuckets{perMinute: opt.MaxCreatesPerMinute, now: opt.Now, b: make(map[tool.Identity]bucket)},
 	}
 	if h.prices == nil {
 		h.prices = price.Default()
@@ -300,6 +328,7 @@ func New(opt Options) (_ *Host, err error) {
 		return nil, err
 	}
 	h.startJanitor()
+	h.startRetention()
 	stack.Keep()
 	return h, nil
 }
@@ -327,6 +356,12 @@ func withDefaults(opt Options) (Options, error) {
 	orDefault(&opt.WorkspaceMaxEntries, DefaultWorkspaceMaxEntries)
 	orDefault(&opt.CutGrace, DefaultCutGrace)
 	orDefault(&opt.KeepAlive, DefaultKeepAlive)
+	orDefault(&opt.BodyMinRate, DefaultBodyMinRate)
+	orDefault(&opt.BodyRateWindow, DefaultBodyRateWindow)
+	orDefault(&opt.MaxRequestsPerPrincipal, DefaultMaxRequestsPerPrincipal)
+	orDefault(&opt.MaxCreatesPerMinute, DefaultMaxCreatesPerMinute)
+	orDefault(&opt.RetainClosed, DefaultRetainClosed)
+	orDefault(&opt.RetentionEvery, DefaultRetentionEvery)
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -420,7 +455,11 @@ func identityConfig(owner tool.Identity, sessionID string) json.RawMessage {
 }
 
 // ServeHTTP serves the API.
-func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
+// Every request body is held to the rate floor (Options.BodyMinRate).
+func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer h.floorBody(w, r)()
+	h.handler.ServeHTTP(w, r)
+}
 
 // ProviderKey is the key of the provider the host drives (its default
 // agent's, when it offers several).
@@ -558,6 +597,7 @@ func (h *Host) shutdown(ctx context.Context) error {
 			t.Stop()
 		}
 	}
+	h.stopRetention()
 	if h.stopJanitor != nil {
 		close(h.stopJanitor)
 		<-h.janitorDone

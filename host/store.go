@@ -53,8 +53,9 @@ type Store interface {
 	// refuses it from now on). began reports that it had begun already:
 	// then nothing is voided.
 	VoidForward(ctx context.Context, owner tool.Identity, id, forward string) (began bool, err error)
-	// List returns the owner's conversations, newest first, without their
-	// transcripts.
+	// List returns the owner's conversations, newest first (by creation,
+	// then id), without their transcripts; opt.After starts after a
+	// cursor.
 	List(ctx context.Context, owner tool.Identity, opt ListOptions) ([]Conversation, error)
 	// ListTenant returns a tenant's conversations, every principal's,
 	// newest first, without their transcripts: what the tenant's admins
@@ -80,6 +81,10 @@ type Store interface {
 	// DeleteRule removes one of the owner's rules; a missing one, or
 	// another owner's, is [ErrRuleNotFound].
 	DeleteRule(ctx context.Context, owner tool.Identity, id string) error
+	// SweepClosed removes up to limit conversations closed and unchanged
+	// since before, with their transcripts, turn logs and provider
+	// records, and returns how many it removed. Their usage records stay.
+	SweepClosed(ctx context.Context, before time.Time, limit int) (int, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store. Safe to call twice.
@@ -307,6 +312,9 @@ type ListOptions struct {
 	OpenOnly bool
 	// Limit bounds the answer (default and maximum 1000).
 	Limit int
+	// After, when set, starts the listing after this conversation (the
+	// last of the page before).
+	After *ListCursor
 }
 
 // MaxList is the most conversations List returns.

@@ -131,9 +131,13 @@ func (h *Host) handlePutWorkspace(w http.ResponseWriter, r *http.Request, o tool
 	}
 	defer done()
 	st, err := tarws.Extract(r.Context(), http.MaxBytesReader(w, r.Body, raw), root, lim)
+	releaseBody(r)
 	ev := &WorkspaceTransfer{Entries: st.Entries, Bytes: st.Bytes}
 	if err != nil {
 		ae := h.uploadError(lc, err, lim)
+		if cutForPace(r) { // the archive reader reports the cut as a short archive
+			ae = h.bodyTooSlow()
+		}
 		ev.Refused = string(ae.Code)
 		h.emit(TypeWorkspaceUploaded, ev, lc.id, lc.owner)
 		writeError(w, ae)
@@ -148,6 +152,8 @@ func (h *Host) uploadError(lc *liveConv, err error, lim tarws.Limits) *apiError 
 	var re *tarws.RefusalError
 	var mbe *http.MaxBytesError
 	switch {
+	case errors.Is(err, errBodyTooSlow):
+		return h.bodyTooSlow()
 	case errors.As(err, &re):
 		status, code := http.StatusBadRequest, CodeWorkspaceInvalidArchive
 		switch re.Code {

@@ -97,10 +97,13 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 
-	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "ANTHROPIC_BASE_URL="+model.URL, "--agent-env", "ANTHROPIC_API_KEY=sk-ant-offline",
-		"--agent-env", "DISABLE_TELEMETRY=1", "--agent-env", "DISABLE_AUTOUPDATER=1",
-		"--agent-env", "DISABLE_ERROR_REPORTING=1", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	// serve passes the agent its own values, named by --agent-env NAME.
+	agentEnv := []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline",
+		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+	p := startServeBinary(t, bin, agentEnv, "--agent", "acp", "--agent-cmd", agentCmd,
+		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
+		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
+		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 		"--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),
 		"--store", filepath.Join(dir, "agentry.db"), "--events", events)

@@ -297,7 +297,7 @@ func inlineSecret(key, val string) string {
 			}
 		}
 	case "agent-env":
-		if name, _, ok := strings.Cut(val, "="); ok {
+		if name, ok := inlineEnvName(val); ok {
 			return fmt.Sprintf("agent-env: %q gives a value; in a configuration file name the variable only (%q) and serve passes the agent its own value, so a secret stays in serve's environment", name+"=…", name)
 		}
 	}

@@ -488,7 +488,7 @@ func TestBrowserConsoleSessionInteraction(t *testing.T) {
 	}
 	tok, line, _ := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
 	auth, _ := host.ParseTokens(strings.NewReader(line))
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EvictEvery: -1})
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EvictEvery: -1, RetentionEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

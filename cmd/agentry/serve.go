@@ -55,6 +55,7 @@ type serveOptions struct {
 	// by side instead of --agent; defaultAgent names the default one.
 	profiles     []agentProfile
 	defaultAgent string
+	door                                       doorFlags
 	// agentFlagErr is the refusal of --agent-* flags that do not fit
 	// --agent (worked out from which flags were given).
 	agentFlagErr error
@@ -110,6 +111,9 @@ settings of it) and names what needs a restart.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sig)
+			if err := checkInlineEnv(o.acp.env, true, nil); err != nil {
+				return err
+			}
 			if err := o.takeProfiles(cmd.Flags()); err != nil {
 				return err
 			}
@@ -157,6 +161,7 @@ settings of it) and names what needs a restart.
 	f.Int64Var(&o.wsMaxBytes, "workspace-max-bytes", host.DefaultWorkspaceMaxBytes, "bound on the bytes of the files one workspace upload (PUT /v1/sessions/{id}/workspace) holds")
 	f.IntVar(&o.wsMaxEntries, "workspace-max-entries", host.DefaultWorkspaceMaxEntries, "bound on the entries (files, directories, links) of one workspace upload")
 	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
+	o.door.add(f)
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	f.StringVar(&o.advertise, "advertise", "", "with a postgres:// store: the URL the other replicas reach this one at (default: the listen address; a wildcard host becomes this machine's hostname)")
 	f.DurationVar(&o.lease, "lease", host.DefaultLeaseTTL, "with a postgres:// store: how long a conversation's ownership lease lasts unrenewed (renewed every third of it); a dead replica's conversations are taken over after it")

@@ -280,6 +280,7 @@ func (s *server) newHost(context.Context) error {
 		opt.Provider, opt.Agents, opt.DefaultAgent = nil, s.agents, o.defaultAgent
 		opt.HostTools, opt.WorkingDirectory, opt.SessionConfig = nil, nil, nil
 	}
+	o.door.apply(&opt)
 	h, err := host.New(opt)
 	if err != nil {
 		return usageError("%v", err)
@@ -296,7 +297,9 @@ func (s *server) newHost(context.Context) error {
 // build acquired.
 func (s *server) serve(sig <-chan os.Signal, forceExit func()) error {
 	defer func() { _ = s.undo.Undo() }()
-	srv := &http.Server{Handler: s.host, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	// No ReadTimeout: it would cut a large upload that keeps its pace; the
+	// host holds every body to a rate floor instead (--body-min-rate).
+	srv := &http.Server{Handler: s.host, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(s.ln) }()
 

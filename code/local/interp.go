@@ -108,6 +108,18 @@ func (r *Interpreter) KeepsState() bool { return true }
 // first (bounded), as its first Start would.
 func (r *Interpreter) Describe() string { return r.s.describeRunner(r.ID(), r.err) }
 
+// LookInterpreter resolves the program language's code runs with, as its
+// sessions would (on the runner's PATH, visible in the jail), without
+// starting one: a command can refuse at once, naming what to install,
+// rather than fail at the first call. The error wraps
+// ErrInterpreterMissing when the program is not there.
+func (r *Interpreter) LookInterpreter(language string) (string, error) {
+	if r.err != nil {
+		return "", r.err
+	}
+	return r.s.program(language)
+}
+
 // Start launches the interpreter in the session's private directory and
 // waits until it is ready (bounded by ctx and Options.StartTimeout), or
 // takes one the pool has ready. The interpreter's life is the session's,

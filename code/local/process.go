@@ -325,3 +325,11 @@ var _ code.Stager = (*procSession)(nil)
 // Describe states what this runner's sessions get and what they cannot
 // get on this machine (see Interpreter.Describe).
 func (p *Process) Describe() string { return p.s.describeRunner(p.ID(), p.err) }
+
+// LookInterpreter is Interpreter.LookInterpreter for this runner.
+func (p *Process) LookInterpreter(language string) (string, error) {
+	if p.err != nil {
+		return "", p.err
+	}
+	return p.s.program(language)
+}

@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -82,12 +82,12 @@ type Store struct {
 var _ host.Store = (*Store)(nil)
 
 type queries struct {
-	create, load, save, list, listOpen, countOpen, turns, appendTurn, lockRow, insertTurn string
-	messages, head, insertMsg, insertMsgs, recordLoad, recordSave, recordAdds             string
-	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear        string
-	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState          string
-	listTenant, listTenantOpen, tenantInfo                                                string // a tenant's admins' reads
-	insertUsage, usageTotal, usageTotalOne                                                string
+	create, load, save, countOpen, turns, appendTurn, lockRow, insertTurn          string
+	messages, head, insertMsg, insertMsgs, recordLoad, recordSave, recordAdds      string
+	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear string
+	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState   string
+	tenantInfo                                                                     string // a tenant's admins' read
+	insertUsage, usageTotal, usageTotalOne                                         string
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -260,13 +260,20 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: upgrading the %s store to schema 3: %w", kind, err)
 		}
 	}
-	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7} {
+	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7, 8: v8} {
 		if n <= 3 || version >= n {
 			continue
 		}
 		for _, q := range step {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return fmt.Errorf("sqlstore: upgrading the %s store to schema %d: %w", kind, n, err)
+			}
+		}
+	}
+	if version < 6 {
+		for _, q := range v6 {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("sqlstore: upgrading the %s store to schema 6: %w", kind, err)
 			}
 		}
 	}
@@ -293,8 +300,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
+// convCols are the columns scanConversation reads.
+const convCols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, epoch, turn_begun, agent, model`
+
 func (s *Store) prepareQueries() {
-	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, epoch, turn_begun, agent, model`
+	const cols = convCols
 	const owned = ` WHERE id = ? AND tenant = ? AND principal = ?`
 	const keepForwards = `(CASE WHEN length(forwards) > 2000 THEN '' ELSE forwards END)` // a short log: the latest few
 	s.q = queries{
@@ -312,14 +322,6 @@ func (s *Store) prepareQueries() {
 		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations` + owned),
 		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us, rule)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		list: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? AND principal = ? ORDER BY updated_us DESC, id LIMIT ?`),
-		listOpen: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
-		listTenant: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? ORDER BY updated_us DESC, id LIMIT ?`),
-		listTenantOpen: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
 		tenantInfo: s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ?`),
 		countOpen:  s.rebind(`SELECT COUNT(*) FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed'`),
 		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us, t.rule
@@ -837,21 +839,30 @@ func (s *Store) commitBatch(batch []*saveReq) {
 
 // List returns the owner's conversations, newest first.
 func (s *Store) List(ctx context.Context, owner tool.Identity, opt host.ListOptions) ([]host.Conversation, error) {
-	q := s.q.list
-	if opt.OpenOnly {
-		q = s.q.listOpen
-	}
-	return s.listRows(ctx, q, owner.Tenant, owner.Principal, listLimit(opt))
+	q, args := s.listQuery(`tenant = ? AND principal = ?`, opt, owner.Tenant, owner.Principal)
+	return s.listRows(ctx, q, args...)
 }
 
 // ListTenant returns a tenant's conversations, every principal's, newest
 // first.
 func (s *Store) ListTenant(ctx context.Context, tenant string, opt host.ListOptions) ([]host.Conversation, error) {
-	q := s.q.listTenant
+	q, args := s.listQuery(`tenant = ?`, opt, tenant)
+	return s.listRows(ctx, q, args...)
+}
+
+// listQuery is a listing of the conversations who selects, newest first
+// by creation then id (both fixed, so a keyset cursor walks them once).
+func (s *Store) listQuery(who string, opt host.ListOptions, args ...any) (string, []any) {
+	q := `SELECT ` + convCols + ` FROM agentry_conversations WHERE ` + who
 	if opt.OpenOnly {
-		q = s.q.listTenantOpen
+		q += ` AND state <> 'closed'`
 	}
-	return s.listRows(ctx, q, tenant, listLimit(opt))
+	if c := opt.After; c != nil {
+		us := micros(c.CreatedAt)
+		q += ` AND (created_us < ? OR (created_us = ? AND id < ?))`
+		args = append(args, us, us, c.ID)
+	}
+	return s.rebind(q + ` ORDER BY created_us DESC, id DESC LIMIT ?`), append(args, listLimit(opt))
 }
 
 // TenantInfo is Info for the tenant's admins: the conversation, with its
@@ -867,9 +878,15 @@ func (s *Store) TenantInfo(ctx context.Context, tenant, id string) (host.Convers
 	return c, nil
 }
 
+// listLimit is the rows a listing reads: opt.Limit, default MaxList; at
+// most one more than MaxList (the host asks one more than a page, to know
+// whether a next page exists).
 func listLimit(opt host.ListOptions) int {
-	if opt.Limit <= 0 || opt.Limit > host.MaxList {
+	switch {
+	case opt.Limit <= 0:
 		return host.MaxList
+	case opt.Limit > host.MaxList+1:
+		return host.MaxList + 1
 	}
 	return opt.Limit
 }
