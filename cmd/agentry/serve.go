@@ -55,7 +55,7 @@ type serveOptions struct {
 	// by side instead of --agent; defaultAgent names the default one.
 	profiles     []agentProfile
 	defaultAgent string
-	door                                       doorFlags
+	door         doorFlags
 	// agentFlagErr is the refusal of --agent-* flags that do not fit
 	// --agent (worked out from which flags were given).
 	agentFlagErr error
