@@ -270,13 +270,6 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 		}
 	}
-	if version < 6 {
-		for _, q := range v6 {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("sqlstore: upgrading the %s store to schema 6: %w", kind, err)
-			}
-		}
-	}
 	if _, err := tx.ExecContext(ctx, s.rebind(`UPDATE agentry_meta SET value = ? WHERE key = ?`), strconv.Itoa(SchemaVersion), "schema"); err != nil {
 		return fmt.Errorf("sqlstore: recording the %s store's schema version: %w", kind, err)
 	}
