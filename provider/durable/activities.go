@@ -37,7 +37,7 @@ func (a activities) model(ctx context.Context, in ModelInput) (llm.Response, err
 	in2.emit(event.TypeLLMStart, &event.LLMStart{Model: name, Iteration: in.Iteration, Messages: len(in.Messages), Tools: len(in.Tools)}, meta)
 	start := time.Now()
 	resp, err := beating(ctx, in2.beat, func(ctx context.Context) (llm.Response, error) {
-		return in2.cfg.Model.Generate(ctx, llm.Request{System: in.System, Messages: in.Messages, Tools: in.Tools})
+		return in2.cfg.Model.Generate(ctx, llm.Request{System: in.System, Messages: in.Messages, Tools: in.Tools, NoToolCalls: in.NoToolCalls})
 	})
 	end := &event.LLMEnd{Model: name, Iteration: in.Iteration, DurationMs: event.Ms(time.Since(start)),
 		InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
@@ -65,6 +65,21 @@ func (a activities) model(ctx context.Context, in ModelInput) (llm.Response, err
 		w.push(ctx, stepKey("text", in.Iteration, ""), provider.Output{Kind: provider.OutputText, SessionID: in.SessionID, TurnID: in.TurnID, Text: resp.Text})
 	}
 	return resp, nil
+}
+
+// limit asks the limit of the caller following the turn on this
+// replica (TurnRequest.Limit, Resolution.Limit) about what the turn used.
+// A turn nobody follows here has no limit anyone can ask: an error, which
+// the workflow counts as crossed.
+func (a activities) limit(ctx context.Context, li LimitInput) (string, error) {
+	w := a.in.watching(ctx)
+	if w == nil {
+		return "", temporal.NewNonRetryableApplicationError("the caller holding the turn's budget is no longer on this replica", "limit", nil)
+	}
+	if w.limit == nil {
+		return "", nil // the caller's budget was lifted since the turn began
+	}
+	return w.limit(li.Used), nil
 }
 
 // tool runs one tool call (tool.Invoke) on the replica that holds the

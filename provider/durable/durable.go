@@ -191,6 +191,7 @@ func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (prov
 	pinned.RegisterActivityWithOptions(acts.tool, activity.RegisterOptions{Name: toolActivity})
 	pinned.RegisterActivityWithOptions(acts.model, activity.RegisterOptions{Name: modelActivity})
 	pinned.RegisterActivityWithOptions(acts.mark, activity.RegisterOptions{Name: markActivity})
+	pinned.RegisterActivityWithOptions(acts.limit, activity.RegisterOptions{Name: limitActivity})
 	if err := shared.Start(); err != nil {
 		return provider.Materialized{}, fmt.Errorf("durable: starting the worker on task queue %s: %w", cfg.TaskQueue, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/agentry-dev/agentry/event"
+	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -22,6 +23,9 @@ type watch struct {
 	ch   chan live     // unbuffered: a push returns once the follower has it
 	done chan struct{} // closed when the follower stops
 	wait time.Duration // how long a push waits for the follower
+	// limit is the follower's limit for the turn (TurnRequest.Limit,
+	// Resolution.Limit), asked by the limit activity; nil: none.
+	limit func(llm.TurnUsage) string
 }
 
 // live is one output and the step it stands for.
@@ -54,9 +58,10 @@ func (w *watch) push(ctx context.Context, key string, o provider.Output) {
 	}
 }
 
-// watch registers a live view of the workflow wid; stop ends it.
-func (in *instance) watch(wid string) (w *watch, stop func()) {
-	w = &watch{ch: make(chan live), done: make(chan struct{}), wait: in.cfg.Heartbeat}
+// watch registers a live view of the workflow wid, whose follower holds
+// limit; stop ends it.
+func (in *instance) watch(wid string, limit func(llm.TurnUsage) string) (w *watch, stop func()) {
+	w = &watch{ch: make(chan live), done: make(chan struct{}), wait: in.cfg.Heartbeat, limit: limit}
 	in.mu.Lock()
 	in.watches[wid] = w
 	in.mu.Unlock()

@@ -78,14 +78,14 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			System: cfg.System, Model: llm.NameOf(cfg.Model), Context: s.context, Messages: msgs, Input: req.Input, Tools: s.defs,
 			CheckIns: s.in.checkIns, ToolQueue: s.in.toolQueue, MaxIterations: cfg.MaxIterations,
 			Heartbeat: cfg.Heartbeat, ToolTimeout: cfg.ToolTimeout, ToolStart: cfg.ToolStart, PinnedStart: cfg.PinnedStart,
-			ModelTimeout: cfg.ModelTimeout, ModelAttempts: cfg.ModelAttempts}
+			ModelTimeout: cfg.ModelTimeout, ModelAttempts: cfg.ModelAttempts, Limited: req.Limit != nil}
 		wid := workflowID(s.binding, req.TurnID)
 		if err := provider.CheckStep(ctx, provider.StepAgent); err != nil { // the host's, before the turn is handed over
 			yield(provider.Output{}, fmt.Errorf("%w: %w", provider.ErrNotStarted, err))
 			return
 		}
 		// Watched before it starts: its first activity may come at once.
-		w, unwatch := s.in.watch(wid)
+		w, unwatch := s.in.watch(wid, req.Limit)
 		defer unwatch()
 		_, err = cfg.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: wid, TaskQueue: cfg.TaskQueue,
@@ -117,7 +117,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq2[provider.Output, error] {
 	return func(yield func(provider.Output, error) bool) {
 		wid := workflowID(s.binding, res.TurnID)
-		w, unwatch := s.in.watch(wid)
+		w, unwatch := s.in.watch(wid, res.Limit)
 		defer unwatch()
 		d := Decision{RequestID: res.RequestID, Approve: res.Approve, Note: res.Note}
 		if err := provider.CheckStep(ctx, provider.StepAgent); err != nil { // the host's, before the turn goes on

@@ -25,9 +25,15 @@ type steps struct {
 	tctx workflow.Context // the turn's calls: cancelled by an interrupt
 	in   TurnInput
 	st   *turnState
+	// before is what the turn used in its stretches before this one
+	// (before its pauses): a limit judges the whole turn.
+	before llm.TurnUsage
 }
 
-var _ agent.Executor = (*steps)(nil)
+var (
+	_ agent.Executor = (*steps)(nil)
+	_ agent.Limiter  = limitedSteps{}
+)
 
 // errInterrupted is why an interrupted turn stops.
 var errInterrupted = errors.New("durable: the turn was interrupted")
@@ -47,7 +53,7 @@ func (x *steps) Model(c agent.ModelCall) (llm.Response, error) {
 		msgs = append([]llm.Message{*in.Context}, c.Messages...)
 	}
 	req := ModelInput{SessionID: in.SessionID, TurnID: in.TurnID, Identity: in.Identity, Iteration: c.Iteration,
-		System: in.System, Messages: msgs, Tools: in.Tools}
+		System: in.System, Messages: msgs, Tools: in.Tools, NoToolCalls: c.WrapUp}
 	resp, err := x.generate(req)
 	if resp.Model == "" {
 		resp.Model = in.Model
@@ -86,6 +92,32 @@ func (x *steps) generate(req ModelInput) (llm.Response, error) {
 	sctx := workflow.WithActivityOptions(x.tctx, opts)
 	err := workflow.ExecuteActivity(sctx, modelActivity, req).Get(sctx, &resp)
 	return resp, err
+}
+
+// limitedSteps are the steps of a turn under its caller's limit
+// (TurnInput.Limited).
+type limitedSteps struct{ *steps }
+
+// Limit asks the turn's caller whether the turn crossed its limit: the
+// limit activity, once, on the session's replica, where the caller's
+// limit lives. The answer is the activity's result, so replay reads it
+// from the history. A limit that cannot be asked (the replica or its
+// caller is gone) counts as crossed: a turn never runs on past a budget
+// nobody can check.
+func (x limitedSteps) Limit(used llm.TurnUsage) string {
+	var all llm.TurnUsage
+	all.Add(x.before)
+	all.Add(used)
+	var crossed string
+	lctx := pinnedOnce(x.tctx, x.in)
+	err := workflow.ExecuteActivity(lctx, limitActivity, LimitInput{TurnID: x.in.TurnID, Used: all}).Get(lctx, &crossed)
+	switch {
+	case err != nil && x.st.interrupted:
+		return "" // the loop stops at its next step
+	case err != nil:
+		return "its budget could not be checked (" + cause(err) + "), so it is treated as spent"
+	}
+	return crossed
 }
 
 // Tools runs each call as a tool activity on the session's replica, at

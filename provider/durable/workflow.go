@@ -21,6 +21,7 @@ const (
 	toolActivity   = "agentry.tool"
 	recordActivity = "agentry.record"
 	markActivity   = "agentry.mark"
+	limitActivity  = "agentry.limit"
 	signalDecision = "agentry.decision"
 	signalStop     = "agentry.interrupt"
 	updateAdvance  = "agentry.advance"
@@ -65,6 +66,11 @@ type TurnInput struct {
 	PinnedStart   time.Duration `json:"pinnedStart,omitempty"`
 	ModelTimeout  time.Duration `json:"modelTimeout"`
 	ModelAttempts int32         `json:"modelAttempts"`
+	// Limited is set when the turn runs under its caller's limit (a
+	// host's budget, TurnRequest.Limit): before each model call after the
+	// first, the limit activity asks it on the session's replica, and a
+	// crossing ends the turn with one model call with tools withheld.
+	Limited bool `json:"limited,omitempty"`
 }
 
 // TurnResult is how a turn workflow ended.
@@ -85,6 +91,9 @@ type TurnResult struct {
 	Added []llm.Message `json:"added"`
 	// Usage is what the whole turn used, across its pauses.
 	Usage llm.TurnUsage `json:"usage"`
+	// Limited names the limit the turn crossed: its answer came from a
+	// wrap-up model call with tools withheld.
+	Limited string `json:"limited,omitempty"`
 }
 
 // Step is one thing a turn did: a model text (Text) or a tool call (Tool,
@@ -132,6 +141,16 @@ type ModelInput struct {
 	System    string         `json:"system,omitempty"`
 	Messages  []llm.Message  `json:"messages"`
 	Tools     []llm.ToolDef  `json:"tools,omitempty"`
+	// NoToolCalls asks the model to call no tool: the wrap-up call of a
+	// turn that crossed its limit (llm.Request.NoToolCalls).
+	NoToolCalls bool `json:"noToolCalls,omitempty"`
+}
+
+// LimitInput is a limit activity's input: what the turn used so far,
+// across its pauses, for its caller's limit to judge.
+type LimitInput struct {
+	TurnID string        `json:"turnId"`
+	Used   llm.TurnUsage `json:"used"`
 }
 
 // ToolInput is a tool activity's input: one call the loop asks for.
@@ -290,6 +309,10 @@ type ended struct {
 // tool call that has no result.
 func runTurn(ctx, tctx workflow.Context, in TurnInput, st *turnState) (TurnResult, ended) {
 	x := newSteps(ctx, tctx, in, st)
+	var exec agent.Executor = x
+	if in.Limited {
+		exec = limitedSteps{x}
+	}
 	state := &agent.State{RunID: in.TurnID, Messages: make([]llm.Message, 0, len(in.Messages)+8)}
 	state.Messages = append(append(state.Messages, in.Messages...), llm.Message{Role: llm.RoleUser, Content: in.Input})
 	base := len(in.Messages)
@@ -297,10 +320,11 @@ func runTurn(ctx, tctx workflow.Context, in TurnInput, st *turnState) (TurnResul
 	var why ended
 	var d *agent.Decision
 	for asks := 1; ; asks++ {
-		end := agent.Loop(x, state, d, in.MaxIterations)
+		x.before = res.Usage
+		end := agent.Loop(exec, state, d, in.MaxIterations)
 		res.Usage.Add(end.Usage)
 		if end.Outcome != event.OutcomePaused {
-			res.Outcome, res.Answer = outcomeOf(end.Outcome), end.Output
+			res.Outcome, res.Answer, res.Limited = outcomeOf(end.Outcome), end.Output, end.Limited
 			if end.Err != nil {
 				res.Problem, why.class = end.Err.Error(), end.Class
 			}
