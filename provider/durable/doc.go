@@ -54,6 +54,15 @@
 // its turn_end, so `agentry events audit` reads a replica's events file
 // as it reads a native one's.
 //
+// A turn under its caller's limit (TurnRequest.Limit, Resolution.Limit: a
+// host's budget) asks it before each model call after the first through
+// a limit activity on the session's replica, where the caller holds it,
+// with what the turn used across its pauses; the answer is that
+// activity's result, so replay never reads a clock or a store. A crossing
+// ends the turn as the loop ends it everywhere: the step finishes, then
+// one model call with tool calls withheld. A limit that cannot be asked
+// counts as crossed.
+//
 // Conversations are kept in a native.Store shared by every replica (the
 // host's SQL store); the workflow writes them, so a turn that finishes
 // after its caller went away is still recorded.
