@@ -70,11 +70,14 @@ const (
 
 // apiError is an error response: {"error": {"code", "message", "field"}}.
 type apiError struct {
-	status     int
-	Code       Code   `json:"code"`
-	Message    string `json:"message"`
-	Field      string `json:"field,omitempty"`
-	retryAfter int    // seconds; 0 for none
+	status  int
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	// Missing names what the request needs and the caller has not given
+	// (credential_missing: the credentials to store).
+	Missing    []string `json:"missing,omitempty"`
+	retryAfter int      // seconds; 0 for none
 }
 
 func (e *apiError) Error() string { return string(e.Code) + ": " + e.Message }

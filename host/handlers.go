@@ -104,6 +104,10 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantGet))
 	mux.HandleFunc("DELETE /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantClose))
 	// What turns used: the caller's own, and a tenant's for its admins.
+	mux.HandleFunc("GET /v1/credentials", h.authed(h.handleListCredentials))
+	mux.HandleFunc("PUT /v1/credentials/{name}", h.authed(h.handlePutCredential))
+	mux.HandleFunc("DELETE /v1/credentials/{name}", h.authed(h.handleDeleteCredential))
+
 	mux.HandleFunc("GET /v1/usage", h.authed(h.handleUsage))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/usage", h.authed(h.handleTenantUsage))
 	h.consoleRoutes(mux) // the web console at /, and the endpoints it reads (console.go)
@@ -125,6 +129,8 @@ func (h *Host) routes() http.Handler {
 		"/v1/tenants/{tenant}/sessions":      "GET, HEAD",
 		"/v1/tenants/{tenant}/sessions/{id}": "GET, HEAD, DELETE",
 		"/v1/usage":                          "GET, HEAD",
+		"/v1/credentials":                    "GET, HEAD",
+		"/v1/credentials/{name}":             "PUT, DELETE",
 		"/v1/tenants/{tenant}/usage":         "GET, HEAD",
 	}
 	for path, methods := range allow {
@@ -289,6 +295,10 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	if n >= h.opt.MaxConversationsPerPrincipal {
 		writeError(w, h.refuse(o, "open_sessions", h.opt.MaxConversationsPerPrincipal, 60, CodeTooManySessions,
 			fmt.Sprintf("host: you have %d open sessions, the most allowed; close one (DELETE /v1/sessions/{id}) first", n)))
+		return
+	}
+	if ae := h.missingCredentials(ctx, o); ae != nil {
+		writeError(w, ae)
 		return
 	}
 	now := h.now().UTC()

@@ -143,6 +143,15 @@ type Options struct {
 	Logger *slog.Logger
 	// NoConsole leaves the web console out: / is a 404 like any unknown path.
 	NoConsole bool
+	// Credentials keeps people's credentials (PUT /v1/credentials/{name}),
+	// sealed with CredentialKeys, which it requires. Nil: the credentials
+	// endpoints answer 501 credentials_unavailable.
+	Credentials    CredentialStore
+	CredentialKeys *Keyring
+	// AgentCredentials are the person's credentials every conversation's
+	// agent gets, each as a variable: a conversation is refused at open
+	// (412 credential_missing) until the person has stored them all.
+	AgentCredentials []AgentCredential
 	// Prices turns each turn's tokens into its estimated cost, stored
 	// with the turn's usage record (default price.Default(), the table
 	// agentry ships).
@@ -168,6 +177,7 @@ type Host struct {
 	cleanups *cleanups
 	rep      *replicas // nil: the only replica
 	prices   *price.Table
+	creds    *credentials // nil: no credentials kept
 
 	mu       sync.Mutex
 	live     map[string]*liveConv
@@ -255,6 +265,9 @@ func New(opt Options) (_ *Host, err error) {
 	}
 	if h.prices == nil {
 		h.prices = price.Default()
+	}
+	if h.creds, err = newCredentials(opt); err != nil {
+		return nil, err
 	}
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err

@@ -243,7 +243,10 @@ func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
 		h.log.Error("host: choosing a session's working directory", "session", lc.id, "err", err)
 		return newError(http.StatusInternalServerError, CodeInternal, "host: the session's working directory could not be prepared")
 	}
-	cfg := h.opt.SessionConfig(lc.owner, lc.id)
+	cfg, ae := h.withCredentials(ctx, lc.owner, h.opt.SessionConfig(lc.owner, lc.id))
+	if ae != nil {
+		return ae
+	}
 	hb := h.lent.binding(lc.owner, lc.id)
 	ask := interactions{h}
 	var vs *provider.ValidatedSession

@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -262,6 +262,13 @@ func (s *Store) migrate(ctx context.Context) error {
 		for _, q := range v5 {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return fmt.Errorf("sqlstore: upgrading the %s store to schema 5: %w", kind, err)
+			}
+		}
+	}
+	if version < 6 {
+		for _, q := range v6 {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("sqlstore: upgrading the %s store to schema 6: %w", kind, err)
 			}
 		}
 	}
