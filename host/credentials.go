@@ -135,13 +135,6 @@ func init() {
 	event.Register(TypeCredentialDeleted, func() any { return new(CredentialEvent) })
 }
 
-// The credentials' error codes.
-const (
-	CodeCredentialsUnavailable Code = "credentials_unavailable" // 501: the host keeps no credentials (no key)
-	CodeCredentialMissing      Code = "credential_missing"      // 412: the agent needs a credential the person has not stored
-	CodeCredentialUnreadable   Code = "credential_unreadable"   // 412: a stored credential does not open with the host's keys
-	CodeTooManyCredentials     Code = "too_many_credentials"    // 409: the person keeps as many credentials as allowed
-)
 
 // credentials is the host's side of people's credentials: the store, the
 // keys, and the ones every conversation's agent needs.

@@ -68,6 +68,14 @@ const (
 	CodeWorkspaceConflict       Code = "workspace_conflict"         // 409: an entry collides with what the workspace holds
 )
 
+// The credentials' error codes.
+const (
+	CodeCredentialsUnavailable Code = "credentials_unavailable" // 501: the host keeps no credentials (no key)
+	CodeCredentialMissing      Code = "credential_missing"      // 412: the agent needs a credential the person has not stored
+	CodeCredentialUnreadable   Code = "credential_unreadable"   // 412: a stored credential does not open with the host's keys
+	CodeTooManyCredentials     Code = "too_many_credentials"    // 409: the person keeps as many credentials as allowed
+)
+
 // apiError is an error response: {"error": {"code", "message", "field"}}.
 type apiError struct {
 	status  int
