@@ -135,7 +135,6 @@ func init() {
 	event.Register(TypeCredentialDeleted, func() any { return new(CredentialEvent) })
 }
 
-
 // credentials is the host's side of people's credentials: the store, the
 // keys, and the ones every conversation's agent needs.
 type credentials struct {
