@@ -31,6 +31,7 @@ type acpFlags struct {
 	auth       string
 	model      string
 	pool       int
+	creds      []acp.Credential // serve's --agent-credential
 }
 
 func (a *acpFlags) add(f *pflag.FlagSet) {
@@ -78,7 +79,7 @@ func (a acpFlags) config(root string) (json.RawMessage, error) {
 		return nil, usageError("--agent-cmd: %v", err)
 	}
 	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root,
-		AuthMethod: a.auth, Model: a.model, Pool: a.pool}
+		AuthMethod: a.auth, Model: a.model, Pool: a.pool, Credentials: a.creds}
 	if a.home != "" {
 		h, err := filepath.Abs(a.home)
 		if err != nil {
@@ -108,7 +109,7 @@ func flagOf(ce *acp.ConfigError) string {
 	f := ce.Field
 	for _, m := range [][2]string{{"command", "--agent-cmd"}, {"env", "--agent-env"}, {"home", "--agent-home"},
 		{"mode", "--agent-mode"}, {"allowHosts", "--agent-allow-host"}, {"fs", "--agent-fs"},
-		{"authMethod", "--agent-auth"}, {"model", "--agent-model"}, {"pool", "--agent-pool"}} {
+		{"authMethod", "--agent-auth"}, {"model", "--agent-model"}, {"pool", "--agent-pool"}, {"credentials", "--agent-credential"}} {
 		if f == m[0] || strings.HasPrefix(f, m[0]+"[") {
 			return m[1] + strings.TrimPrefix(f, m[0]) + ": " + ce.Problem
 		}

@@ -51,6 +51,7 @@ type serveOptions struct {
 	workspaces                                 string
 	lend                                       []string
 	oidc                                       oidcFlags
+	creds                                      credFlags
 	// agentFlagErr is the refusal of --agent-* flags that do not fit
 	// --agent (worked out from which flags were given).
 	agentFlagErr error
@@ -106,7 +107,7 @@ settings of it) and names what needs a restart.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sig)
-			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
+			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential")
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
 			}
@@ -128,6 +129,7 @@ settings of it) and names what needs a restart.
 	f.StringArrayVar(&o.lend, "lend", nil, "with --agent acp: lend this host tool to every agent over MCP (repeat; run_code is the one there is: agentry's interpreter on --runner)")
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	o.oidc.add(f, true)
+	o.creds.add(f)
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.prices, "prices", "", "the price table each turn's cost is estimated with (JSON; docs/usage.md); default: the table agentry ships")
@@ -314,4 +316,9 @@ type serveDeps struct {
 	workingDir    func(tool.Identity, string) (string, error)
 	dropWorkspace func(tool.Identity, string) error
 	sessionConfig func(tool.Identity, string) json.RawMessage
+
+	// keys seal people's credentials (--credentials-key-file; nil: none
+	// kept); agentCreds are the ones each agent gets.
+	keys       *host.Keyring
+	agentCreds []host.AgentCredential
 }

@@ -103,6 +103,11 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 	if err != nil {
 		return fail(err)
 	}
+	ac, hc, err := o.creds.parse()
+	if err != nil {
+		return fail(err)
+	}
+	o.acp.creds, d.agentCreds = ac, hc
 	cfg, err := o.acp.config(root)
 	if err != nil {
 		return fail(err)

@@ -148,6 +148,9 @@ func (s *server) buildDeps(ctx context.Context) error {
 	}
 	s.deps = deps
 	s.undo.PushFunc(deps.close)
+	if s.deps.keys, err = s.o.creds.keyring(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -249,14 +252,19 @@ func (s *server) openLeases(ctx context.Context) error {
 // newHost builds the host over everything opened so far.
 func (s *server) newHost(context.Context) error {
 	o, d := s.o, s.deps
-	h, err := host.New(host.Options{
+	ho := host.Options{
 		Provider: s.inst, Store: s.store, Auth: s.auth, Bus: s.bus, EventSink: s.router, Leases: s.leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxConversationsPerPrincipal: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: d.lent, WorkingDirectory: d.workingDir, SessionConfig: d.sessionConfig, DropWorkspace: d.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
-		Prices: s.prices,
-	})
+		Prices:         s.prices,
+		CredentialKeys: d.keys, AgentCredentials: d.agentCreds,
+	}
+	if d.keys != nil {
+		ho.Credentials = s.store
+	}
+	h, err := host.New(ho)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -274,6 +282,9 @@ func (s *server) serve(sig <-chan os.Signal, forceExit func()) error {
 	go func() { served <- srv.Serve(s.ln) }()
 
 	printServing(s.stdout, s.o, "http://"+s.ln.Addr().String(), s.leases, s.generated)
+	if d := describeCredentials(s.deps.keys, s.deps.agentCreds); d != "" {
+		fmt.Fprintf(s.stdout, "agentry serve: %s\n", d)
+	}
 
 	if err := s.await(served, sig); err != nil {
 		_ = s.host.Shutdown(context.Background())
