@@ -2,12 +2,12 @@ package acp
 
 import (
 	"bytes"
-	"slices"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
