@@ -59,7 +59,13 @@ func checkServeSettings(o *serveOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	if err := checkAgentFlags(flags, o.agent, "workspaces", "lend"); err != nil {
+	if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential"); err != nil {
+		return err
+	}
+	if _, _, err := o.creds.parse(); err != nil {
+		return err
+	}
+	if _, err := o.creds.keyring(); err != nil {
 		return err
 	}
 	if err := o.oidc.check(flags); err != nil {

@@ -59,3 +59,32 @@ func TestCredentialsKeyFile(t *testing.T) {
 		t.Fatal("a missing key file was taken")
 	}
 }
+
+func TestConfigCheckKnowsCredentialKeys(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "credentials.key")
+	if err := os.WriteFile(key, []byte("k1 "+strings.Repeat("A", 43)+"=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var out strings.Builder
+	good := write("good.toml", "agent = \"acp\"\nagent-cmd = \"true\"\ncredentials-key-file = \""+key+"\"\nagent-credential = [\"OPENAI_API_KEY=openai:api-key\"]\n")
+	if err := checkConfigFile(good, &out); err != nil {
+		t.Fatalf("a good file: %v", err)
+	}
+	for name, text := range map[string]string{
+		"native agent": "credentials-key-file = \"" + key + "\"\nagent-credential = [\"OPENAI_API_KEY=openai\"]\n",
+		"no key file":  "agent = \"acp\"\nagent-cmd = \"true\"\nagent-credential = [\"OPENAI_API_KEY=openai\"]\n",
+		"missing key":  "credentials-key-file = \"" + filepath.Join(dir, "none") + "\"\n",
+	} {
+		if err := checkConfigFile(write("bad.toml", text), &out); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
