@@ -40,6 +40,9 @@ const (
 	ErrorCodeCapacity                ErrorCode = "capacity"
 	ErrorCodeClaimInvalid            ErrorCode = "claim_invalid"
 	ErrorCodeClaimMissing            ErrorCode = "claim_missing"
+	ErrorCodeCloneFailed             ErrorCode = "clone_failed"
+	ErrorCodeCloneRefused            ErrorCode = "clone_refused"
+	ErrorCodeCloneUnsupported        ErrorCode = "clone_unsupported"
 	ErrorCodeConflict                ErrorCode = "conflict"
 	ErrorCodeCredentialMissing       ErrorCode = "credential_missing"
 	ErrorCodeCredentialUnreadable    ErrorCode = "credential_unreadable"
@@ -102,6 +105,12 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeClaimInvalid:
 		return true
 	case ErrorCodeClaimMissing:
+		return true
+	case ErrorCodeCloneFailed:
+		return true
+	case ErrorCodeCloneRefused:
+		return true
+	case ErrorCodeCloneUnsupported:
 		return true
 	case ErrorCodeConflict:
 		return true
@@ -528,8 +537,23 @@ type CancelAnswer struct {
 	Waiting *bool `json:"waiting,omitempty"`
 }
 
+// CloneRequest A git repository cloned into the new conversation's workspace before it opens, from a host the operator allows (--clone-allow), jailed.
+type CloneRequest struct {
+	// Credential The caller's credential (PUT /v1/credentials/{name}) git authenticates with, as the password.
+	Credential *string `json:"credential,omitempty"`
+
+	// Ref A branch or tag to check out (default the repository's own).
+	Ref *string `json:"ref,omitempty"`
+
+	// Url https:// (or http://) HOST/PATH, without a user or password.
+	Url string `json:"url"`
+}
+
 // CreateSessionRequest defines model for CreateSessionRequest.
-type CreateSessionRequest = map[string]interface{}
+type CreateSessionRequest struct {
+	// Clone A git repository cloned into the new conversation's workspace before it opens, from a host the operator allows (--clone-allow), jailed.
+	Clone *CloneRequest `json:"clone,omitempty"`
+}
 
 // Credential A credential as listed; never its value.
 type Credential struct {
@@ -4509,8 +4533,14 @@ type CreateSessionResponse struct {
 	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMedia
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Error
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooMany
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON501 the response for an HTTP 501 `application/json` response
+	JSON501 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -4553,9 +4583,24 @@ func (r CreateSessionResponse) GetJSON415() *UnsupportedMedia {
 	return r.JSON415
 }
 
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreateSessionResponse) GetJSON422() *Error {
+	return r.JSON422
+}
+
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
 func (r CreateSessionResponse) GetJSON429() *TooMany {
 	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r CreateSessionResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON501 returns the response for an HTTP 501 `application/json` response
+func (r CreateSessionResponse) GetJSON501() *Error {
+	return r.JSON501
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -7349,12 +7394,33 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		}
 		response.JSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooMany
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

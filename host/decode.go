@@ -87,14 +87,11 @@ func DecodeDecision(body []byte) (DecisionRequest, error) {
 	return d, nil
 }
 
-// DecodeCreate checks the body of POST /v1/sessions: empty, or an empty
-// JSON object.
+// DecodeCreate checks the body of POST /v1/sessions: empty, or a JSON
+// object with at most a clone ({"clone": {"url", "ref", "credential"}}).
 func DecodeCreate(body []byte) error {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
-	}
-	var raw struct{}
-	return decodeStrict(body, &raw)
+	_, err := decodeCreate(body)
+	return err
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields and

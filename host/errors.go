@@ -76,6 +76,13 @@ const (
 	CodeTooManyCredentials     Code = "too_many_credentials"    // 409: the person keeps as many credentials as allowed
 )
 
+// The clone's error codes (POST /v1/sessions {"clone"}).
+const (
+	CodeCloneUnsupported Code = "clone_unsupported" // 501: the host clones nothing (no --clone-allow)
+	CodeCloneRefused     Code = "clone_refused"     // 400: a URL the host will not clone (its host not allowed, not https/http, a user in it)
+	CodeCloneFailed      Code = "clone_failed"      // 422: git could not clone it
+)
+
 // apiError is an error response: {"error": {"code", "message", "field"}}.
 type apiError struct {
 	status  int

@@ -279,12 +279,33 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		writeError(w, ae)
 		return
 	}
-	if err := DecodeCreate(body); err != nil {
+	clone, err := decodeCreate(body)
+	if err != nil {
 		writeError(w, asAPIError(err))
 		return
 	}
 	ctx, cancel := storeCtx(r)
 	defer cancel()
+	id := newSessionID()
+	if clone != nil {
+		// Cloned before the open bounds are taken: a clone is slow, and
+		// the bounds are checked again below.
+		if ae := h.missingCredentials(ctx, o); ae != nil {
+			writeError(w, ae)
+			return
+		}
+		if ae := h.cloneInto(r, o, id, clone); ae != nil {
+			writeError(w, ae)
+			return
+		}
+		created := false
+		defer func() {
+			if !created && h.opt.DropWorkspace != nil {
+				_ = h.opt.DropWorkspace(o, id) // refused below: the clone goes
+			}
+		}()
+		defer func() { created = h.isLive(id) }()
+	}
 	h.createMu.Lock()
 	defer h.createMu.Unlock()
 	n, err := h.store.CountOpen(ctx, o)
@@ -302,7 +323,7 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		return
 	}
 	now := h.now().UTC()
-	c := Conversation{ID: newSessionID(), Owner: o, Provider: h.key, State: StateOpen, CreatedAt: now, UpdatedAt: now}
+	c := Conversation{ID: id, Owner: o, Provider: h.key, State: StateOpen, CreatedAt: now, UpdatedAt: now}
 	if err := h.store.Create(ctx, c); err != nil {
 		writeError(w, h.storeError(err))
 		return

@@ -152,6 +152,12 @@ type Options struct {
 	// agent gets, each as a variable: a conversation is refused at open
 	// (412 credential_missing) until the person has stored them all.
 	AgentCredentials []AgentCredential
+	// Cloner, when set, lets POST /v1/sessions clone a git repository
+	// into the new conversation's workspace (WorkingDirectory), each
+	// clone bounded by CloneTimeout (default 10m). Nil: a clone is
+	// refused (501 clone_unsupported).
+	Cloner       Cloner
+	CloneTimeout time.Duration
 	// Prices turns each turn's tokens into its estimated cost, stored
 	// with the turn's usage record (default price.Default(), the table
 	// agentry ships).
@@ -340,6 +346,7 @@ func withDefaults(opt Options) (Options, error) {
 	orDefault(&opt.WorkspaceMaxEntries, DefaultWorkspaceMaxEntries)
 	orDefault(&opt.CutGrace, DefaultCutGrace)
 	orDefault(&opt.KeepAlive, DefaultKeepAlive)
+	orDefault(&opt.CloneTimeout, DefaultCloneTimeout)
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}

@@ -59,7 +59,7 @@ func checkServeSettings(o *serveOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential"); err != nil {
+	if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential", "clone-allow"); err != nil {
 		return err
 	}
 	if _, _, err := o.creds.parse(); err != nil {

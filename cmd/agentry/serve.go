@@ -52,6 +52,7 @@ type serveOptions struct {
 	lend                                       []string
 	oidc                                       oidcFlags
 	creds                                      credFlags
+	cloneAllow                                 []string
 	// agentFlagErr is the refusal of --agent-* flags that do not fit
 	// --agent (worked out from which flags were given).
 	agentFlagErr error
@@ -107,7 +108,7 @@ settings of it) and names what needs a restart.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sig)
-			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential")
+			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential", "clone-allow")
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
 			}
@@ -130,6 +131,7 @@ settings of it) and names what needs a restart.
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	o.oidc.add(f, true)
 	o.creds.add(f)
+	f.StringArrayVar(&o.cloneAllow, "clone-allow", nil, "with --agent acp: a host (or host:port) a new conversation may clone a git repository from (POST /v1/sessions {\"clone\"}); git runs jailed, reaching that host alone (repeat)")
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.prices, "prices", "", "the price table each turn's cost is estimated with (JSON; docs/usage.md); default: the table agentry ships")
@@ -321,4 +323,6 @@ type serveDeps struct {
 	// kept); agentCreds are the ones each agent gets.
 	keys       *host.Keyring
 	agentCreds []host.AgentCredential
+	// cloner clones repositories into new conversations (--clone-allow).
+	cloner host.Cloner
 }

@@ -161,10 +161,19 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 		}
 		return fail(err)
 	}
+	closeCloner, err := withCloner(ctx, o, &d, why, toBus)
+	if err != nil {
+		closeLauncher()
+		if closeRunner != nil {
+			closeRunner()
+		}
+		return fail(err)
+	}
 	d.close = func() {
 		if closeRunner != nil {
 			closeRunner()
 		}
+		closeCloner()
 		closeLauncher()
 	}
 	return d, nil

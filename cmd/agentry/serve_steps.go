@@ -259,7 +259,7 @@ func (s *server) newHost(context.Context) error {
 		HostTools: d.lent, WorkingDirectory: d.workingDir, SessionConfig: d.sessionConfig, DropWorkspace: d.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
 		Prices:         s.prices,
-		CredentialKeys: d.keys, AgentCredentials: d.agentCreds,
+		CredentialKeys: d.keys, AgentCredentials: d.agentCreds, Cloner: d.cloner,
 	}
 	if d.keys != nil {
 		ho.Credentials = s.store
