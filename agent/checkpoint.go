@@ -81,6 +81,8 @@ type ResumeOptions struct {
 	SessionID string
 	// Progress is Input.Progress for the resumed run.
 	Progress func(event.Event)
+	// Limit is Input.Limit for the resumed run.
+	Limit func(used llm.TurnUsage) (crossed string)
 }
 
 // ParseCheckpoint decodes a stored checkpoint and checks its shape and
@@ -296,7 +298,7 @@ func (a *Agent) ResumeWith(ctx context.Context, cp Checkpoint, d Decision, opt R
 		return Result{}, err
 	}
 	defer a.finish(r)
-	r.progress = opt.Progress
+	r.progress, r.limit = opt.Progress, opt.Limit
 	if err := a.claim(r, cp.ID); err != nil {
 		return Result{RunID: cp.RunID}, err
 	}

@@ -60,6 +60,24 @@ type ModelCall struct {
 	// Messages is the conversation so far. The executor must not keep or
 	// change it.
 	Messages []llm.Message
+	// WrapUp is set on the last call of a turn that crossed its limit
+	// ([Limiter]): the executor still describes the tools (the
+	// conversation holds their calls) but asks the model to call none
+	// (llm.Request.NoToolCalls). Any call the model asks for anyway is
+	// dropped.
+	WrapUp bool
+}
+
+// Limiter is what an executor implements when its turn runs under a
+// limit its caller gave (a host's budget). The loop asks it before each
+// model call after the first, with what the turn used so far; a non-empty
+// answer names the limit the turn crossed. The step under way has
+// finished by then; the loop makes one more model call with tools
+// withheld, telling the model why in a message of its own, and ends the
+// turn with that call's answer (End.Limited says which limit). An
+// executor that does not implement it runs its turns unlimited.
+type Limiter interface {
+	Limit(used llm.TurnUsage) (crossed string)
 }
 
 // ToolCall is one tool call the loop asks for.
@@ -121,6 +139,9 @@ type End struct {
 	Class string
 	// Iterations counts this stretch's model calls.
 	Iterations int
+	// Limited names the limit the turn crossed ([Limiter]); its answer
+	// then came from a wrap-up call without tools.
+	Limited string
 	// Usage is what this stretch used.
 	Usage llm.TurnUsage
 	// Unsettled are the door ids of calls that asked a person mid-call
@@ -201,6 +222,9 @@ func (l *looper) run(d *Decision) (string, error) {
 		if err := l.x.Stopped(); err != nil {
 			return "", err
 		}
+		if why := l.limited(); why != "" {
+			return l.wrapUp(why)
+		}
 		st.Iteration++
 		l.end.Iterations++
 		n := len(st.Messages)
@@ -221,6 +245,40 @@ func (l *looper) run(d *Decision) (string, error) {
 			return "", err
 		}
 	}
+}
+
+// limited asks the executor's Limiter, once the turn used something,
+// whether it crossed its limit.
+func (l *looper) limited() string {
+	lm, ok := l.x.(Limiter)
+	if !ok || l.end.Usage.ModelCalls == 0 && len(l.end.Usage.ToolCalls) == 0 {
+		return ""
+	}
+	return lm.Limit(l.end.Usage)
+}
+
+// wrapUp ends a turn that crossed its limit: the model is told why and
+// asked, with tools withheld, for its answer from what it has.
+func (l *looper) wrapUp(why string) (string, error) {
+	st := l.st
+	l.end.Limited = why
+	st.Iteration++
+	l.end.Iterations++
+	st.Messages = append(st.Messages, llm.Message{Role: llm.RoleUser, Content: wrapUpNote(why)})
+	n := len(st.Messages)
+	resp, err := l.x.Model(ModelCall{Iteration: st.Iteration, Messages: st.Messages[:n:n], WrapUp: true})
+	l.end.Usage.CountModel(resp.Model, resp.Usage)
+	if err != nil {
+		return "", fmt.Errorf("agent: the model failed on the wrap-up call after the turn crossed its limit (%s): %w", why, err)
+	}
+	st.Messages = append(st.Messages, llm.Message{Role: llm.RoleAssistant, Content: resp.Text})
+	return resp.Text, nil
+}
+
+// wrapUpNote tells the model why its tools are gone.
+func wrapUpNote(why string) string {
+	return "[from the host, not the person] This turn has crossed its limit: " + why +
+		". No more tool calls can run in it. Answer now with what you have, and say what is left undone."
 }
 
 // start runs the calls that need nobody's approval (the executor runs
@@ -255,6 +313,7 @@ func (l *looper) start(calls []llm.ToolCall) error {
 		}
 		l.count(&reqs[j])
 		o := &outs[j]
+		l.sandbox(o)
 		j++
 		if o.Asked != "" {
 			st.Waiting = append(st.Waiting, CheckpointWait{Index: i, Question: asks(calls[i].Name, o.Asked), Asked: true})
@@ -299,6 +358,7 @@ func (l *looper) settle(d *Decision) error {
 		d = nil
 		l.count(&req)
 		o := &l.x.Tools([]ToolCall{req})[0]
+		l.sandbox(o)
 		if o.Asked != "" {
 			st.Waiting[0] = CheckpointWait{Index: w.Index, Question: asks(c.Name, o.Asked), Asked: true}
 			continue
@@ -325,6 +385,15 @@ func (l *looper) call(c llm.ToolCall, a *tool.Approval, refused *tool.Outcome) T
 func (l *looper) count(req *ToolCall) {
 	if req.Refused == nil {
 		l.end.Usage.CountTool(req.Call.Name)
+	}
+}
+
+// sandbox counts what a call's sandbox used.
+func (l *looper) sandbox(o *tool.Outcome) {
+	if sb := o.Result.Sandbox; sb != nil {
+		u := &l.end.Usage
+		u.SandboxCPU += sb.CPU
+		u.SandboxPeakMemory = max(u.SandboxPeakMemory, sb.PeakMemory)
 	}
 }
 

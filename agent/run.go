@@ -45,6 +45,11 @@ type Input struct {
 	// concurrently report from their own), before the run goes on. Their
 	// Meta has the run's ids; Seq and Time are left to a bus to stamp.
 	Progress func(event.Event)
+	// Limit, if set, is asked before each model call after the first,
+	// with what the turn used so far; a non-empty answer names the limit
+	// the turn crossed (a host's budget), and the turn ends with one more
+	// model call, tools withheld ([Limiter]).
+	Limit func(used llm.TurnUsage) (crossed string)
 }
 
 // ProgressTypes are the events Input.Progress hears: the turn beginning,
@@ -111,6 +116,16 @@ type run struct {
 	door     tool.Door
 	outs     []tool.Outcome    // reused by Tools from one response to the next
 	progress func(event.Event) // Input.Progress
+	limit    func(llm.TurnUsage) string
+}
+
+// Limit asks the run's Input.Limit (ResumeOptions.Limit); a run without
+// one is unlimited.
+func (r *run) Limit(used llm.TurnUsage) string {
+	if r.limit == nil {
+		return ""
+	}
+	return r.limit(used)
 }
 
 // hears reports whether an event of progress type t has anyone to hear
@@ -160,7 +175,7 @@ func (a *Agent) Run(ctx context.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	defer a.finish(r)
-	r.progress = in.Progress
+	r.progress, r.limit = in.Progress, in.Limit
 	st := &State{RunID: runID, Messages: make([]llm.Message, 0, len(prior)+8)}
 	st.Messages = append(st.Messages, prior...)
 	st.Messages = append(st.Messages, llm.Message{Role: llm.RoleUser, Content: in.Message})
@@ -329,7 +344,7 @@ func (r *run) turn(messageChars int, st *State, d *Decision) (Result, error) {
 // can stream.
 func (r *run) Model(c ModelCall) (llm.Response, error) {
 	a := r.a
-	req := llm.Request{System: a.system, Messages: c.Messages, Tools: r.defs[:len(r.defs):len(r.defs)]}
+	req := llm.Request{System: a.system, Messages: c.Messages, Tools: r.defs[:len(r.defs):len(r.defs)], NoToolCalls: c.WrapUp}
 	if a.wants(event.TypeLLMStart) {
 		a.bus.Export(event.Event{Type: event.TypeLLMStart, Meta: r.meta,
 			Payload: &event.LLMStart{Model: a.modelName, Iteration: c.Iteration, Messages: len(req.Messages), Tools: len(req.Tools)}})

@@ -37,6 +37,8 @@ func (e CallerRole) Valid() bool {
 const (
 	ErrorCodeAwaitingDecision        ErrorCode = "awaiting_decision"
 	ErrorCodeBodyTooLarge            ErrorCode = "body_too_large"
+	ErrorCodeBodyTooSlow             ErrorCode = "body_too_slow"
+	ErrorCodeBudgetExhausted         ErrorCode = "budget_exhausted"
 	ErrorCodeCapacity                ErrorCode = "capacity"
 	ErrorCodeClaimInvalid            ErrorCode = "claim_invalid"
 	ErrorCodeClaimMissing            ErrorCode = "claim_missing"
@@ -55,13 +57,16 @@ const (
 	ErrorCodeInvalidToken            ErrorCode = "invalid_token"
 	ErrorCodeMethodNotAllowed        ErrorCode = "method_not_allowed"
 	ErrorCodeMissingField            ErrorCode = "missing_field"
+	ErrorCodeModelNotOffered         ErrorCode = "model_not_offered"
 	ErrorCodeNoPendingInteraction    ErrorCode = "no_pending_interaction"
 	ErrorCodeNoPendingQuestion       ErrorCode = "no_pending_question"
 	ErrorCodeNoTurn                  ErrorCode = "no_turn"
 	ErrorCodeNotFound                ErrorCode = "not_found"
 	ErrorCodeProviderMismatch        ErrorCode = "provider_mismatch"
 	ErrorCodeProviderUnavailable     ErrorCode = "provider_unavailable"
+	ErrorCodeRateLimited             ErrorCode = "rate_limited"
 	ErrorCodeReplicaUnavailable      ErrorCode = "replica_unavailable"
+	ErrorCodeRuleNotFound            ErrorCode = "rule_not_found"
 	ErrorCodeSessionBusy             ErrorCode = "session_busy"
 	ErrorCodeSessionClosed           ErrorCode = "session_closed"
 	ErrorCodeSessionMoved            ErrorCode = "session_moved"
@@ -69,6 +74,8 @@ const (
 	ErrorCodeStoreUnavailable        ErrorCode = "store_unavailable"
 	ErrorCodeTokenExpired            ErrorCode = "token_expired"
 	ErrorCodeTooManyCredentials      ErrorCode = "too_many_credentials"
+	ErrorCodeTooManyRequests         ErrorCode = "too_many_requests"
+	ErrorCodeTooManyRules            ErrorCode = "too_many_rules"
 	ErrorCodeTooManySessions         ErrorCode = "too_many_sessions"
 	ErrorCodeTooManyStreams          ErrorCode = "too_many_streams"
 	ErrorCodeTooManyTurns            ErrorCode = "too_many_turns"
@@ -78,6 +85,7 @@ const (
 	ErrorCodeTurnLost                ErrorCode = "turn_lost"
 	ErrorCodeTurnTimedOut            ErrorCode = "turn_timed_out"
 	ErrorCodeUnauthenticated         ErrorCode = "unauthenticated"
+	ErrorCodeUnknownAgent            ErrorCode = "unknown_agent"
 	ErrorCodeUnknownField            ErrorCode = "unknown_field"
 	ErrorCodeUnknownKey              ErrorCode = "unknown_key"
 	ErrorCodeUnsupportedMediaType    ErrorCode = "unsupported_media_type"
@@ -99,6 +107,10 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeAwaitingDecision:
 		return true
 	case ErrorCodeBodyTooLarge:
+		return true
+	case ErrorCodeBodyTooSlow:
+		return true
+	case ErrorCodeBudgetExhausted:
 		return true
 	case ErrorCodeCapacity:
 		return true
@@ -136,6 +148,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeMissingField:
 		return true
+	case ErrorCodeModelNotOffered:
+		return true
 	case ErrorCodeNoPendingInteraction:
 		return true
 	case ErrorCodeNoPendingQuestion:
@@ -148,7 +162,11 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeProviderUnavailable:
 		return true
+	case ErrorCodeRateLimited:
+		return true
 	case ErrorCodeReplicaUnavailable:
+		return true
+	case ErrorCodeRuleNotFound:
 		return true
 	case ErrorCodeSessionBusy:
 		return true
@@ -163,6 +181,10 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeTokenExpired:
 		return true
 	case ErrorCodeTooManyCredentials:
+		return true
+	case ErrorCodeTooManyRequests:
+		return true
+	case ErrorCodeTooManyRules:
 		return true
 	case ErrorCodeTooManySessions:
 		return true
@@ -181,6 +203,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeTurnTimedOut:
 		return true
 	case ErrorCodeUnauthenticated:
+		return true
+	case ErrorCodeUnknownAgent:
 		return true
 	case ErrorCodeUnknownField:
 		return true
@@ -282,6 +306,84 @@ func (e MessageRole) Valid() bool {
 	case Assistant:
 		return true
 	case User:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleMatch.
+const (
+	RuleMatchAny     RuleMatch = "any"
+	RuleMatchCommand RuleMatch = "command"
+	RuleMatchExact   RuleMatch = "exact"
+)
+
+// Valid indicates whether the value is a known member of the RuleMatch enum.
+func (e RuleMatch) Valid() bool {
+	switch e {
+	case RuleMatchAny:
+		return true
+	case RuleMatchCommand:
+		return true
+	case RuleMatchExact:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleScope.
+const (
+	RuleScopeConversation RuleScope = "conversation"
+	RuleScopeEverywhere   RuleScope = "everywhere"
+)
+
+// Valid indicates whether the value is a known member of the RuleScope enum.
+func (e RuleScope) Valid() bool {
+	switch e {
+	case RuleScopeConversation:
+		return true
+	case RuleScopeEverywhere:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleRequestMatch.
+const (
+	RuleRequestMatchAny     RuleRequestMatch = "any"
+	RuleRequestMatchCommand RuleRequestMatch = "command"
+	RuleRequestMatchExact   RuleRequestMatch = "exact"
+)
+
+// Valid indicates whether the value is a known member of the RuleRequestMatch enum.
+func (e RuleRequestMatch) Valid() bool {
+	switch e {
+	case RuleRequestMatchAny:
+		return true
+	case RuleRequestMatchCommand:
+		return true
+	case RuleRequestMatchExact:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleRequestScope.
+const (
+	RuleRequestScopeConversation RuleRequestScope = "conversation"
+	RuleRequestScopeEverywhere   RuleRequestScope = "everywhere"
+)
+
+// Valid indicates whether the value is a known member of the RuleRequestScope enum.
+func (e RuleRequestScope) Valid() bool {
+	switch e {
+	case RuleRequestScopeConversation:
+		return true
+	case RuleRequestScopeEverywhere:
 		return true
 	default:
 		return false
@@ -391,6 +493,7 @@ func (e ToolSessionScope) Valid() bool {
 const (
 	TurnOutcomeAbandoned     TurnOutcome = "abandoned"
 	TurnOutcomeAnswered      TurnOutcome = "answered"
+	TurnOutcomeApproved      TurnOutcome = "approved"
 	TurnOutcomeCancelled     TurnOutcome = "cancelled"
 	TurnOutcomeCleanedUp     TurnOutcome = "cleaned_up"
 	TurnOutcomeCleanupFailed TurnOutcome = "cleanup_failed"
@@ -411,6 +514,8 @@ func (e TurnOutcome) Valid() bool {
 	case TurnOutcomeAbandoned:
 		return true
 	case TurnOutcomeAnswered:
+		return true
+	case TurnOutcomeApproved:
 		return true
 	case TurnOutcomeCancelled:
 		return true
@@ -510,8 +615,52 @@ func (e GetUsageParamsBy) Valid() bool {
 	}
 }
 
+// Agent An agent profile a person may pick.
+type Agent struct {
+	// Default True for the host's default agent.
+	Default *bool `json:"default,omitempty"`
+
+	// Model The model a conversation gets when its person chooses none (absent, the agent's own default).
+	Model *string `json:"model,omitempty"`
+
+	// Models The models a person may choose for a conversation with it (empty when there is no choice).
+	Models []string `json:"models"`
+	Name   string   `json:"name"`
+
+	// Provider The key of the provider that runs it (native, acp).
+	Provider string `json:"provider"`
+}
+
+// AgentList defines model for AgentList.
+type AgentList struct {
+	Agents []Agent `json:"agents"`
+
+	// Default The agent a conversation opened without one gets.
+	Default string `json:"default"`
+}
+
 // Archive A tar stream (or, uploaded, a gzip of one).
 type Archive = openapi_types.File
+
+// CallView The tool call an activity is about, when the provider said (the native agent's calls; an ACP agent's tool calls), its input as it starts and its output as it ends, each bounded to 8 KiB.
+type CallView struct {
+	// Id The call's id, the same on its start and its end.
+	Id string `json:"id"`
+
+	// Input The call's arguments as the agent sent them (a file edit's {"path","oldText","newText"}).
+	Input interface{} `json:"input,omitempty"`
+
+	// InputCut The size in bytes of arguments too large to keep (input is then absent).
+	InputCut *int  `json:"inputCut,omitempty"`
+	IsError  *bool `json:"isError,omitempty"`
+
+	// Output What the call returned (set on its end); cut past 8 KiB with a note.
+	Output *string `json:"output,omitempty"`
+
+	// OutputCut The whole output's size in bytes when it was cut.
+	OutputCut *int   `json:"outputCut,omitempty"`
+	Tool      string `json:"tool"`
+}
 
 // Caller defines model for Caller.
 type Caller struct {
@@ -551,8 +700,14 @@ type CloneRequest struct {
 
 // CreateSessionRequest defines model for CreateSessionRequest.
 type CreateSessionRequest struct {
+	// Agent The agent to talk to, by name (GET /v1/agents); one the host does not offer is refused with unknown_agent, naming those it does.
+	Agent *string `json:"agent,omitempty"`
+
 	// Clone A git repository cloned into the new conversation's workspace before it opens, from a host the operator allows (--clone-allow), jailed.
 	Clone *CloneRequest `json:"clone,omitempty"`
+
+	// Model The model, among the agent's models; one it does not offer is refused with model_not_offered, naming those it does.
+	Model *string `json:"model,omitempty"`
 }
 
 // Credential A credential as listed; never its value.
@@ -564,7 +719,7 @@ type Credential struct {
 
 // CredentialList defines model for CredentialList.
 type CredentialList struct {
-	// AgentNeeds The credentials this host's agent needs; a conversation opens only once the caller stored them all.
+	// AgentNeeds The credentials this host's agents need (each agent its own, GET /v1/agents names the agents); a conversation opens only once the caller stored the ones its agent needs.
 	AgentNeeds  []string     `json:"agentNeeds"`
 	Credentials []Credential `json:"credentials"`
 }
@@ -588,6 +743,17 @@ type DecisionRequest struct {
 
 	// Note Why, for a paused turn's decision.
 	Note *string `json:"note,omitempty"`
+
+	// Rule With `"approve": true`: make a standing rule of this approval, for
+	// the tool the pending request is about. `scope` "conversation": this
+	// conversation only (`match` defaults to "any": any arguments);
+	// "everywhere": every conversation of the caller's (`match` defaults
+	// to "exact"; "any" is refused). `match` "exact": these arguments
+	// exactly (as JSON values); "command": a command of plain words
+	// matching `pattern` (the program, then literal words or `*` for one
+	// plain word not starting with `-`), and the pattern must match the
+	// pending request's command. docs/host.md, Standing rules.
+	Rule *RuleRequest `json:"rule,omitempty"`
 }
 
 // Error Every error response, and a stream's failed result.
@@ -658,6 +824,8 @@ type MarkKind string
 
 // Message One entry of the transcript.
 type Message struct {
+	// Call The tool call an activity is about, when the provider said (the native agent's calls; an ACP agent's tool calls), its input as it starts and its output as it ends, each bounded to 8 KiB.
+	Call    *CallView   `json:"call,omitempty"`
 	Content *string     `json:"content,omitempty"`
 	Role    MessageRole `json:"role"`
 
@@ -701,6 +869,57 @@ type Ready struct {
 	Status interface{} `json:"status"`
 }
 
+// Rule A standing approval, as the person who made it sees it.
+type Rule struct {
+	// Args The arguments an exact rule matches (canonical JSON).
+	Args      *map[string]interface{} `json:"args,omitempty"`
+	CreatedAt time.Time               `json:"createdAt"`
+	Id        string                  `json:"id"`
+	Match     RuleMatch               `json:"match"`
+
+	// Pattern The command pattern of a command rule.
+	Pattern *string   `json:"pattern,omitempty"`
+	Scope   RuleScope `json:"scope"`
+
+	// SessionId Examples: ses_5f0c2b7e9a1d4c3e8b6a0f1e2d3c4b5a
+	SessionId *SessionID `json:"sessionId,omitempty"`
+
+	// Tool The tool whose approval requests it answers.
+	Tool string `json:"tool"`
+}
+
+// RuleMatch defines model for Rule.Match.
+type RuleMatch string
+
+// RuleScope defines model for Rule.Scope.
+type RuleScope string
+
+// RuleList defines model for RuleList.
+type RuleList struct {
+	Rules []Rule `json:"rules"`
+}
+
+// RuleRequest With `"approve": true`: make a standing rule of this approval, for
+// the tool the pending request is about. `scope` "conversation": this
+// conversation only (`match` defaults to "any": any arguments);
+// "everywhere": every conversation of the caller's (`match` defaults
+// to "exact"; "any" is refused). `match` "exact": these arguments
+// exactly (as JSON values); "command": a command of plain words
+// matching `pattern` (the program, then literal words or `*` for one
+// plain word not starting with `-`), and the pattern must match the
+// pending request's command. docs/host.md, Standing rules.
+type RuleRequest struct {
+	Match   *RuleRequestMatch `json:"match,omitempty"`
+	Pattern *string           `json:"pattern,omitempty"`
+	Scope   RuleRequestScope  `json:"scope"`
+}
+
+// RuleRequestMatch defines model for RuleRequest.Match.
+type RuleRequestMatch string
+
+// RuleRequestScope defines model for RuleRequest.Scope.
+type RuleRequestScope string
+
 // Run One run's waterfall.
 type Run struct {
 	// Dropped Events past the record's bound for one run.
@@ -717,6 +936,8 @@ type Run struct {
 
 // Session A conversation as the API shows it.
 type Session struct {
+	// Agent The agent profile it was opened with (absent for one opened before profiles; the default agent serves it).
+	Agent     *string   `json:"agent,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 
 	// Interaction A question or notice the agent raised outside a turn's requests, waiting for the person.
@@ -725,6 +946,9 @@ type Session struct {
 	// Interactions Every interaction it waits on, oldest first (the first is `interaction`).
 	Interactions *[]Interaction `json:"interactions,omitempty"`
 	LastRunId    *string        `json:"lastRunId,omitempty"`
+
+	// Model The model its person chose (absent, the agent's default).
+	Model *string `json:"model,omitempty"`
 
 	// Pending The question a paused conversation waits on.
 	Pending *Pending `json:"pending,omitempty"`
@@ -748,7 +972,24 @@ type SessionID = string
 
 // SessionList defines model for SessionList.
 type SessionList struct {
+	// Next The cursor of the next page (pass it as `cursor`); absent on the last page.
+	Next     *string   `json:"next,omitempty"`
 	Sessions []Session `json:"sessions"`
+}
+
+// SessionUsage defines model for SessionUsage.
+type SessionUsage struct {
+	// SessionId Examples: ses_5f0c2b7e9a1d4c3e8b6a0f1e2d3c4b5a
+	SessionId SessionID `json:"sessionId"`
+
+	// Total The usage records sharing a key: a day (UTC, YYYY-MM-DD), a conversation, a model or a principal; the total's key is "total".
+	Total UsageRow `json:"total"`
+
+	// Truncated The caller's records since the conversation opened passed the bound one read sums.
+	Truncated bool `json:"truncated"`
+
+	// Turns One per turn-log entry with a usage record, by seq; the key is the seq.
+	Turns []UsageRow `json:"turns"`
 }
 
 // SignIn defines model for SignIn.
@@ -778,8 +1019,13 @@ type State string
 
 // TenantSession A conversation as a tenant's admin sees it; never its transcript.
 type TenantSession struct {
+	// Agent The agent profile it was opened with (absent for one opened before profiles; the default agent serves it).
+	Agent     *string   `json:"agent,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	LastRunId *string   `json:"lastRunId,omitempty"`
+
+	// Model The model its person chose (absent, the agent's default).
+	Model *string `json:"model,omitempty"`
 
 	// Pending The question a paused conversation waits on.
 	Pending *Pending `json:"pending,omitempty"`
@@ -799,6 +1045,8 @@ type TenantSession struct {
 
 // TenantSessionList defines model for TenantSessionList.
 type TenantSessionList struct {
+	// Next The cursor of the next page (pass it as `cursor`); absent on the last page.
+	Next     *string         `json:"next,omitempty"`
 	Sessions []TenantSession `json:"sessions"`
 	Tenant   string          `json:"tenant"`
 }
@@ -860,27 +1108,36 @@ type Turn struct {
 	Ended time.Time `json:"ended"`
 	Error *string   `json:"error,omitempty"`
 
-	// Kind message, decision, cancel, close, evict, cleanup, takeover or upgrade.
+	// Kind message, decision, rule (a request a standing rule answered; outcome approved), cancel, close, evict, cleanup, takeover or upgrade.
 	Kind string `json:"kind"`
 
 	// Outcome How a turn-log entry ended (`taken_over`, `lost` and `completed` with replicas).
 	Outcome TurnOutcome `json:"outcome"`
-	RunId   *string     `json:"runId,omitempty"`
-	Seq     int         `json:"seq"`
-	Started time.Time   `json:"started"`
+
+	// Rule The standing rule that answered the request (kind rule).
+	Rule    *string   `json:"rule,omitempty"`
+	RunId   *string   `json:"runId,omitempty"`
+	Seq     int       `json:"seq"`
+	Started time.Time `json:"started"`
 }
 
 // TurnAnswer A turn that answered.
 type TurnAnswer struct {
 	Output string `json:"output"`
-	RunId  string `json:"runId"`
+
+	// Rule A standing approval, as the person who made it sees it.
+	Rule  *Rule  `json:"rule,omitempty"`
+	RunId string `json:"runId"`
 }
 
 // TurnAwaiting A turn that asks the person; the conversation is paused.
 type TurnAwaiting struct {
 	// Awaiting The question a paused conversation waits on.
 	Awaiting Pending `json:"awaiting"`
-	RunId    string  `json:"runId"`
+
+	// Rule A standing approval, as the person who made it sees it.
+	Rule  *Rule  `json:"rule,omitempty"`
+	RunId string `json:"runId"`
 }
 
 // TurnLog defines model for TurnLog.
@@ -969,6 +1226,12 @@ type WorkspaceStats struct {
 // CredentialName defines model for CredentialName.
 type CredentialName = string
 
+// Cursor defines model for Cursor.
+type Cursor = string
+
+// Limit defines model for Limit.
+type Limit = int
+
 // OpenOnly defines model for OpenOnly.
 type OpenOnly = bool
 
@@ -981,53 +1244,8 @@ type UsageSince = string
 // UsageUntil defines model for UsageUntil.
 type UsageUntil = string
 
-// BadRequest Every error response, and a stream's failed result.
-type BadRequest = Error
-
-// Conflict Every error response, and a stream's failed result.
-type Conflict = Error
-
-// CredentialMissing Every error response, and a stream's failed result.
-type CredentialMissing = Error
-
-// CredentialsUnavailable Every error response, and a stream's failed result.
-type CredentialsUnavailable = Error
-
-// Forbidden Every error response, and a stream's failed result.
-type Forbidden = Error
-
-// Internal Every error response, and a stream's failed result.
-type Internal = Error
-
-// NotFound Every error response, and a stream's failed result.
-type NotFound = Error
-
-// TimedOut Every error response, and a stream's failed result.
-type TimedOut = Error
-
-// TooLarge Every error response, and a stream's failed result.
-type TooLarge = Error
-
-// TooMany Every error response, and a stream's failed result.
-type TooMany = Error
-
 // TurnAnswered A turn that answered.
 type TurnAnswered = TurnAnswer
-
-// TurnError Every error response, and a stream's failed result.
-type TurnError = Error
-
-// Unauthorized Every error response, and a stream's failed result.
-type Unauthorized = Error
-
-// Unavailable Every error response, and a stream's failed result.
-type Unavailable = Error
-
-// UnsupportedMedia Every error response, and a stream's failed result.
-type UnsupportedMedia = Error
-
-// WorkspaceUnsupported Every error response, and a stream's failed result.
-type WorkspaceUnsupported = Error
 
 // GetEventsParams defines parameters for GetEvents.
 type GetEventsParams struct {
@@ -1039,6 +1257,12 @@ type GetEventsParams struct {
 type ListSessionsParams struct {
 	// Open `true`: leave out closed conversations.
 	Open *OpenOnly `form:"open,omitempty" json:"open,omitempty"`
+
+	// Limit The most conversations one page holds, 1 to 1000 (default 1000).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the page before, as it was given (opaque); the page holds the conversations after it. Conversations are ordered newest first by creation, which never changes, so a walk sees each once.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // Decide200JSONResponseBody defines parameters for Decide.
@@ -1062,6 +1286,12 @@ type GetWorkspaceParams struct {
 type ListTenantSessionsParams struct {
 	// Open `true`: leave out closed conversations.
 	Open *OpenOnly `form:"open,omitempty" json:"open,omitempty"`
+
+	// Limit The most conversations one page holds, 1 to 1000 (default 1000).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the page before, as it was given (opaque); the page holds the conversations after it. Conversations are ordered newest first by creation, which never changes, so a walk sees each once.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // GetTenantUsageParams defines parameters for GetTenantUsage.
@@ -1276,6 +1506,11 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAgents The agents a person may open a conversation with, and each one's models.
+	//
+	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+	ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListCredentials The caller's credentials, by name and date; never their values.
 	//
 	// Corresponds with GET /v1/credentials (the `ListCredentials` operationId).
@@ -1337,6 +1572,16 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
 	GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListRules The caller's standing rules, oldest first.
+	//
+	// Corresponds with GET /v1/rules (the `ListRules` operationId).
+	ListRules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteRule Revoke one of the caller's standing rules; the person is asked again from now on.
+	//
+	// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+	DeleteRule(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListSessions The caller's conversations, newest first.
 	//
 	// Corresponds with GET /v1/sessions (the `ListSessions` operationId).
@@ -1385,6 +1630,9 @@ type ClientInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1397,6 +1645,9 @@ type ClientInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1448,6 +1699,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessage(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSessionUsage The usage of each of the conversation's turns, and their total.
+	//
+	// One row per turn-log entry that has a usage record (its key the
+	// entry's seq), in order, and their total; what the console shows
+	// beside each turn. Another's conversation is 404. docs/usage.md.
+	//
+	// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+	GetSessionUsage(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetWorkspace Take the workspace out as a tar stream.
 	//
@@ -1601,6 +1861,21 @@ func (c *Client) Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*htt
 	return c.Client.Do(req)
 }
 
+// ListAgents The agents a person may open a conversation with, and each one's models.
+//
+// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+func (c *Client) ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListCredentials The caller's credentials, by name and date; never their values.
 //
 // Corresponds with GET /v1/credentials (the `ListCredentials` operationId).
@@ -1732,6 +2007,36 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
+// ListRules The caller's standing rules, oldest first.
+//
+// Corresponds with GET /v1/rules (the `ListRules` operationId).
+func (c *Client) ListRules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRulesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteRule Revoke one of the caller's standing rules; the person is asked again from now on.
+//
+// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+func (c *Client) DeleteRule(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteRuleRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListSessions The caller's conversations, newest first.
 //
 // Corresponds with GET /v1/sessions (the `ListSessions` operationId).
@@ -1840,6 +2145,9 @@ func (c *Client) CancelTurn(ctx context.Context, id SessionID, reqEditors ...Req
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1862,6 +2170,9 @@ func (c *Client) DecideWithBody(ctx context.Context, id SessionID, contentType s
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1974,6 +2285,25 @@ func (c *Client) SendMessageWithBody(ctx context.Context, id SessionID, contentT
 // Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 func (c *Client) SendMessage(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSendMessageRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSessionUsage The usage of each of the conversation's turns, and their total.
+//
+// One row per turn-log entry that has a usage record (its key the
+// entry's seq), in order, and their total; what the console shows
+// beside each turn. Another's conversation is 404. docs/usage.md.
+//
+// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+func (c *Client) GetSessionUsage(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionUsageRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2280,6 +2610,33 @@ func NewReadyRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListAgentsRequest constructs an http.Request for the ListAgents method
+func NewListAgentsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/agents")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListCredentialsRequest constructs an http.Request for the ListCredentials method
 func NewListCredentialsRequest(server string) (*http.Request, error) {
 	var err error
@@ -2484,6 +2841,67 @@ func NewGetOpenAPIRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListRulesRequest constructs an http.Request for the ListRules method
+func NewListRulesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteRuleRequest constructs an http.Request for the DeleteRule method
+func NewDeleteRuleRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListSessionsRequest constructs an http.Request for the ListSessions method
 func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Request, error) {
 	var err error
@@ -2515,6 +2933,30 @@ func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Re
 		if params.Open != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "open", *params.Open, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2937,6 +3379,40 @@ func NewSendMessageRequestWithBody(server string, id SessionID, contentType stri
 	return req, nil
 }
 
+// NewGetSessionUsageRequest constructs an http.Request for the GetSessionUsage method
+func NewGetSessionUsageRequest(server string, id SessionID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/usage", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetWorkspaceRequest constructs an http.Request for the GetWorkspace method
 func NewGetWorkspaceRequest(server string, id SessionID, params *GetWorkspaceParams) (*http.Request, error) {
 	var err error
@@ -3072,6 +3548,30 @@ func NewListTenantSessionsRequest(server string, tenant Tenant, params *ListTena
 		if params.Open != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "open", *params.Open, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -3430,6 +3930,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	ReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyResponse, error)
 
+	// ListAgentsWithResponse The agents a person may open a conversation with, and each one's models.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+	ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
+
 	// ListCredentialsWithResponse The caller's credentials, by name and date; never their values.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3501,6 +4008,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
 	GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error)
 
+	// ListRulesWithResponse The caller's standing rules, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/rules (the `ListRules` operationId).
+	ListRulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRulesResponse, error)
+
+	// DeleteRuleWithResponse Revoke one of the caller's standing rules; the person is asked again from now on.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+	DeleteRuleWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteRuleResponse, error)
+
 	// ListSessionsWithResponse The caller's conversations, newest first.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3557,6 +4078,9 @@ type ClientWithResponsesInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3569,6 +4093,9 @@ type ClientWithResponsesInterface interface {
 	// goes on and is answered as a message's turn is (JSON or a stream).
 	// `{"interaction", "answer"}` (or `"approve": false` to decline)
 	// answers a session interaction: `200 InteractionAnswered`.
+	// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+	// approval (`Rule`): the host answers the same person's matching
+	// requests from then on without asking; the answer names it in `rule`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3628,6 +4155,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/turns (the `SendMessage` operationId).
 	SendMessageWithResponse(ctx context.Context, id SessionID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
+
+	// GetSessionUsageWithResponse The usage of each of the conversation's turns, and their total.
+	//
+	// One row per turn-log entry that has a usage record (its key the
+	// entry's seq), in order, and their total; what the console shows
+	// beside each turn. Another's conversation is 404. docs/usage.md.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+	GetSessionUsageWithResponse(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*GetSessionUsageResponse, error)
 
 	// GetWorkspaceWithResponse Take the workspace out as a tar stream.
 	//
@@ -3702,13 +4240,13 @@ type ClientWithResponsesInterface interface {
 type ConsoleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ConsoleResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ConsoleResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3745,8 +4283,8 @@ type ConsoleSignInResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *SignIn
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3754,9 +4292,9 @@ func (r ConsoleSignInResponse) GetJSON200() *SignIn {
 	return r.JSON200
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ConsoleSignInResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ConsoleSignInResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3791,13 +4329,13 @@ func (r ConsoleSignInResponse) ContentType() string {
 type ConsoleFileResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ConsoleFileResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ConsoleFileResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3834,11 +4372,18 @@ type HealthResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Health
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r HealthResponse) GetJSON200() *Health {
 	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r HealthResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3873,6 +4418,13 @@ func (r HealthResponse) ContentType() string {
 type MetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r MetricsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3904,20 +4456,13 @@ func (r MetricsResponse) ContentType() string {
 	return ""
 }
 
-// ReadyResponse503Headers the declared response headers of an HTTP 503 response for Ready
-type ReadyResponse503Headers struct {
-	RetryAfter *string
-}
-
 type ReadyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Ready
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *ReadyResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3925,9 +4470,9 @@ func (r ReadyResponse) GetJSON200() *Ready {
 	return r.JSON200
 }
 
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ReadyResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReadyResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3959,14 +4504,52 @@ func (r ReadyResponse) ContentType() string {
 	return ""
 }
 
-// ListCredentialsResponse401Headers the declared response headers of an HTTP 401 response for ListCredentials
-type ListCredentialsResponse401Headers struct {
-	WWWAuthenticate *string
+type ListAgentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// ListCredentialsResponse503Headers the declared response headers of an HTTP 503 response for ListCredentials
-type ListCredentialsResponse503Headers struct {
-	RetryAfter *string
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentsResponse) GetJSON200() *AgentList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListAgentsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListCredentialsResponse struct {
@@ -3974,16 +4557,8 @@ type ListCredentialsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *CredentialList
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *CredentialsUnavailable
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *ListCredentialsResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *ListCredentialsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3991,19 +4566,9 @@ func (r ListCredentialsResponse) GetJSON200() *CredentialList {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r ListCredentialsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r ListCredentialsResponse) GetJSON501() *CredentialsUnavailable {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ListCredentialsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListCredentialsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4035,58 +4600,16 @@ func (r ListCredentialsResponse) ContentType() string {
 	return ""
 }
 
-// DeleteCredentialResponse401Headers the declared response headers of an HTTP 401 response for DeleteCredential
-type DeleteCredentialResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// DeleteCredentialResponse503Headers the declared response headers of an HTTP 503 response for DeleteCredential
-type DeleteCredentialResponse503Headers struct {
-	RetryAfter *string
-}
-
 type DeleteCredentialResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *CredentialsUnavailable
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *DeleteCredentialResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *DeleteCredentialResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r DeleteCredentialResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r DeleteCredentialResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r DeleteCredentialResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r DeleteCredentialResponse) GetJSON501() *CredentialsUnavailable {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r DeleteCredentialResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteCredentialResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4118,16 +4641,6 @@ func (r DeleteCredentialResponse) ContentType() string {
 	return ""
 }
 
-// PutCredentialResponse401Headers the declared response headers of an HTTP 401 response for PutCredential
-type PutCredentialResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// PutCredentialResponse503Headers the declared response headers of an HTTP 503 response for PutCredential
-type PutCredentialResponse503Headers struct {
-	RetryAfter *string
-}
-
 type PutCredentialResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4135,24 +4648,8 @@ type PutCredentialResponse struct {
 	JSON200 *Credential
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Credential
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *TooLarge
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *UnsupportedMedia
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *CredentialsUnavailable
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *PutCredentialResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *PutCredentialResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4165,39 +4662,9 @@ func (r PutCredentialResponse) GetJSON201() *Credential {
 	return r.JSON201
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r PutCredentialResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r PutCredentialResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r PutCredentialResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r PutCredentialResponse) GetJSON413() *TooLarge {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r PutCredentialResponse) GetJSON415() *UnsupportedMedia {
-	return r.JSON415
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r PutCredentialResponse) GetJSON501() *CredentialsUnavailable {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r PutCredentialResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutCredentialResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4229,58 +4696,16 @@ func (r PutCredentialResponse) ContentType() string {
 	return ""
 }
 
-// GetEventsResponse401Headers the declared response headers of an HTTP 401 response for GetEvents
-type GetEventsResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetEventsResponse429Headers the declared response headers of an HTTP 429 response for GetEvents
-type GetEventsResponse429Headers struct {
-	RetryAfter *string
-}
-
-// GetEventsResponse503Headers the declared response headers of an HTTP 503 response for GetEvents
-type GetEventsResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetEventsResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *GetEventsResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetEventsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetEventsResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetEventsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r GetEventsResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetEventsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetEventsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4312,29 +4737,13 @@ func (r GetEventsResponse) ContentType() string {
 	return ""
 }
 
-// GetMeResponse401Headers the declared response headers of an HTTP 401 response for GetMe
-type GetMeResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetMeResponse503Headers the declared response headers of an HTTP 503 response for GetMe
-type GetMeResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetMeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Caller
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetMeResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetMeResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4342,14 +4751,9 @@ func (r GetMeResponse) GetJSON200() *Caller {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetMeResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetMeResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetMeResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4386,11 +4790,18 @@ type GetOpenAPIResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *map[string]interface{}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetOpenAPIResponse) GetJSON200() *map[string]interface{} {
 	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetOpenAPIResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4422,14 +4833,93 @@ func (r GetOpenAPIResponse) ContentType() string {
 	return ""
 }
 
-// ListSessionsResponse401Headers the declared response headers of an HTTP 401 response for ListSessions
-type ListSessionsResponse401Headers struct {
-	WWWAuthenticate *string
+type ListRulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RuleList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// ListSessionsResponse503Headers the declared response headers of an HTTP 503 response for ListSessions
-type ListSessionsResponse503Headers struct {
-	RetryAfter *string
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRulesResponse) GetJSON200() *RuleList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListRulesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteRuleResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteRuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListSessionsResponse struct {
@@ -4437,16 +4927,8 @@ type ListSessionsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *SessionList
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *ListSessionsResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *ListSessionsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4454,19 +4936,9 @@ func (r ListSessionsResponse) GetJSON200() *SessionList {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ListSessionsResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r ListSessionsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ListSessionsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListSessionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4503,54 +4975,15 @@ type CreateSessionResponse201Headers struct {
 	Location string
 }
 
-// CreateSessionResponse401Headers the declared response headers of an HTTP 401 response for CreateSession
-type CreateSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CreateSessionResponse429Headers the declared response headers of an HTTP 429 response for CreateSession
-type CreateSessionResponse429Headers struct {
-	RetryAfter *string
-}
-
-// CreateSessionResponse503Headers the declared response headers of an HTTP 503 response for CreateSession
-type CreateSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CreateSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Session
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON412 the response for an HTTP 412 `application/json` response
-	JSON412 *CredentialMissing
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *TooLarge
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *UnsupportedMedia
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *Error
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *Error
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateSessionResponse201Headers
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CreateSessionResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *CreateSessionResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CreateSessionResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -4558,54 +4991,9 @@ func (r CreateSessionResponse) GetJSON201() *Session {
 	return r.JSON201
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r CreateSessionResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CreateSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON412 returns the response for an HTTP 412 `application/json` response
-func (r CreateSessionResponse) GetJSON412() *CredentialMissing {
-	return r.JSON412
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r CreateSessionResponse) GetJSON413() *TooLarge {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r CreateSessionResponse) GetJSON415() *UnsupportedMedia {
-	return r.JSON415
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r CreateSessionResponse) GetJSON422() *Error {
-	return r.JSON422
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r CreateSessionResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r CreateSessionResponse) GetJSON500() *Internal {
-	return r.JSON500
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r CreateSessionResponse) GetJSON501() *Error {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CreateSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4637,51 +5025,16 @@ func (r CreateSessionResponse) ContentType() string {
 	return ""
 }
 
-// CloseSessionResponse401Headers the declared response headers of an HTTP 401 response for CloseSession
-type CloseSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CloseSessionResponse503Headers the declared response headers of an HTTP 503 response for CloseSession
-type CloseSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CloseSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CloseSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CloseSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CloseSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CloseSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CloseSessionResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CloseSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CloseSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4713,31 +5066,13 @@ func (r CloseSessionResponse) ContentType() string {
 	return ""
 }
 
-// GetSessionResponse401Headers the declared response headers of an HTTP 401 response for GetSession
-type GetSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetSessionResponse503Headers the declared response headers of an HTTP 503 response for GetSession
-type GetSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Session
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4745,19 +5080,9 @@ func (r GetSessionResponse) GetJSON200() *Session {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4789,33 +5114,13 @@ func (r GetSessionResponse) ContentType() string {
 	return ""
 }
 
-// CancelTurnResponse401Headers the declared response headers of an HTTP 401 response for CancelTurn
-type CancelTurnResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CancelTurnResponse503Headers the declared response headers of an HTTP 503 response for CancelTurn
-type CancelTurnResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CancelTurnResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *CancelAnswer
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CancelTurnResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CancelTurnResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -4823,24 +5128,9 @@ func (r CancelTurnResponse) GetJSON202() *CancelAnswer {
 	return r.JSON202
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CancelTurnResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CancelTurnResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CancelTurnResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CancelTurnResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CancelTurnResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4872,21 +5162,6 @@ func (r CancelTurnResponse) ContentType() string {
 	return ""
 }
 
-// DecideResponse401Headers the declared response headers of an HTTP 401 response for Decide
-type DecideResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// DecideResponse429Headers the declared response headers of an HTTP 429 response for Decide
-type DecideResponse429Headers struct {
-	RetryAfter *string
-}
-
-// DecideResponse503Headers the declared response headers of an HTTP 503 response for Decide
-type DecideResponse503Headers struct {
-	RetryAfter *string
-}
-
 type DecideResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4894,34 +5169,8 @@ type DecideResponse struct {
 	JSON200 *Decide200JSONResponseBody
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *TurnAwaiting
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON412 the response for an HTTP 412 `application/json` response
-	JSON412 *CredentialMissing
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *TooLarge
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *UnsupportedMedia
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *TurnError
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *TimedOut
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *DecideResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *DecideResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *DecideResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4934,59 +5183,9 @@ func (r DecideResponse) GetJSON202() *TurnAwaiting {
 	return r.JSON202
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r DecideResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r DecideResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r DecideResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r DecideResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON412 returns the response for an HTTP 412 `application/json` response
-func (r DecideResponse) GetJSON412() *CredentialMissing {
-	return r.JSON412
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r DecideResponse) GetJSON413() *TooLarge {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r DecideResponse) GetJSON415() *UnsupportedMedia {
-	return r.JSON415
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r DecideResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r DecideResponse) GetJSON500() *TurnError {
-	return r.JSON500
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r DecideResponse) GetJSON503() *Unavailable {
-	return r.JSON503
-}
-
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r DecideResponse) GetJSON504() *TimedOut {
-	return r.JSON504
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DecideResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5018,31 +5217,13 @@ func (r DecideResponse) ContentType() string {
 	return ""
 }
 
-// GetMessagesResponse401Headers the declared response headers of an HTTP 401 response for GetMessages
-type GetMessagesResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetMessagesResponse503Headers the declared response headers of an HTTP 503 response for GetMessages
-type GetMessagesResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetMessagesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Transcript
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetMessagesResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetMessagesResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5050,19 +5231,9 @@ func (r GetMessagesResponse) GetJSON200() *Transcript {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetMessagesResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetMessagesResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetMessagesResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetMessagesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5094,31 +5265,13 @@ func (r GetMessagesResponse) ContentType() string {
 	return ""
 }
 
-// GetTimelineResponse401Headers the declared response headers of an HTTP 401 response for GetTimeline
-type GetTimelineResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTimelineResponse503Headers the declared response headers of an HTTP 503 response for GetTimeline
-type GetTimelineResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTimelineResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Timelines
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTimelineResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTimelineResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5126,19 +5279,9 @@ func (r GetTimelineResponse) GetJSON200() *Timelines {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTimelineResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTimelineResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTimelineResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTimelineResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5170,31 +5313,13 @@ func (r GetTimelineResponse) ContentType() string {
 	return ""
 }
 
-// GetToolSessionsResponse401Headers the declared response headers of an HTTP 401 response for GetToolSessions
-type GetToolSessionsResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetToolSessionsResponse503Headers the declared response headers of an HTTP 503 response for GetToolSessions
-type GetToolSessionsResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetToolSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ToolSessions
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetToolSessionsResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetToolSessionsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5202,19 +5327,9 @@ func (r GetToolSessionsResponse) GetJSON200() *ToolSessions {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetToolSessionsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetToolSessionsResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetToolSessionsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetToolSessionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5246,31 +5361,13 @@ func (r GetToolSessionsResponse) ContentType() string {
 	return ""
 }
 
-// GetTurnLogResponse401Headers the declared response headers of an HTTP 401 response for GetTurnLog
-type GetTurnLogResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTurnLogResponse503Headers the declared response headers of an HTTP 503 response for GetTurnLog
-type GetTurnLogResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTurnLogResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TurnLog
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTurnLogResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTurnLogResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5278,19 +5375,9 @@ func (r GetTurnLogResponse) GetJSON200() *TurnLog {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTurnLogResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTurnLogResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTurnLogResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTurnLogResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5322,21 +5409,6 @@ func (r GetTurnLogResponse) ContentType() string {
 	return ""
 }
 
-// SendMessageResponse401Headers the declared response headers of an HTTP 401 response for SendMessage
-type SendMessageResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// SendMessageResponse429Headers the declared response headers of an HTTP 429 response for SendMessage
-type SendMessageResponse429Headers struct {
-	RetryAfter *string
-}
-
-// SendMessageResponse503Headers the declared response headers of an HTTP 503 response for SendMessage
-type SendMessageResponse503Headers struct {
-	RetryAfter *string
-}
-
 type SendMessageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5344,34 +5416,8 @@ type SendMessageResponse struct {
 	JSON200 *TurnAnswered
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *TurnAwaiting
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON412 the response for an HTTP 412 `application/json` response
-	JSON412 *CredentialMissing
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *TooLarge
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *UnsupportedMedia
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *TurnError
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *TimedOut
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *SendMessageResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *SendMessageResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *SendMessageResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5384,59 +5430,9 @@ func (r SendMessageResponse) GetJSON202() *TurnAwaiting {
 	return r.JSON202
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r SendMessageResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r SendMessageResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r SendMessageResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r SendMessageResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON412 returns the response for an HTTP 412 `application/json` response
-func (r SendMessageResponse) GetJSON412() *CredentialMissing {
-	return r.JSON412
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r SendMessageResponse) GetJSON413() *TooLarge {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r SendMessageResponse) GetJSON415() *UnsupportedMedia {
-	return r.JSON415
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r SendMessageResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r SendMessageResponse) GetJSON500() *TurnError {
-	return r.JSON500
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r SendMessageResponse) GetJSON503() *Unavailable {
-	return r.JSON503
-}
-
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r SendMessageResponse) GetJSON504() *TimedOut {
-	return r.JSON504
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r SendMessageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5468,93 +5464,64 @@ func (r SendMessageResponse) ContentType() string {
 	return ""
 }
 
-// GetWorkspaceResponse401Headers the declared response headers of an HTTP 401 response for GetWorkspace
-type GetWorkspaceResponse401Headers struct {
-	WWWAuthenticate *string
+type GetSessionUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionUsage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetWorkspaceResponse429Headers the declared response headers of an HTTP 429 response for GetWorkspace
-type GetWorkspaceResponse429Headers struct {
-	RetryAfter *string
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionUsageResponse) GetJSON200() *SessionUsage {
+	return r.JSON200
 }
 
-// GetWorkspaceResponse503Headers the declared response headers of an HTTP 503 response for GetWorkspace
-type GetWorkspaceResponse503Headers struct {
-	RetryAfter *string
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetSessionUsageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type GetWorkspaceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Error
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON412 the response for an HTTP 412 `application/json` response
-	JSON412 *CredentialMissing
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *WorkspaceUnsupported
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetWorkspaceResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *GetWorkspaceResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetWorkspaceResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetWorkspaceResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetWorkspaceResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetWorkspaceResponse) GetJSON404() *Error {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r GetWorkspaceResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON412 returns the response for an HTTP 412 `application/json` response
-func (r GetWorkspaceResponse) GetJSON412() *CredentialMissing {
-	return r.JSON412
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r GetWorkspaceResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r GetWorkspaceResponse) GetJSON500() *Internal {
-	return r.JSON500
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r GetWorkspaceResponse) GetJSON501() *WorkspaceUnsupported {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetWorkspaceResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetWorkspaceResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5586,54 +5553,13 @@ func (r GetWorkspaceResponse) ContentType() string {
 	return ""
 }
 
-// PutWorkspaceResponse401Headers the declared response headers of an HTTP 401 response for PutWorkspace
-type PutWorkspaceResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// PutWorkspaceResponse429Headers the declared response headers of an HTTP 429 response for PutWorkspace
-type PutWorkspaceResponse429Headers struct {
-	RetryAfter *string
-}
-
-// PutWorkspaceResponse503Headers the declared response headers of an HTTP 503 response for PutWorkspace
-type PutWorkspaceResponse503Headers struct {
-	RetryAfter *string
-}
-
 type PutWorkspaceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkspaceStats
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Error
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Error
-	// JSON412 the response for an HTTP 412 `application/json` response
-	JSON412 *CredentialMissing
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *Error
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *Error
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *TooMany
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON501 the response for an HTTP 501 `application/json` response
-	JSON501 *WorkspaceUnsupported
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *PutWorkspaceResponse401Headers
-	// Headers429 the parsed response headers for an HTTP 429 response
-	Headers429 *PutWorkspaceResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *PutWorkspaceResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5641,59 +5567,9 @@ func (r PutWorkspaceResponse) GetJSON200() *WorkspaceStats {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r PutWorkspaceResponse) GetJSON400() *Error {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r PutWorkspaceResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r PutWorkspaceResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r PutWorkspaceResponse) GetJSON409() *Error {
-	return r.JSON409
-}
-
-// GetJSON412 returns the response for an HTTP 412 `application/json` response
-func (r PutWorkspaceResponse) GetJSON412() *CredentialMissing {
-	return r.JSON412
-}
-
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r PutWorkspaceResponse) GetJSON413() *Error {
-	return r.JSON413
-}
-
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r PutWorkspaceResponse) GetJSON415() *Error {
-	return r.JSON415
-}
-
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r PutWorkspaceResponse) GetJSON429() *TooMany {
-	return r.JSON429
-}
-
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r PutWorkspaceResponse) GetJSON500() *Internal {
-	return r.JSON500
-}
-
-// GetJSON501 returns the response for an HTTP 501 `application/json` response
-func (r PutWorkspaceResponse) GetJSON501() *WorkspaceUnsupported {
-	return r.JSON501
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r PutWorkspaceResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutWorkspaceResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5725,35 +5601,13 @@ func (r PutWorkspaceResponse) ContentType() string {
 	return ""
 }
 
-// ListTenantSessionsResponse401Headers the declared response headers of an HTTP 401 response for ListTenantSessions
-type ListTenantSessionsResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// ListTenantSessionsResponse503Headers the declared response headers of an HTTP 503 response for ListTenantSessions
-type ListTenantSessionsResponse503Headers struct {
-	RetryAfter *string
-}
-
 type ListTenantSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TenantSessionList
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *ListTenantSessionsResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *ListTenantSessionsResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5761,29 +5615,9 @@ func (r ListTenantSessionsResponse) GetJSON200() *TenantSessionList {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ListTenantSessionsResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListTenantSessionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5815,58 +5649,16 @@ func (r ListTenantSessionsResponse) ContentType() string {
 	return ""
 }
 
-// CloseTenantSessionResponse401Headers the declared response headers of an HTTP 401 response for CloseTenantSession
-type CloseTenantSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// CloseTenantSessionResponse503Headers the declared response headers of an HTTP 503 response for CloseTenantSession
-type CloseTenantSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type CloseTenantSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *CloseTenantSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *CloseTenantSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON409() *Conflict {
-	return r.JSON409
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r CloseTenantSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CloseTenantSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5898,33 +5690,13 @@ func (r CloseTenantSessionResponse) ContentType() string {
 	return ""
 }
 
-// GetTenantSessionResponse401Headers the declared response headers of an HTTP 401 response for GetTenantSession
-type GetTenantSessionResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTenantSessionResponse503Headers the declared response headers of an HTTP 503 response for GetTenantSession
-type GetTenantSessionResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTenantSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TenantSession
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTenantSessionResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTenantSessionResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5932,24 +5704,9 @@ func (r GetTenantSessionResponse) GetJSON200() *TenantSession {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTenantSessionResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r GetTenantSessionResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTenantSessionResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTenantSessionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTenantSessionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5981,35 +5738,13 @@ func (r GetTenantSessionResponse) ContentType() string {
 	return ""
 }
 
-// GetTenantUsageResponse401Headers the declared response headers of an HTTP 401 response for GetTenantUsage
-type GetTenantUsageResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetTenantUsageResponse503Headers the declared response headers of an HTTP 503 response for GetTenantUsage
-type GetTenantUsageResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetTenantUsageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Usage
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Forbidden
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetTenantUsageResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetTenantUsageResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -6017,29 +5752,9 @@ func (r GetTenantUsageResponse) GetJSON200() *Usage {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetTenantUsageResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetTenantUsageResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r GetTenantUsageResponse) GetJSON403() *Forbidden {
-	return r.JSON403
-}
-
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetTenantUsageResponse) GetJSON404() *NotFound {
-	return r.JSON404
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetTenantUsageResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTenantUsageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -6071,31 +5786,13 @@ func (r GetTenantUsageResponse) ContentType() string {
 	return ""
 }
 
-// GetUsageResponse401Headers the declared response headers of an HTTP 401 response for GetUsage
-type GetUsageResponse401Headers struct {
-	WWWAuthenticate *string
-}
-
-// GetUsageResponse503Headers the declared response headers of an HTTP 503 response for GetUsage
-type GetUsageResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetUsageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Usage
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// Headers401 the parsed response headers for an HTTP 401 response
-	Headers401 *GetUsageResponse401Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetUsageResponse503Headers
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -6103,19 +5800,9 @@ func (r GetUsageResponse) GetJSON200() *Usage {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetUsageResponse) GetJSON400() *BadRequest {
-	return r.JSON400
-}
-
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r GetUsageResponse) GetJSON401() *Unauthorized {
-	return r.JSON401
-}
-
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetUsageResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetUsageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -6227,6 +5914,19 @@ func (c *ClientWithResponses) ReadyWithResponse(ctx context.Context, reqEditors 
 		return nil, err
 	}
 	return ParseReadyResponse(rsp)
+}
+
+// ListAgentsWithResponse The agents a person may open a conversation with, and each one's models.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error) {
+	rsp, err := c.ListAgents(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentsResponse(rsp)
 }
 
 // ListCredentialsWithResponse The caller's credentials, by name and date; never their values.
@@ -6342,6 +6042,32 @@ func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEdi
 	return ParseGetOpenAPIResponse(rsp)
 }
 
+// ListRulesWithResponse The caller's standing rules, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/rules (the `ListRules` operationId).
+func (c *ClientWithResponses) ListRulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRulesResponse, error) {
+	rsp, err := c.ListRules(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRulesResponse(rsp)
+}
+
+// DeleteRuleWithResponse Revoke one of the caller's standing rules; the person is asked again from now on.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+func (c *ClientWithResponses) DeleteRuleWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteRuleResponse, error) {
+	rsp, err := c.DeleteRule(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteRuleResponse(rsp)
+}
+
 // ListSessionsWithResponse The caller's conversations, newest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6434,6 +6160,9 @@ func (c *ClientWithResponses) CancelTurnWithResponse(ctx context.Context, id Ses
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6452,6 +6181,9 @@ func (c *ClientWithResponses) DecideWithBodyWithResponse(ctx context.Context, id
 // goes on and is answered as a message's turn is (JSON or a stream).
 // `{"interaction", "answer"}` (or `"approve": false` to decline)
 // answers a session interaction: `200 InteractionAnswered`.
+// `{"approve": true, "rule": {…}}` also makes a standing rule of the
+// approval (`Rule`): the host answers the same person's matching
+// requests from then on without asking; the answer names it in `rule`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6552,6 +6284,23 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Se
 		return nil, err
 	}
 	return ParseSendMessageResponse(rsp)
+}
+
+// GetSessionUsageWithResponse The usage of each of the conversation's turns, and their total.
+//
+// One row per turn-log entry that has a usage record (its key the
+// entry's seq), in order, and their total; what the console shows
+// beside each turn. Another's conversation is 404. docs/usage.md.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id}/usage (the `GetSessionUsage` operationId).
+func (c *ClientWithResponses) GetSessionUsageWithResponse(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*GetSessionUsageResponse, error) {
+	rsp, err := c.GetSessionUsage(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionUsageResponse(rsp)
 }
 
 // GetWorkspaceWithResponse Take the workspace out as a tar stream.
@@ -6682,12 +6431,12 @@ func ParseConsoleResponse(rsp *http.Response) (*ConsoleResponse, error) {
 	case rsp.StatusCode == 304:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -6715,12 +6464,12 @@ func ParseConsoleSignInResponse(rsp *http.Response) (*ConsoleSignInResponse, err
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -6744,12 +6493,12 @@ func ParseConsoleFileResponse(rsp *http.Response) (*ConsoleFileResponse, error) 
 	case rsp.StatusCode == 304:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -6777,6 +6526,13 @@ func ParseHealthResponse(rsp *http.Response) (*HealthResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6793,6 +6549,16 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 	response := &MetricsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6819,26 +6585,46 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON503 = &dest
+		response.JSONDefault = &dest
 
 	}
 
+	return response, nil
+}
+
+// ParseListAgentsResponse parses an HTTP response from a ListAgentsWithResponse call
+func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
 	switch {
-	case rsp.StatusCode == 503:
-		var headers ReadyResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
 		}
-		response.Headers503 = &headers
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6865,50 +6651,13 @@ func ParseListCredentialsResponse(rsp *http.Response) (*ListCredentialsResponse,
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest CredentialsUnavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers ListCredentialsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers ListCredentialsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6931,64 +6680,13 @@ func ParseDeleteCredentialResponse(rsp *http.Response) (*DeleteCredentialRespons
 	case rsp.StatusCode == 204:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest CredentialsUnavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers DeleteCredentialResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers DeleteCredentialResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7022,78 +6720,13 @@ func ParsePutCredentialResponse(rsp *http.Response) (*PutCredentialResponse, err
 		}
 		response.JSON201 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest TooLarge
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest UnsupportedMedia
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest CredentialsUnavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers PutCredentialResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers PutCredentialResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7113,67 +6746,13 @@ func ParseGetEventsResponse(rsp *http.Response) (*GetEventsResponse, error) {
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetEventsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetEventsResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetEventsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7200,43 +6779,13 @@ func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetMeResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetMeResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7262,6 +6811,75 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListRulesResponse parses an HTTP response from a ListRulesWithResponse call
+func ParseListRulesResponse(rsp *http.Response) (*ListRulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RuleList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteRuleResponse parses an HTTP response from a DeleteRuleWithResponse call
+func ParseDeleteRuleResponse(rsp *http.Response) (*DeleteRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
 
 	}
 
@@ -7289,50 +6907,13 @@ func ParseListSessionsResponse(rsp *http.Response) (*ListSessionsResponse, error
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers ListSessionsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers ListSessionsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7359,75 +6940,12 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		}
 		response.JSON201 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
-		var dest CredentialMissing
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON412 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest TooLarge
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest UnsupportedMedia
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON422 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest Error
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
+		response.JSONDefault = &dest
 
 	}
 
@@ -7442,36 +6960,6 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 			headers.Location = value
 		}
 		response.Headers201 = &headers
-	case rsp.StatusCode == 401:
-		var headers CreateSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers CreateSessionResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers CreateSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7494,57 +6982,13 @@ func ParseCloseSessionResponse(rsp *http.Response) (*CloseSessionResponse, error
 	case rsp.StatusCode == 204:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers CloseSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers CloseSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7571,50 +7015,13 @@ func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7641,57 +7048,13 @@ func ParseCancelTurnResponse(rsp *http.Response) (*CancelTurnResponse, error) {
 		}
 		response.JSON202 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers CancelTurnResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers CancelTurnResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7725,119 +7088,16 @@ func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
 		}
 		response.JSON202 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
-		var dest CredentialMissing
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON412 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest TooLarge
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest UnsupportedMedia
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest TurnError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
-		var dest TimedOut
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON504 = &dest
+		response.JSONDefault = &dest
 
 	case rsp.StatusCode == 200:
 		// Content-type (text/event-stream) unsupported
 
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers DecideResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers DecideResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers DecideResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7864,50 +7124,13 @@ func ParseGetMessagesResponse(rsp *http.Response) (*GetMessagesResponse, error) 
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetMessagesResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetMessagesResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7934,50 +7157,13 @@ func ParseGetTimelineResponse(rsp *http.Response) (*GetTimelineResponse, error) 
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTimelineResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTimelineResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8004,50 +7190,13 @@ func ParseGetToolSessionsResponse(rsp *http.Response) (*GetToolSessionsResponse,
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetToolSessionsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetToolSessionsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8074,50 +7223,13 @@ func ParseGetTurnLogResponse(rsp *http.Response) (*GetTurnLogResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTurnLogResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTurnLogResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8151,119 +7263,49 @@ func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) 
 		}
 		response.JSON202 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
-		var dest CredentialMissing
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON412 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest TooLarge
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest UnsupportedMedia
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest TurnError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
-		var dest TimedOut
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON504 = &dest
+		response.JSONDefault = &dest
 
 	case rsp.StatusCode == 200:
 		// Content-type (text/event-stream) unsupported
 
 	}
 
+	return response, nil
+}
+
+// ParseGetSessionUsageResponse parses an HTTP response from a GetSessionUsageWithResponse call
+func ParseGetSessionUsageResponse(rsp *http.Response) (*GetSessionUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
 	switch {
-	case rsp.StatusCode == 401:
-		var headers SendMessageResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionUsage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
 		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers SendMessageResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
 		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers SendMessageResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -8283,102 +7325,13 @@ func ParseGetWorkspaceResponse(rsp *http.Response) (*GetWorkspaceResponse, error
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
-		var dest CredentialMissing
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON412 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest WorkspaceUnsupported
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetWorkspaceResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetWorkspaceResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetWorkspaceResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8405,116 +7358,13 @@ func ParsePutWorkspaceResponse(rsp *http.Response) (*PutWorkspaceResponse, error
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Error
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
-		var dest CredentialMissing
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON412 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest Error
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON413 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest Error
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON415 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooMany
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON429 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest WorkspaceUnsupported
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON501 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers PutWorkspaceResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 429:
-		var headers PutWorkspaceResponse429Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers PutWorkspaceResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8541,64 +7391,13 @@ func ParseListTenantSessionsResponse(rsp *http.Response) (*ListTenantSessionsRes
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers ListTenantSessionsResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers ListTenantSessionsResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8621,64 +7420,13 @@ func ParseCloseTenantSessionResponse(rsp *http.Response) (*CloseTenantSessionRes
 	case rsp.StatusCode == 204:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Conflict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON409 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers CloseTenantSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers CloseTenantSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8705,57 +7453,13 @@ func ParseGetTenantSessionResponse(rsp *http.Response) (*GetTenantSessionRespons
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTenantSessionResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTenantSessionResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8782,64 +7486,13 @@ func ParseGetTenantUsageResponse(rsp *http.Response) (*GetTenantUsageResponse, e
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Forbidden
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON403 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetTenantUsageResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetTenantUsageResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8866,50 +7519,13 @@ func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.JSONDefault = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON503 = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 401:
-		var headers GetUsageResponse401Headers
-		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.WWWAuthenticate = &value
-		}
-		response.Headers401 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetUsageResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil

@@ -55,10 +55,10 @@ func Example() {
 		panic(err)
 	}
 	again, err := c.SendMessageWithResponse(ctx, id, client.TurnRequest{Message: "still there?"})
-	if err != nil || again.JSON409 == nil {
+	if err != nil || again.JSONDefault == nil {
 		panic(err)
 	}
-	fmt.Println("after closing:", again.StatusCode(), again.JSON409.Error.Code)
+	fmt.Println("after closing:", again.StatusCode(), again.JSONDefault.Error.Code)
 	// Output:
 	// state: open
 	// output: hello from the agent

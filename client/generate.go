@@ -5,6 +5,11 @@ package client
 // checks the committed file is what it generates). After changing the
 // document: go generate ./client
 //
+// The generator applies overlay.yaml first: every error status an
+// operation documents becomes one default response, so a call's answer has
+// its success bodies (JSON200, JSON201, …) and JSONDefault, an *Error for
+// any other status, whose code says what went wrong.
+//
 //go:generate go run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2 -config oapi-codegen.yaml -o client.gen.go ../docs/openapi.yaml
 
 import (

@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // Errors a runner wraps so callers can tell what happened with errors.Is.
@@ -105,6 +107,9 @@ type Result struct {
 	Artifacts []Artifact
 	// Truncated is non-nil only when something was cut.
 	Truncated *Truncation
+	// Sandbox is what the execute used, from the session's control group;
+	// nil when the runner's sessions have none.
+	Sandbox *tool.SandboxUsage
 }
 
 // Artifact is a file or object the code produced.

@@ -322,7 +322,7 @@ func (t *codeTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage)
 		out := render(notes, res, t.opt.MaxOutputChars, true)
 		run.OutputChars, run.Truncated = out.chars, out.cut
 		t.emit(c, &run, began)
-		return tool.Result{Content: out.content, IsError: true}, nil
+		return tool.Result{Content: out.content, IsError: true, Sandbox: res.Sandbox}, nil
 	}
 	if execErr != nil && !timedOut {
 		run.Error = execErr.Error()
@@ -347,7 +347,7 @@ func (t *codeTool) Call(ctx context.Context, c *tool.Call, args json.RawMessage)
 	run.OutputChars = out.chars
 	run.Truncated = out.cut
 	t.emit(c, &run, began)
-	return tool.Result{Content: content, IsError: !run.OK}, nil
+	return tool.Result{Content: content, IsError: !run.OK, Sandbox: res.Sandbox}, nil
 }
 
 func (t *codeTool) keepsState() bool {

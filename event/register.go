@@ -26,6 +26,10 @@ type kind struct {
 var (
 	registerMu sync.Mutex // serialises writers; readers load the map
 	registry   atomic.Pointer[map[Type]kind]
+	// contentTypes lists the types registered as content (a handful): the
+	// bus asks for every event and sink whether a type is content, and a
+	// scan of a short slice costs less than a map lookup (hashing the type).
+	contentTypes atomic.Pointer[[]Type]
 )
 
 // Register tells [Decode] and [NewPayload] the payload of an event type a
@@ -60,6 +64,14 @@ func register(t Type, k kind) {
 	}
 	next[t] = k
 	registry.Store(&next)
+	if k.content {
+		var content []Type
+		if cur := contentTypes.Load(); cur != nil {
+			content = slices.Clone(*cur)
+		}
+		content = append(content, t)
+		contentTypes.Store(&content)
+	}
 }
 
 // lookup is what was registered for t.
@@ -98,8 +110,8 @@ func NewPayload(t Type) any {
 
 // isContent reports whether t was registered as content.
 func isContent(t Type) bool {
-	k, _ := lookup(t)
-	return k.content
+	cur := contentTypes.Load()
+	return cur != nil && slices.Contains(*cur, t)
 }
 
 // PayloadAs reads e's payload into v, a pointer to a struct, by the

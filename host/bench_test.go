@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentry-dev/agentry/agent"
 	"github.com/agentry-dev/agentry/host"
@@ -24,6 +25,11 @@ import (
 // benchHost is a host on a real listener with the scripted model (no
 // tools) and SQLite, and n sessions of one principal open on it.
 func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
+	return benchHostWith(b, n, steps, nil)
+}
+
+// benchHostWith is benchHost holding turns to budgets (nil: none).
+func benchHostWith(b *testing.B, n, steps int, budgets *host.Budgets) (url, token string, ids []string) {
 	b.Helper()
 	ss := make([]scripted.Step, steps)
 	for i := range ss {
@@ -43,8 +49,8 @@ func benchHost(b *testing.B, n, steps int) (url, token string, ids []string) {
 	}
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1,
-		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1})
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1, RetentionEvery: -1,
+		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1, Budgets: budgets})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,4 +131,69 @@ func BenchmarkTurn(b *testing.B) {
 			post(b, c, fmt.Sprintf("%s/v1/sessions/%s/turns", url, id), tok, turnBody)
 		}
 	})
+}
+
+// benchBudgets bind alice by every kind of cap, per day and per month,
+// and by a rate, none of them reached: what checking them costs.
+const benchBudgets = `
+[[cap]]
+tenant = "*"
+principal = "*"
+per = "day"
+turns = 1000000000
+tokens = 1000000000000
+cost_usd = 1000000.0
+sandbox = "100000h"
+
+[[cap]]
+tenant = "acme"
+per = "month"
+turns = 1000000000
+
+[[rate]]
+tenant = "*"
+principal = "*"
+turns = 10000
+per = "1s"
+`
+
+// BenchmarkTurnBudgets runs turns on two hosts side by side, one
+// without budgets (off) and one with caps and a rate that apply to every
+// turn (on), alternating turn by turn so that the machine's load falls on
+// both alike; it reports each one's mean turn time and their ratio:
+// go test -run '^$' -bench TurnBudgets -benchtime 3000x -count 5 ./host
+func BenchmarkTurnBudgets(b *testing.B) {
+	bud, err := host.ParseBudgets([]byte(benchBudgets))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const sessions = 64
+	offURL, offTok, offIDs := benchHostWith(b, sessions, b.N+2, nil)
+	onURL, onTok, onIDs := benchHostWith(b, sessions, b.N+2, bud)
+	var next, offNs, onNs atomic.Int64
+	b.SetParallelism(sessions / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := benchClient
+		i := int(next.Add(1)-1) % sessions
+		off := fmt.Sprintf("%s/v1/sessions/%s/turns", offURL, offIDs[i])
+		on := fmt.Sprintf("%s/v1/sessions/%s/turns", onURL, onIDs[i])
+		for n := 0; pb.Next(); n++ {
+			first, second := off, on
+			firstTok, secondTok := offTok, onTok
+			firstNs, secondNs := &offNs, &onNs
+			if n%2 == 1 { // each goes first half the time
+				first, second, firstTok, secondTok, firstNs, secondNs = on, off, onTok, offTok, &onNs, &offNs
+			}
+			t0 := time.Now()
+			post(b, c, first, firstTok, turnBody)
+			t1 := time.Now()
+			post(b, c, second, secondTok, turnBody)
+			firstNs.Add(int64(t1.Sub(t0)))
+			secondNs.Add(int64(time.Since(t1)))
+		}
+	})
+	b.ReportMetric(float64(offNs.Load())/float64(b.N)/1e6, "off-ms/turn")
+	b.ReportMetric(float64(onNs.Load())/float64(b.N)/1e6, "on-ms/turn")
+	b.ReportMetric(float64(onNs.Load())/float64(offNs.Load()), "on/off")
 }

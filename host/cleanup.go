@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -30,6 +31,7 @@ type cleanups struct {
 type cleanup struct {
 	conv     string
 	owner    tool.Identity
+	provider string // the key of the provider that failed to close
 	kind     string // what was closing: "close", "evict", "shutdown"
 	retry    func(context.Context) error
 	attempts int
@@ -55,11 +57,12 @@ func retryOf(err error) func(context.Context) error {
 func (c *cleanups) add(ctx context.Context, lc *liveConv, kind string, err error) {
 	h := c.h
 	retry := retryOf(err)
-	h.recordCleanup(ctx, lc.id, lc.owner, kind, 1, err, retry != nil)
+	prov := cmp.Or(lc.conv.Provider, h.key)
+	h.recordCleanup(ctx, lc.id, lc.owner, prov, kind, 1, err, retry != nil)
 	if retry == nil {
 		return
 	}
-	it := &cleanup{conv: lc.id, owner: lc.owner, kind: kind, retry: retry, attempts: 1, wait: h.opt.CleanupRetry}
+	it := &cleanup{conv: lc.id, owner: lc.owner, provider: prov, kind: kind, retry: retry, attempts: 1, wait: h.opt.CleanupRetry}
 	it.next = time.Now().Add(it.wait)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -149,7 +152,7 @@ func (c *cleanups) attempt(it *cleanup) bool {
 	}
 	attempts := it.attempts
 	c.mu.Unlock()
-	h.recordCleanup(context.Background(), it.conv, it.owner, it.kind, attempts, err, true)
+	h.recordCleanup(context.Background(), it.conv, it.owner, it.provider, it.kind, attempts, err, true)
 	return err == nil
 }
 
@@ -179,7 +182,7 @@ func (c *cleanups) final(ctx context.Context) int {
 
 // recordCleanup writes one cleanup attempt to the turn log and the bus.
 // err nil is a success.
-func (h *Host) recordCleanup(ctx context.Context, id string, o tool.Identity, kind string, attempt int, err error, retrying bool) {
+func (h *Host) recordCleanup(ctx context.Context, id string, o tool.Identity, prov, kind string, attempt int, err error, retrying bool) {
 	now := h.now().UTC()
 	turn := &Turn{Kind: "cleanup", Outcome: TurnCleanedUp, Started: now, Ended: now}
 	if err != nil {
@@ -193,10 +196,10 @@ func (h *Host) recordCleanup(ctx context.Context, id string, o tool.Identity, ki
 		h.log.Error("host: recording a provider cleanup in the turn log", "session", id, "err", serr)
 	}
 	if err != nil {
-		h.emit(TypeCleanupFailed, &CleanupEvent{Provider: h.key, Closing: kind, Attempt: attempt,
+		h.emit(TypeCleanupFailed, &CleanupEvent{Provider: prov, Closing: kind, Attempt: attempt,
 			Error: clipMessage(err.Error()), Retrying: retrying}, id, o)
 	} else {
-		h.emit(TypeCleanupDone, &CleanupEvent{Provider: h.key, Closing: kind, Attempt: attempt}, id, o)
+		h.emit(TypeCleanupDone, &CleanupEvent{Provider: prov, Closing: kind, Attempt: attempt}, id, o)
 	}
 }
 

@@ -42,32 +42,20 @@ type CloneJob struct {
 	Dir, URL, Ref, Secret, Label string
 }
 
-// decodeCreate reads the body of POST /v1/sessions.
-func decodeCreate(body []byte) (*CloneSpec, error) {
-	var raw struct {
-		Clone *CloneSpec `json:"clone"`
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return nil, nil
-	}
-	if err := decodeStrict(body, &raw); err != nil {
-		return nil, err
-	}
-	c := raw.Clone
-	if c == nil {
-		return nil, nil
-	}
+// checkClone refuses a clone request of the wrong shape, naming the
+// field at fault.
+func checkClone(c *CloneSpec) error {
 	switch {
 	case c.URL == "":
-		return nil, fieldError(CodeMissingField, "clone.url", "host: a clone names the repository: {\"clone\": {\"url\": \"https://host/repo.git\"}}")
+		return fieldError(CodeMissingField, "clone.url", "host: a clone names the repository: {\"clone\": {\"url\": \"https://host/repo.git\"}}")
 	case len(c.URL) > 2048 || !cloneURLShape(c.URL):
-		return nil, fieldError(CodeCloneRefused, "clone.url", "host: a clone URL is https:// (or http://) HOST/PATH, without a user, password or option")
+		return fieldError(CodeCloneRefused, "clone.url", "host: a clone URL is https:// (or http://) HOST/PATH, without a user, password or option")
 	case c.Ref != "" && !validRef(c.Ref):
-		return nil, fieldError(CodeInvalidField, "clone.ref", "host: a ref is a branch or tag name: letters, digits, '.', '_', '-' and '/', not starting with '-' and without '..'")
+		return fieldError(CodeInvalidField, "clone.ref", "host: a ref is a branch or tag name: letters, digits, '.', '_', '-' and '/', not starting with '-' and without '..'")
 	case c.Credential != "" && !ValidCredentialName(c.Credential):
-		return nil, fieldError(CodeInvalidField, "clone.credential", "host: not a credential name; list yours with GET /v1/credentials")
+		return fieldError(CodeInvalidField, "clone.credential", "host: not a credential name; list yours with GET /v1/credentials")
 	}
-	return c, nil
+	return nil
 }
 
 // cloneURLShape accepts http(s) URLs with a host and no user
@@ -108,7 +96,7 @@ func validRef(ref string) bool {
 
 // cloneInto runs the clone a new conversation asked for into its
 // workspace. A failed clone leaves no workspace behind.
-func (h *Host) cloneInto(r *http.Request, o tool.Identity, id string, c *CloneSpec) *apiError {
+func (h *Host) cloneInto(r *http.Request, ag *hostedAgent, o tool.Identity, id string, c *CloneSpec) *apiError {
 	if h.opt.Cloner == nil {
 		return newError(http.StatusNotImplemented, CodeCloneUnsupported,
 			"host: this host clones no repositories; its operator serves an ACP agent with --clone-allow HOST to allow it")
@@ -136,7 +124,7 @@ func (h *Host) cloneInto(r *http.Request, o tool.Identity, id string, c *CloneSp
 		}
 		job.Secret = secret
 	}
-	dir, err := h.opt.WorkingDirectory(o, id)
+	dir, err := ag.workingDir(o, id)
 	if err != nil {
 		h.log.Error("host: making a workspace to clone into", "session", id, "err", err)
 		return newError(http.StatusInternalServerError, CodeInternal, "host: the session's workspace could not be prepared")

@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -10,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -162,7 +165,9 @@ func (h *Host) consoleRoutes(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"sessionId": id, "runs": tls})
 	}))
+	mux.HandleFunc("GET /v1/sessions/{id}/usage", h.authed(h.handleConversationUsage))
 	for p, methods := range map[string]string{
+		"/v1/sessions/{id}/usage":         "GET, HEAD",
 		"/v1/me":                          "GET, HEAD",
 		"/v1/events":                      "GET",
 		"/v1/sessions/{id}/tool-sessions": "GET, HEAD",
@@ -173,6 +178,39 @@ func (h *Host) consoleRoutes(mux *http.ServeMux) {
 			writeError(w, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "host: this path answers "+methods))
 		}))
 	}
+}
+
+// handleConversationUsage answers GET /v1/sessions/{id}/usage: the
+// usage record of each of the conversation's turns (a row per turn-log
+// entry that used anything, its key the entry's seq), and their total.
+// The records are the caller's since the conversation opened, bounded as
+// every usage read is (Truncated says the bound was reached).
+func (h *Host) handleConversationUsage(w http.ResponseWriter, r *http.Request, o tool.Identity) {
+	id := r.PathValue("id")
+	if !validSessionID(id) {
+		writeError(w, notFound())
+		return
+	}
+	c, err := h.store.Info(r.Context(), o, id)
+	if err != nil {
+		writeError(w, h.storeError(err))
+		return
+	}
+	recs, err := h.store.UsageRecords(r.Context(), UsageQuery{Tenant: o.Tenant, Principal: o.Principal, Since: c.CreatedAt})
+	if err != nil {
+		writeError(w, h.storeError(err))
+		return
+	}
+	truncated := len(recs) >= MaxUsageRecords
+	recs = slices.DeleteFunc(recs, func(rec UsageRecord) bool { return rec.Conversation != id })
+	slices.SortFunc(recs, func(a, b UsageRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+	rows := make([]UsageRow, 0, len(recs))
+	for _, rec := range recs {
+		row := TotalUsage([]UsageRecord{rec})
+		row.Key = strconv.FormatInt(rec.Seq, 10)
+		rows = append(rows, row)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessionId": id, "turns": rows, "total": TotalUsage(recs), "truncated": truncated})
 }
 
 // ownConversation answers 404 unless the path's conversation is the

@@ -56,6 +56,22 @@ func (rc *record) observe(e event.Event) {
 	case event.TypeLLMDelta, event.TypeLLMMessage:
 		return // content: the transcript endpoint serves it from the store
 	}
+	// A call's arguments and result ride along for in-process observers;
+	// the transcript keeps them (bounded), the record does not.
+	switch p := e.Payload.(type) {
+	case *tool.CallStart:
+		if p.Args != nil {
+			cp := *p
+			cp.Args = nil
+			e.Payload = &cp
+		}
+	case *tool.CallEnd:
+		if p.Content != "" {
+			cp := *p
+			cp.Content = ""
+			e.Payload = &cp
+		}
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	c := rc.convs[e.Meta.SessionID]

@@ -299,3 +299,90 @@ func TestConsoleCanBeLeftOut(t *testing.T) {
 	want(t, f.do("GET", "/console/app.js", "", nil), 404, "not_found")
 	want(t, f.do("GET", "/v1/me", "alice", nil), 200, "")
 }
+
+// The transcript keeps each tool call's input and output beside the
+// activity that tells of it (the native agent's calls here), bounded:
+// a large output is cut with its size said, a large input is left out
+// with its size said. Nothing of either is in the events the host keeps.
+func TestTranscriptKeepsToolCallInputAndOutput(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, config{})
+	id := f.open("alice")
+	big := strings.Repeat("x", host.MaxCallBytes+100)
+	want(t, f.say("alice", id, `call files {"op":"write","name":"a.txt","text":"<script>alert(1)</script>"}`), 200, "")
+	want(t, f.say("alice", id, `call files {"op":"write","name":"big.txt","text":"`+big+`"}`), 200, "")
+	want(t, f.say("alice", id, `call files {"op":"read","name":"big.txt"}`), 200, "")
+
+	var got struct{ Messages []host.Message }
+	if err := json.Unmarshal(f.do("GET", "/v1/sessions/"+id+"/messages", "alice", nil).body, &got); err != nil {
+		t.Fatal(err)
+	}
+	var calls []*host.CallView
+	for _, m := range got.Messages {
+		if m.Role == "activity" && m.Call != nil {
+			calls = append(calls, m.Call)
+		}
+	}
+	if len(calls) != 6 {
+		t.Fatalf("%d activities with a call, want a start and an end for each of 3 calls: %+v", len(calls), got.Messages)
+	}
+	start, end := calls[0], calls[1]
+	if start.Tool != "files" || start.ID == "" || start.ID != end.ID || start.Output != nil {
+		t.Fatalf("the first call's start: %+v, end %+v", start, end)
+	}
+	var in struct{ Op, Name, Text string }
+	if err := json.Unmarshal(start.Input, &in); err != nil || in.Text != "<script>alert(1)</script>" || in.Name != "a.txt" {
+		t.Fatalf("the first call's input: %s (%v)", start.Input, err)
+	}
+	if end.Output == nil || *end.Output != "wrote a.txt" || end.IsError {
+		t.Fatalf("the first call's end: %+v", end)
+	}
+	if calls[2].Input != nil || calls[2].InputCut <= host.MaxCallBytes {
+		t.Fatalf("a large input is kept: %d bytes, cut %d", len(calls[2].Input), calls[2].InputCut)
+	}
+	if out := calls[5].Output; out == nil || calls[5].OutputCut != len(big) || len(*out) > host.MaxCallBytes || !strings.Contains(*out, "[cut:") {
+		t.Fatalf("a large output: cut %d, %d bytes", calls[5].OutputCut, len(*calls[5].Output))
+	}
+	starts := f.rec.ofType("agentry.tool.start")
+	if len(starts) != 3 {
+		t.Fatalf("%d tool_start events recorded", len(starts))
+	}
+	for _, e := range starts {
+		if b, _ := json.Marshal(e.Payload); strings.Contains(string(b), "script") {
+			t.Fatalf("an event carries a call's arguments: %s", b)
+		}
+	}
+}
+
+// GET /v1/sessions/{id}/usage: a row per turn (keyed by its turn-log
+// seq) and their total, only this conversation's, only for its owner.
+func TestConversationUsage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, config{})
+	id, other := f.open("alice"), f.open("alice")
+	want(t, f.say("alice", id, "hello"), 200, "")
+	want(t, f.say("alice", id, `call files {"op":"write","name":"a.txt","text":"x"}`), 200, "")
+	want(t, f.say("alice", other, "elsewhere"), 200, "")
+	r := f.do("GET", "/v1/sessions/"+id+"/usage", "alice", nil)
+	want(t, r, 200, "")
+	var got struct {
+		SessionID string
+		Turns     []host.UsageRow
+		Total     host.UsageRow
+		Truncated bool
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.SessionID != id || len(got.Turns) != 2 || got.Turns[0].Key != "1" || got.Turns[1].Key != "2" || got.Truncated {
+		t.Fatalf("the rows: %+v", got)
+	}
+	if got.Turns[0].ModelCalls != 1 || got.Turns[1].ModelCalls != 2 || got.Turns[1].ToolCalls != 1 {
+		t.Fatalf("the turns' usage: %+v", got.Turns)
+	}
+	if got.Total.Turns != 2 || got.Total.ModelCalls != 3 || got.Total.Key != "total" {
+		t.Fatalf("the total: %+v", got.Total)
+	}
+	want(t, f.do("GET", "/v1/sessions/"+id+"/usage", "bob", nil), 404, "not_found")
+	want(t, f.do("POST", "/v1/sessions/"+id+"/usage", "alice", nil), 405, "")
+}

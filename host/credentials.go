@@ -135,12 +135,11 @@ func init() {
 	event.Register(TypeCredentialDeleted, func() any { return new(CredentialEvent) })
 }
 
-// credentials is the host's side of people's credentials: the store, the
-// keys, and the ones every conversation's agent needs.
+// credentials is the host's side of people's credentials: the store and
+// the keys. Which ones an agent needs is each agent's (hostedAgent.creds).
 type credentials struct {
 	store CredentialStore
 	keys  *Keyring
-	agent []AgentCredential
 	mu    sync.Mutex // a count and a put happen together
 }
 
@@ -154,10 +153,7 @@ func newCredentials(opt Options) (*credentials, error) {
 	case opt.CredentialKeys == nil:
 		return nil, errors.New("host: Options.Credentials is set without Options.CredentialKeys; credentials are never kept in clear: pass a Keyring (ParseKeyring)")
 	}
-	if err := CheckAgentCredentials(opt.AgentCredentials); err != nil {
-		return nil, err
-	}
-	return &credentials{store: opt.Credentials, keys: opt.CredentialKeys, agent: slices.Clone(opt.AgentCredentials)}, nil
+	return &credentials{store: opt.Credentials, keys: opt.CredentialKeys}, nil
 }
 
 func noCredentials() *apiError {
@@ -275,9 +271,13 @@ func (h *Host) handleListCredentials(w http.ResponseWriter, r *http.Request, o t
 	for i, c := range list {
 		views[i] = viewOfCredential(c)
 	}
-	needs := make([]string, len(cr.agent))
-	for i, a := range cr.agent {
-		needs[i] = a.Name
+	needs := []string{}
+	for _, ag := range h.agents {
+		for _, a := range ag.creds {
+			if !slices.Contains(needs, a.Name) {
+				needs = append(needs, a.Name)
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"credentials": views, "agentNeeds": needs})
 }
@@ -309,9 +309,9 @@ func (h *Host) handleDeleteCredential(w http.ResponseWriter, r *http.Request, o 
 
 // missingCredentials refuses to open a conversation whose agent needs a
 // credential the person has not stored, naming each one missing.
-func (h *Host) missingCredentials(ctx context.Context, o tool.Identity) *apiError {
+func (h *Host) missingCredentials(ctx context.Context, ag *hostedAgent, o tool.Identity) *apiError {
 	cr := h.creds
-	if cr == nil || len(cr.agent) == 0 {
+	if cr == nil || len(ag.creds) == 0 {
 		return nil
 	}
 	have, err := cr.store.ListCredentials(ctx, o)
@@ -319,7 +319,7 @@ func (h *Host) missingCredentials(ctx context.Context, o tool.Identity) *apiErro
 		return h.storeError(err)
 	}
 	var missing []string
-	for _, a := range cr.agent {
+	for _, a := range ag.creds {
 		if !slices.ContainsFunc(have, func(c SealedCredential) bool { return c.Name == a.Name }) {
 			missing = append(missing, a.Name)
 		}
@@ -341,9 +341,9 @@ func credentialMissing(missing []string) *apiError {
 // withCredentials adds the person's credentials the agent needs to a
 // session configuration, as {"credentials": {VAR: secret}}. A credential
 // sealed under an older key is sealed again under the current one.
-func (h *Host) withCredentials(ctx context.Context, o tool.Identity, cfg json.RawMessage) (json.RawMessage, *apiError) {
+func (h *Host) withCredentials(ctx context.Context, ag *hostedAgent, o tool.Identity, cfg json.RawMessage) (json.RawMessage, *apiError) {
 	cr := h.creds
-	if cr == nil || len(cr.agent) == 0 {
+	if cr == nil || len(ag.creds) == 0 {
 		return cfg, nil
 	}
 	fields := map[string]json.RawMessage{}
@@ -355,7 +355,7 @@ func (h *Host) withCredentials(ctx context.Context, o tool.Identity, cfg json.Ra
 	}
 	env := map[string]string{}
 	var missing []string
-	for _, a := range cr.agent {
+	for _, a := range ag.creds {
 		secret, err := h.openCredential(ctx, o, a.Name)
 		switch {
 		case errors.Is(err, ErrNoCredential):

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -38,53 +39,53 @@ func keyring(t *testing.T, lines ...string) *host.Keyring {
 	return k
 }
 
-// configDriver is the conformance fake, recording the configuration
+// credsDriver is the conformance fake, recording the configuration
 // each session opening passes it.
-type configDriver struct {
+type credsDriver struct {
 	*conformance.FakeDriver
 	mu   sync.Mutex
 	got  map[string]json.RawMessage // session id → configuration
 	open int
 }
 
-func newConfigDriver() *configDriver {
-	return &configDriver{FakeDriver: conformance.NewFakeDriver(), got: map[string]json.RawMessage{}}
+func newCredsDriver() *credsDriver {
+	return &credsDriver{FakeDriver: conformance.NewFakeDriver(), got: map[string]json.RawMessage{}}
 }
 
-func (d *configDriver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
+func (d *credsDriver) Materialize(ctx context.Context, def provider.Definition) (provider.Materialized, error) {
 	m, err := d.FakeDriver.Materialize(ctx, def)
 	if err != nil {
 		return m, err
 	}
 	m.Capabilities.Sessions.Branch = provider.BranchUnsupported
-	m.Adapter = configAdapter{d: d, inner: m.Adapter}
+	m.Adapter = credsAdapter{d: d, inner: m.Adapter}
 	return m, nil
 }
 
-func (d *configDriver) config(id string) json.RawMessage {
+func (d *credsDriver) config(id string) json.RawMessage {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.got[id]
 }
 
-type configAdapter struct {
-	d     *configDriver
+type credsAdapter struct {
+	d     *credsDriver
 	inner provider.Adapter
 }
 
-func (a configAdapter) note(id string, cfg json.RawMessage) {
+func (a credsAdapter) note(id string, cfg json.RawMessage) {
 	a.d.mu.Lock()
 	a.d.got[id] = append(json.RawMessage(nil), cfg...)
 	a.d.open++
 	a.d.mu.Unlock()
 }
 
-func (a configAdapter) Create(ctx context.Context, req provider.CreateRequest) (provider.Session, error) {
+func (a credsAdapter) Create(ctx context.Context, req provider.CreateRequest) (provider.Session, error) {
 	a.note(req.SessionID, req.Configuration)
 	return a.inner.Create(ctx, req)
 }
 
-func (a configAdapter) Resume(ctx context.Context, req provider.ResumeRequest) (provider.Session, error) {
+func (a credsAdapter) Resume(ctx context.Context, req provider.ResumeRequest) (provider.Session, error) {
 	a.note(req.SessionID, req.Configuration)
 	return a.inner.(provider.Resumer).Resume(ctx, req)
 }
@@ -221,7 +222,7 @@ func TestCredentialsOptionsRefused(t *testing.T) {
 func TestCredentialsReachOnlyTheirAgent(t *testing.T) {
 	for _, sk := range stores(t) {
 		t.Run(sk.name, func(t *testing.T) {
-			d := newConfigDriver()
+			d := newCredsDriver()
 			f := newFixture(t, config{kind: onFake, dsn: sk.dsn(t), provider: d, credKeys: keyring(t, keyLine(t, "k1")),
 				opt: host.Options{IdleEvict: time.Nanosecond, AgentCredentials: []host.AgentCredential{{Name: "openai", Var: "OPENAI_API_KEY"}, {Name: "gh", Var: "GH_TOKEN"}}}})
 
@@ -275,7 +276,7 @@ func TestCredentialsSealedAtRest(t *testing.T) {
 	k1, k2 := keyLine(t, "k1"), keyLine(t, "k2")
 	// One registry across the restarts: the fake keeps its
 	// conversations there.
-	d := newConfigDriver()
+	d := newCredsDriver()
 	reg, rerr := provider.OpenRegistry(context.Background(), []provider.Driver{d}, []provider.Definition{{ID: "agents", Provider: conformance.FakeKey}})
 	if rerr != nil {
 		t.Fatal(rerr)
@@ -403,4 +404,75 @@ func FuzzValidCredentialName(f *testing.F) {
 			t.Fatalf("%q accepted", name)
 		}
 	})
+}
+
+// TestCredentialsPerAgent: with several agents, a conversation needs the
+// credentials of the agent it is opened with, and that agent alone gets
+// them; the list names what any agent needs.
+func TestCredentialsPerAgent(t *testing.T) {
+	k := keyring(t, keyLine(t, "k1"))
+	withCreds := func(o *host.Options) {
+		o.Credentials, o.CredentialKeys = o.Store.(host.CredentialStore), k
+	}
+	agents := func(claude, codex *provider.Instance) []host.Agent {
+		a := twoAgents(claude, codex)
+		a[0].Credentials = []host.AgentCredential{{Name: "anthropic", Var: "ANTHROPIC_API_KEY"}}
+		return a
+	}
+	a := newAgentsHost(t, filepath.Join(t.TempDir(), "a.db"), nil, agents, "codex", withCreds)
+
+	r := a.do("GET", "/v1/credentials", nil)
+	want(t, r, http.StatusOK, "")
+	if !strings.Contains(string(r.body), `"agentNeeds":["anthropic"]`) {
+		t.Fatalf("the list does not name what claude needs: %s", r.body)
+	}
+	// The default agent needs none; claude needs anthropic.
+	want(t, a.do("POST", "/v1/sessions", map[string]any{}), http.StatusCreated, "")
+	r = a.do("POST", "/v1/sessions", map[string]any{"agent": "claude"})
+	want(t, r, http.StatusPreconditionFailed, "credential_missing")
+	if !strings.Contains(string(r.body), `"missing":["anthropic"]`) {
+		t.Fatalf("the refusal does not name anthropic: %s", r.body)
+	}
+	want(t, a.do("PUT", "/v1/credentials/anthropic", map[string]string{"value": "alice-anthropic-secret"}), http.StatusCreated, "")
+	ids := map[string]string{}
+	for _, name := range []string{"claude", "codex"} {
+		r = a.do("POST", "/v1/sessions", map[string]any{"agent": name})
+		want(t, r, http.StatusCreated, "")
+		id, _ := r.json(t)["sessionId"].(string)
+		ids[name] = id
+		want(t, a.do("POST", "/v1/sessions/"+id+"/turns", map[string]string{"message": "hello"}), http.StatusOK, "")
+	}
+	claude, codex := a.drv.seen("claude"), a.drv.seen("codex")
+	if len(claude) != 1 || envOf(t, json.RawMessage(claude[0]))["ANTHROPIC_API_KEY"] != "alice-anthropic-secret" {
+		t.Fatalf("claude's session configurations: %q", claude)
+	}
+	for _, cfg := range codex {
+		if strings.Contains(cfg, "anthropic") {
+			t.Fatalf("codex got claude's credential: %q", codex)
+		}
+	}
+
+	// Agents' credentials need the store and the keys; Options.AgentCredentials
+	// is for a host of one agent.
+	inst, _ := a.reg.Instance("claude")
+	auth, _ := tokensFor(t, nil)
+	for name, opt := range map[string]host.Options{
+		"no keys":   {Agents: []host.Agent{{Name: "x", Provider: inst, Credentials: []host.AgentCredential{{Name: "a", Var: "A"}}}}},
+		"host-wide": {Agents: []host.Agent{{Name: "x", Provider: inst}}, AgentCredentials: []host.AgentCredential{{Name: "a", Var: "A"}}},
+		"bad var":   {Agents: []host.Agent{{Name: "x", Provider: inst, Credentials: []host.AgentCredential{{Name: "a", Var: "1A"}}}}},
+	} {
+		st := openStore(t, filepath.Join(t.TempDir(), "b.db"))
+		opt.Store, opt.Auth, opt.EvictEvery = st, auth, -1
+		if name == "bad var" {
+			withCreds(&opt)
+		}
+		h, err := host.New(opt)
+		if err == nil {
+			_ = h.Shutdown(context.Background())
+		}
+		_ = st.Close()
+		if err == nil {
+			t.Fatalf("%s: accepted", name)
+		}
+	}
 }

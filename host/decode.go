@@ -26,6 +26,9 @@ type DecisionRequest struct {
 	// reads as true).
 	Interaction string `json:"interaction,omitempty"`
 	Answer      string `json:"answer,omitempty"`
+	// Rule, with "approve": true, makes a standing approval of what the
+	// pending request is about (see [Rule]).
+	Rule *RuleRequest `json:"rule,omitempty"`
 }
 
 // DecodeTurn decodes and checks a turn request: a JSON object with a
@@ -50,10 +53,11 @@ func DecodeTurn(body []byte) (TurnRequest, error) {
 // optional string "note".
 func DecodeDecision(body []byte) (DecisionRequest, error) {
 	var raw struct {
-		Approve     *bool   `json:"approve"`
-		Note        *string `json:"note"`
-		Interaction *string `json:"interaction"`
-		Answer      *string `json:"answer"`
+		Approve     *bool           `json:"approve"`
+		Note        *string         `json:"note"`
+		Interaction *string         `json:"interaction"`
+		Answer      *string         `json:"answer"`
+		Rule        json.RawMessage `json:"rule"`
 	}
 	if err := decodeStrict(body, &raw); err != nil {
 		return DecisionRequest{}, err
@@ -65,6 +69,8 @@ func DecodeDecision(body []byte) (DecisionRequest, error) {
 			return DecisionRequest{}, fieldError(CodeInvalidField, "interaction", `host: "interaction" is empty; send the id the session shows`)
 		case raw.Note != nil:
 			return DecisionRequest{}, fieldError(CodeUnknownField, "note", `host: an interaction's answer goes in "answer", not "note"`)
+		case raw.Rule != nil:
+			return DecisionRequest{}, fieldError(CodeUnknownField, "rule", `host: a rule goes with the approval of a paused turn, not with an interaction's answer`)
 		}
 		if raw.Answer != nil {
 			d.Answer = *raw.Answer
@@ -84,14 +90,75 @@ func DecodeDecision(body []byte) (DecisionRequest, error) {
 	if raw.Note != nil {
 		d.Note = *raw.Note
 	}
+	if raw.Rule != nil {
+		if !d.Approve {
+			return DecisionRequest{}, fieldError(CodeInvalidField, "rule", `host: a rule is a standing approval; it goes with "approve": true`)
+		}
+		var rr RuleRequest
+		if err := decodeStrict(raw.Rule, &rr); err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) {
+				ae.Field = "rule" + dotted(ae.Field)
+				ae.Message = strings.Replace(ae.Message, "the body", `"rule"`, 1)
+			}
+			return DecisionRequest{}, err
+		}
+		if rr.Scope == "" {
+			return DecisionRequest{}, fieldError(CodeMissingField, "rule.scope", `host: a rule needs "scope": "conversation" or "everywhere"`)
+		}
+		d.Rule = &rr
+	}
 	return d, nil
 }
 
-// DecodeCreate checks the body of POST /v1/sessions: empty, or a JSON
-// object with at most a clone ({"clone": {"url", "ref", "credential"}}).
-func DecodeCreate(body []byte) error {
-	_, err := decodeCreate(body)
-	return err
+// CreateRequest is the body of POST /v1/sessions: the agent to talk to
+// (empty: the host's default) and the model among the agent's (empty:
+// the agent's default).
+type CreateRequest struct {
+	Agent string `json:"agent,omitempty"`
+	Model string `json:"model,omitempty"`
+	// Clone, when set, is a git repository cloned into the new
+	// conversation's workspace before it opens.
+	Clone *CloneSpec `json:"clone,omitempty"`
+}
+
+// DecodeCreate decodes and checks the body of POST /v1/sessions: empty,
+// or a JSON object with at most "agent" and "model", each a name (an
+// agent's 1 to 64 characters, a model's 1 to 256, no control
+// characters), and "clone" ({"url", "ref", "credential"}, see
+// CloneSpec). Whether the host offers them is the host's to say.
+func DecodeCreate(body []byte) (CreateRequest, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return CreateRequest{}, nil
+	}
+	var raw struct {
+		Agent *string    `json:"agent"`
+		Model *string    `json:"model"`
+		Clone *CloneSpec `json:"clone"`
+	}
+	if err := decodeStrict(body, &raw); err != nil {
+		return CreateRequest{}, err
+	}
+	var c CreateRequest
+	if raw.Agent != nil {
+		if CheckAgentName(*raw.Agent) != nil {
+			return CreateRequest{}, fieldError(CodeInvalidField, "agent", `host: "agent" is not an agent's name (1 to 64 of a-z, 0-9, '-' and '_'); GET /v1/agents lists them`)
+		}
+		c.Agent = *raw.Agent
+	}
+	if raw.Model != nil {
+		if checkModelName(*raw.Model) != nil {
+			return CreateRequest{}, fieldError(CodeInvalidField, "model", `host: "model" is not a model's name (1 to 256 printable characters); GET /v1/agents lists each agent's`)
+		}
+		c.Model = *raw.Model
+	}
+	if raw.Clone != nil {
+		if err := checkClone(raw.Clone); err != nil {
+			return CreateRequest{}, err
+		}
+		c.Clone = raw.Clone
+	}
+	return c, nil
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields and
@@ -214,4 +281,11 @@ func kindName(goType string) string {
 		return "boolean (true or false)"
 	}
 	return goType
+}
+
+func dotted(field string) string {
+	if field == "" {
+		return ""
+	}
+	return "." + field
 }

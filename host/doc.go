@@ -51,6 +51,12 @@
 //     transaction that saves the turn ([SaveRecord]).
 //   - [Options].HostTools are lent to every session through a host
 //     binding, each call one call with the conversation's identity.
+//   - A person's standing [Rule]s (made with a decision, listed at
+//     GET /v1/rules, revoked with DELETE /v1/rules/{id}) answer their own
+//     matching approval requests without asking, for every provider; each
+//     answer is a turn-log entry and an event naming the rule, written
+//     before the answer goes. Another person's request is never answered
+//     by them.
 //   - [Host.Shutdown] refuses new requests (503, /readyz fails), lets
 //     turns in flight finish within its context, interrupts, cuts and
 //     records the rest as failed, then closes every provider session,

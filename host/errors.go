@@ -41,8 +41,12 @@ const (
 	CodeTurnCancelled        Code = "turn_cancelled"         // 409: the turn was cancelled before it answered
 	CodeTooManyTurns         Code = "too_many_turns"         // 429
 	CodeTooManySessions      Code = "too_many_sessions"      // 429
+	CodeTooManyRequests      Code = "too_many_requests"      // 429: the caller has as many requests in flight as allowed
+	CodeRateLimited          Code = "rate_limited"           // 429: the caller opened conversations faster than allowed (Retry-After: until the next may open)
+	CodeBodyTooSlow          Code = "body_too_slow"          // 408: the request body arrived slower than the host's floor, and was cut
 	CodeTooManyStreams       Code = "too_many_streams"       // 429: the caller has as many event streams (GET /v1/events) open as allowed
 	CodeCapacity             Code = "capacity"               // 429: every live tool session is busy
+	CodeBudgetExhausted      Code = "budget_exhausted"       // 429: a budget's cap for the UTC period (Retry-After: its end) or the principal's turn rate (Retry-After: a turn leaves the window) is used up
 	CodeTurnFailed           Code = "turn_failed"            // 500: the turn ran and failed
 	CodeTurnCut              Code = "turn_cut"               // 503: the shutdown drain bound cut the turn
 	CodeTurnTimedOut         Code = "turn_timed_out"         // 504: the turn ran past the turn timeout
@@ -53,6 +57,8 @@ const (
 	CodeReplicaUnavailable   Code = "replica_unavailable"    // 503: the replica holding the session cannot be reached (Retry-After: until its lease lapses)
 	CodeSessionMoved         Code = "session_moved"          // 503: the session changed replicas while a forwarded request was on its way
 	CodeTurnLost             Code = "turn_lost"              // 500: the turn was cut because its replica lost the session; it may have run in part (never resend it blindly)
+	CodeUnknownAgent         Code = "unknown_agent"          // 400: POST /v1/sessions names an agent the host does not offer (the message lists those it does)
+	CodeModelNotOffered      Code = "model_not_offered"      // 400: POST /v1/sessions names a model the agent does not offer (the message lists those it does)
 )
 
 // The workspace's error codes: an upload refused, and a provider whose
@@ -81,6 +87,12 @@ const (
 	CodeCloneUnsupported Code = "clone_unsupported" // 501: the host clones nothing (no --clone-allow)
 	CodeCloneRefused     Code = "clone_refused"     // 400: a URL the host will not clone (its host not allowed, not https/http, a user in it)
 	CodeCloneFailed      Code = "clone_failed"      // 422: git could not clone it
+)
+
+// The standing rules' error codes (rules.go).
+const (
+	CodeRuleNotFound Code = "rule_not_found" // 404: no such rule for this caller
+	CodeTooManyRules Code = "too_many_rules" // 409: the caller has as many rules as allowed
 )
 
 // apiError is an error response: {"error": {"code", "message", "field"}}.

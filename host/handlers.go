@@ -34,6 +34,11 @@ func (h *Host) authed(next func(http.ResponseWriter, *http.Request, tool.Identit
 			writeError(w, authError(w, err))
 			return
 		}
+		if !h.requests.enter(who.Identity) {
+			writeError(w, h.tooManyRequests(who.Identity))
+			return
+		}
+		defer h.requests.leave(who.Identity)
 		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
 		if h.rep != nil {
 			var answered bool
@@ -88,6 +93,7 @@ func (h *Host) routes() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/openapi.json", h.handleOpenAPI) // the contract, docs/openapi.yaml (openapi.go)
 
+	mux.HandleFunc("GET /v1/agents", h.authed(h.handleAgents))
 	mux.HandleFunc("POST /v1/sessions", h.authed(h.handleCreate))
 	mux.HandleFunc("GET /v1/sessions", h.authed(h.handleList))
 	mux.HandleFunc("GET /v1/sessions/{id}", h.authed(h.handleGet))
@@ -110,6 +116,9 @@ func (h *Host) routes() http.Handler {
 
 	mux.HandleFunc("GET /v1/usage", h.authed(h.handleUsage))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/usage", h.authed(h.handleTenantUsage))
+	// Standing approvals the caller made while answering (rules.go).
+	mux.HandleFunc("GET /v1/rules", h.authed(h.handleRules))
+	mux.HandleFunc("DELETE /v1/rules/{id}", h.authed(h.handleDeleteRule))
 	h.consoleRoutes(mux) // the web console at /, and the endpoints it reads (console.go)
 
 	// Known paths with an unknown method: 405 in JSON, after the caller is
@@ -119,6 +128,7 @@ func (h *Host) routes() http.Handler {
 		"/readyz":                            "GET, HEAD",
 		"/metrics":                           "GET, HEAD",
 		"/v1/openapi.json":                   "GET, HEAD",
+		"/v1/agents":                         "GET, HEAD",
 		"/v1/sessions":                       "GET, HEAD, POST",
 		"/v1/sessions/{id}":                  "GET, HEAD, DELETE",
 		"/v1/sessions/{id}/turns":            "GET, HEAD, POST",
@@ -132,6 +142,8 @@ func (h *Host) routes() http.Handler {
 		"/v1/credentials":                    "GET, HEAD",
 		"/v1/credentials/{name}":             "PUT, DELETE",
 		"/v1/tenants/{tenant}/usage":         "GET, HEAD",
+		"/v1/rules":                          "GET, HEAD",
+		"/v1/rules/{id}":                     "DELETE",
 	}
 	for path, methods := range allow {
 		notAllowed := func(w http.ResponseWriter, _ *http.Request) {
@@ -206,8 +218,11 @@ func (h *Host) readCapped(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opt.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return nil, tooLarge
+		case errors.Is(err, errBodyTooSlow):
+			return nil, h.bodyTooSlow()
 		}
 		return nil, newError(http.StatusBadRequest, CodeInvalidJSON, "host: the body could not be read")
 	}
@@ -235,13 +250,17 @@ type sessionView struct {
 	// first is Interaction).
 	Interactions []InteractionView `json:"interactions,omitempty"`
 	Provider     string            `json:"provider,omitempty"`
-	LastRunID    string            `json:"lastRunId,omitempty"`
-	CreatedAt    time.Time         `json:"createdAt"`
-	UpdatedAt    time.Time         `json:"updatedAt"`
+	// Agent is the agent profile the session was opened with, Model the
+	// model its person chose (absent: the agent's default).
+	Agent     string    `json:"agent,omitempty"`
+	Model     string    `json:"model,omitempty"`
+	LastRunID string    `json:"lastRunId,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 func viewOf(c Conversation) sessionView {
-	return sessionView{SessionID: c.ID, State: c.State, Turns: c.Turns, Pending: c.Pending, Provider: c.Provider, LastRunID: c.LastRunID,
+	return sessionView{SessionID: c.ID, State: c.State, Turns: c.Turns, Pending: c.Pending, Provider: c.Provider, Agent: c.Agent, Model: c.Model, LastRunID: c.LastRunID,
 		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
 }
 
@@ -279,22 +298,31 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		writeError(w, ae)
 		return
 	}
-	clone, err := decodeCreate(body)
+	req, err := DecodeCreate(body)
 	if err != nil {
 		writeError(w, asAPIError(err))
 		return
 	}
+	ag, model, ae := h.pickAgent(req)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
 	ctx, cancel := storeCtx(r)
 	defer cancel()
+	if ok, wait := h.creates.take(o); !ok {
+		writeError(w, h.rateLimited(o, wait))
+		return
+	}
 	id := newSessionID()
-	if clone != nil {
+	if req.Clone != nil {
 		// Cloned before the open bounds are taken: a clone is slow, and
 		// the bounds are checked again below.
-		if ae := h.missingCredentials(ctx, o); ae != nil {
+		if ae := h.missingCredentials(ctx, ag, o); ae != nil {
 			writeError(w, ae)
 			return
 		}
-		if ae := h.cloneInto(r, o, id, clone); ae != nil {
+		if ae := h.cloneInto(r, ag, o, id, req.Clone); ae != nil {
 			writeError(w, ae)
 			return
 		}
@@ -318,12 +346,12 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 			fmt.Sprintf("host: you have %d open sessions, the most allowed; close one (DELETE /v1/sessions/{id}) first", n)))
 		return
 	}
-	if ae := h.missingCredentials(ctx, o); ae != nil {
+	if ae := h.missingCredentials(ctx, ag, o); ae != nil {
 		writeError(w, ae)
 		return
 	}
 	now := h.now().UTC()
-	c := Conversation{ID: id, Owner: o, Provider: h.key, State: StateOpen, CreatedAt: now, UpdatedAt: now}
+	c := Conversation{ID: id, Owner: o, Provider: ag.key, Agent: ag.stored, Model: model, State: StateOpen, CreatedAt: now, UpdatedAt: now}
 	if err := h.store.Create(ctx, c); err != nil {
 		writeError(w, h.storeError(err))
 		return
@@ -347,11 +375,17 @@ func (h *Host) refuse(o tool.Identity, limit string, bound, retryAfter int, code
 }
 
 func (h *Host) handleList(w http.ResponseWriter, r *http.Request, o tool.Identity) {
-	cs, err := h.store.List(r.Context(), o, ListOptions{OpenOnly: r.URL.Query().Get("open") == "true"})
+	opt, ae := listOptions(r)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	cs, err := h.store.List(r.Context(), o, opt)
 	if err != nil {
 		writeError(w, h.storeError(err))
 		return
 	}
+	cs, next := pageOf(cs, opt)
 	views := make([]sessionView, len(cs))
 	for i, c := range cs {
 		views[i] = viewOf(c)
@@ -359,7 +393,7 @@ func (h *Host) handleList(w http.ResponseWriter, r *http.Request, o tool.Identit
 			views[i].Interaction, views[i].Interactions = &qs[0], qs
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": views})
+	writeJSON(w, http.StatusOK, listAnswer(map[string]any{"sessions": views}, next))
 }
 
 func (h *Host) handleGet(w http.ResponseWriter, r *http.Request, o tool.Identity) {
@@ -444,16 +478,22 @@ func (h *Host) handleTenantList(w http.ResponseWriter, r *http.Request, _ tool.I
 	if !ok {
 		return
 	}
-	cs, err := h.store.ListTenant(r.Context(), tenant, ListOptions{OpenOnly: r.URL.Query().Get("open") == "true"})
+	opt, ae := listOptions(r)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	cs, err := h.store.ListTenant(r.Context(), tenant, opt)
 	if err != nil {
 		writeError(w, h.storeError(err))
 		return
 	}
+	cs, next := pageOf(cs, opt)
 	views := make([]adminView, len(cs))
 	for i, c := range cs {
 		views[i] = adminView{viewOf(c), c.Owner.Principal}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "sessions": views})
+	writeJSON(w, http.StatusOK, listAnswer(map[string]any{"tenant": tenant, "sessions": views}, next))
 }
 
 // tenantConversation reads the path's conversation of the admin's tenant

@@ -513,6 +513,9 @@ func newFixture(t *testing.T, cfg config) *fixture {
 	if opt.EvictEvery == 0 {
 		opt.EvictEvery = -1
 	}
+	if opt.RetentionEvery == 0 {
+		opt.RetentionEvery = -1 // the retention tests call SweepClosed, or set it
+	}
 	h, err := host.New(opt)
 	if err != nil {
 		t.Fatal(err)

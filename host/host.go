@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentry-dev/agentry/event"
@@ -25,6 +26,7 @@ const (
 	DefaultMaxTurns                     = 256
 	DefaultMaxTurnsPerPrincipal         = 32
 	DefaultMaxConversationsPerPrincipal = 100
+	DefaultMaxRulesPerPrincipal         = 256
 	DefaultIdleEvict                    = 15 * time.Minute
 	DefaultEvictEvery                   = time.Minute
 	DefaultTurnTimeout                  = 30 * time.Minute
@@ -45,8 +47,18 @@ type Options struct {
 	// it: the registry's owner does, after Shutdown.
 	Provider *provider.Instance
 	// Adapter is the alternative to Provider: an adapter already behind
-	// the contract (provider.Validate). Set exactly one of the two.
+	// the contract (provider.Validate). Set exactly one of the two, or
+	// neither and Agents.
 	Adapter *provider.Validated
+	// Agents are several agents offered side by side, each driven by its
+	// own provider; a person picks one when opening a conversation
+	// (POST /v1/sessions {"agent": NAME}) and GET /v1/agents lists them.
+	// DefaultAgent names the one a conversation gets when its person
+	// picks none (default: the first). A host of one agent sets Provider
+	// or Adapter instead; that agent is named after its instance (or its
+	// provider key).
+	Agents       []Agent
+	DefaultAgent string
 
 	Store Store
 	Auth  Authenticator
@@ -70,7 +82,8 @@ type Options struct {
 	// wires them).
 	EventSink *EventSink
 
-	// HostTools are lent to every provider session through a host binding
+	// HostTools are lent to every provider session of a host of one agent
+	// (with Agents, each Agent has its own) through a host binding
 	// (provider.HostBinding): the provider sees them as tools it may call.
 	// Each call is one call: its tool.Call has the conversation's identity
 	// and honours the call scope only.
@@ -150,7 +163,9 @@ type Options struct {
 	CredentialKeys *Keyring
 	// AgentCredentials are the person's credentials every conversation's
 	// agent gets, each as a variable: a conversation is refused at open
-	// (412 credential_missing) until the person has stored them all.
+	// (412 credential_missing) until the person has stored them all. It
+	// serves a host of one agent; with Options.Agents, give each agent
+	// its Credentials.
 	AgentCredentials []AgentCredential
 	// Cloner, when set, lets POST /v1/sessions clone a git repository
 	// into the new conversation's workspace (WorkingDirectory), each
@@ -158,18 +173,49 @@ type Options struct {
 	// refused (501 clone_unsupported).
 	Cloner       Cloner
 	CloneTimeout time.Duration
+	// MaxRulesPerPrincipal bounds the standing rules one person keeps
+	// (default 256).
+	MaxRulesPerPrincipal int
 	// Prices turns each turn's tokens into its estimated cost, stored
 	// with the turn's usage record (default price.Default(), the table
 	// agentry ships).
 	Prices *price.Table
+	// Budgets are the caps and turn rates turns are held to (nil: none);
+	// SetBudgets replaces them while serving. See ParseBudgets.
+	Budgets *Budgets
+
+	// BodyMinRate is the slowest a request body may arrive, in bytes a
+	// second judged over each BodyRateWindow: a body that brings less in
+	// a window is cut and answered 408 body_too_slow, whatever its size
+	// (defaults 1024 and 10s; negative BodyMinRate: no floor). It needs
+	// a server that sets no ReadTimeout of its own for long uploads.
+	BodyMinRate    int64
+	BodyRateWindow time.Duration
+	// MaxRequestsPerPrincipal bounds one principal's requests in flight
+	// at once (default 64; negative: none): past it, 429
+	// too_many_requests with Retry-After.
+	MaxRequestsPerPrincipal int
+	// MaxCreatesPerMinute bounds how fast a principal opens
+	// conversations: a token bucket of this many, refilled at this many
+	// a minute on Now (default 60; negative: none); past it, 429
+	// rate_limited with Retry-After.
+	MaxCreatesPerMinute int
+	// RetainClosed is how long a closed conversation is kept (default 30
+	// days; negative: forever). Past it the sweep, every RetentionEvery
+	// (default 1h; negative: never in the background, call
+	// SweepClosed), removes it with its transcript and turn log; its
+	// usage records stay (they are what was billed).
+	RetainClosed, RetentionEvery time.Duration
 }
 
 // Host serves conversations over HTTP. It is an http.Handler; the caller
 // owns the listener, and calls Shutdown on the way out.
 type Host struct {
 	opt      Options
-	prov     *provider.Validated
-	key      string // the provider key
+	agents   []*hostedAgent // in Options order
+	byName   map[string]*hostedAgent
+	def      *hostedAgent // the default agent
+	key      string       // the default agent's provider key
 	store    Store
 	auth     Authenticator
 	router   *EventSink
@@ -179,11 +225,13 @@ type Host struct {
 	log      *slog.Logger
 	now      func() time.Time
 	handler  http.Handler
-	lent     *lending
 	cleanups *cleanups
 	rep      *replicas // nil: the only replica
 	prices   *price.Table
 	creds    *credentials // nil: no credentials kept
+	budgets  atomic.Pointer[Budgets]
+	rates    rateWindows
+	totals   usageTotals
 
 	mu       sync.Mutex
 	live     map[string]*liveConv
@@ -195,10 +243,13 @@ type Host struct {
 	running  map[*turnCtl]struct{}
 	turns    int
 	byOwner  map[tool.Identity]int
-	createMu sync.Mutex // creates run one at a time, so the open-session bound holds
+	createMu sync.Mutex     // creates run one at a time, so the open-session bound holds
+	requests *inflight      // each principal's requests in flight
+	creates  *createBuckets // each principal's rate of opening conversations
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
+	retain      *retention // nil: no background retention sweep
 
 	shutOnce sync.Once
 	shutDone chan struct{}
@@ -216,8 +267,9 @@ type liveConv struct {
 	asking   map[string]*asking // questions the provider asked, waiting for the person
 	turn     *turnCtl           // the turn holding busy, when a turn does
 	// guarded by busy
-	conv Conversation
-	sess *provider.ValidatedSession // nil until a turn opens it
+	conv   Conversation
+	budget *turnBudget                // the running turn's share of its caps; nil: none bound it
+	sess   *provider.ValidatedSession // nil until a turn opens it
 }
 
 // turnCtl is how a turn is stopped from outside its request: cut by the
@@ -244,7 +296,7 @@ var errCut = errors.New("host: the turn was cut by the shutdown drain bound")
 // steps before it took. Attaching the router to the bus, which cannot be
 // taken back, is the last step that can fail.
 func New(opt Options) (_ *Host, err error) {
-	prov, err := chooseProvider(opt)
+	agents, def, unnamed, err := agentsOf(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -255,8 +307,6 @@ func New(opt Options) (_ *Host, err error) {
 	defer stack.OnError(&err)
 	h := &Host{
 		opt:      opt,
-		prov:     prov,
-		key:      prov.ProviderKey(),
 		store:    opt.Store,
 		auth:     opt.Auth,
 		log:      opt.Logger,
@@ -268,6 +318,8 @@ func New(opt Options) (_ *Host, err error) {
 		drained:  make(chan struct{}),
 		feed:     newFeed(opt.Now()),
 		prices:   opt.Prices,
+		requests: &inflight{max: opt.MaxRequestsPerPrincipal, n: make(map[tool.Identity]int)},
+		creates:  &createBuckets{perMinute: opt.MaxCreatesPerMinute, now: opt.Now, b: make(map[tool.Identity]bucket)},
 	}
 	if h.prices == nil {
 		h.prices = price.Default()
@@ -275,10 +327,11 @@ func New(opt Options) (_ *Host, err error) {
 	if h.creds, err = newCredentials(opt); err != nil {
 		return nil, err
 	}
+	h.budgets.Store(opt.Budgets)
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err
 	}
-	if h.lent, err = newLending(opt.HostTools, h.bus); err != nil {
+	if err := h.hostAgents(agents, def, unnamed); err != nil {
 		return nil, err
 	}
 	h.cleanups = newCleanups(h)
@@ -296,44 +349,22 @@ func New(opt Options) (_ *Host, err error) {
 		return nil, err
 	}
 	h.startJanitor()
+	h.startRetention()
 	stack.Keep()
 	return h, nil
-}
-
-// chooseProvider is the adapter the host drives: Options.Provider's or
-// Options.Adapter, exactly one of them. It also refuses options missing
-// the store or the authenticator.
-func chooseProvider(opt Options) (*provider.Validated, error) {
-	var prov *provider.Validated
-	switch {
-	case opt.Provider != nil && opt.Adapter != nil:
-		return nil, errors.New("host: set Options.Provider or Options.Adapter, not both")
-	case opt.Provider != nil:
-		prov = opt.Provider.Adapter()
-	case opt.Adapter != nil:
-		prov = opt.Adapter
-	default:
-		return nil, errors.New("host: no provider; set Options.Provider to a registry instance (provider.OpenRegistry) or Options.Adapter to provider.Validate(...)")
-	}
-	switch {
-	case opt.Store == nil:
-		return nil, errors.New("host: Options.Store is nil; open one with host/sqlstore (sqlite.Open or postgres.Open)")
-	case opt.Auth == nil:
-		return nil, errors.New("host: Options.Auth is nil; pass a *host.Tokens (host.LoadTokens) or another Authenticator")
-	}
-	return prov, nil
 }
 
 // withDefaults refuses negative bounds and fills in every zero option with
 // its default.
 func withDefaults(opt Options) (Options, error) {
-	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxConversationsPerPrincipal < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
+	if opt.MaxTurns < 0 || opt.MaxTurnsPerPrincipal < 0 || opt.MaxConversationsPerPrincipal < 0 || opt.MaxRulesPerPrincipal < 0 || opt.MaxBodyBytes < 0 || opt.TurnTimeout < 0 ||
 		opt.CutGrace < 0 || opt.CloseTimeout < 0 || opt.CleanupRetry < 0 || opt.CleanupRetryMax < 0 {
 		return opt, errors.New("host: bounds in Options must not be negative; use 0 for the default")
 	}
 	orDefault(&opt.MaxTurns, DefaultMaxTurns)
 	orDefault(&opt.MaxTurnsPerPrincipal, DefaultMaxTurnsPerPrincipal)
 	orDefault(&opt.MaxConversationsPerPrincipal, DefaultMaxConversationsPerPrincipal)
+	orDefault(&opt.MaxRulesPerPrincipal, DefaultMaxRulesPerPrincipal)
 	orDefault(&opt.IdleEvict, DefaultIdleEvict)
 	orDefault(&opt.EvictEvery, DefaultEvictEvery)
 	orDefault(&opt.TurnTimeout, DefaultTurnTimeout)
@@ -347,6 +378,12 @@ func withDefaults(opt Options) (Options, error) {
 	orDefault(&opt.CutGrace, DefaultCutGrace)
 	orDefault(&opt.KeepAlive, DefaultKeepAlive)
 	orDefault(&opt.CloneTimeout, DefaultCloneTimeout)
+	orDefault(&opt.BodyMinRate, DefaultBodyMinRate)
+	orDefault(&opt.BodyRateWindow, DefaultBodyRateWindow)
+	orDefault(&opt.MaxRequestsPerPrincipal, DefaultMaxRequestsPerPrincipal)
+	orDefault(&opt.MaxCreatesPerMinute, DefaultMaxCreatesPerMinute)
+	orDefault(&opt.RetainClosed, DefaultRetainClosed)
+	orDefault(&opt.RetentionEvery, DefaultRetentionEvery)
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -440,9 +477,14 @@ func identityConfig(owner tool.Identity, sessionID string) json.RawMessage {
 }
 
 // ServeHTTP serves the API.
-func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
+// Every request body is held to the rate floor (Options.BodyMinRate).
+func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer h.floorBody(w, r)()
+	h.handler.ServeHTTP(w, r)
+}
 
-// ProviderKey is the key of the provider the host drives.
+// ProviderKey is the key of the provider the host drives (its default
+// agent's, when it offers several).
 func (h *Host) ProviderKey() string { return h.key }
 
 // newSessionID returns "ses_" and 32 hex digits (128 random bits).
@@ -577,6 +619,7 @@ func (h *Host) shutdown(ctx context.Context) error {
 			t.Stop()
 		}
 	}
+	h.stopRetention()
 	if h.stopJanitor != nil {
 		close(h.stopJanitor)
 		<-h.janitorDone
@@ -606,7 +649,9 @@ func (h *Host) shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	h.lent.close(cctx)
+	for _, a := range h.agents {
+		a.lent.close(cctx)
+	}
 	if h.ownBus {
 		_ = h.bus.Close(cctx)
 	} else {

@@ -24,16 +24,16 @@ func TestNewGivesBackWhatAFailedBuildTook(t *testing.T) {
 	auth, _ := tokensFor(t, nil)
 	r := host.NewEventSink()
 	// The lent tools are checked after the router is taken.
-	_, err = host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1, HostTools: []tool.Tool{nil}})
+	_, err = host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1, RetentionEvery: -1, HostTools: []tool.Tool{nil}})
 	if err == nil || !strings.Contains(err.Error(), "HostTools[0] is nil") {
 		t.Fatalf("a nil lent tool: %v", err)
 	}
 	// So are the replicas: a Leases naming no replica is refused.
-	_, err = host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1, Leases: noName{}})
+	_, err = host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1, RetentionEvery: -1, Leases: noName{}})
 	if err == nil || !strings.Contains(err.Error(), "names no replica id") {
 		t.Fatalf("leases naming no replica: %v", err)
 	}
-	h, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1})
+	h, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1, RetentionEvery: -1})
 	if err != nil {
 		t.Fatalf("the router of a host that failed to build is still taken: %v", err)
 	}

@@ -159,7 +159,7 @@ func newReplicaOn(t *testing.T, dsn string, toks map[string]string, wrap func(*s
 	}
 	fl := &flaky{Leases: l}
 	auth, toks := tokensFor(t, toks)
-	h, err := host.New(host.Options{Provider: inst, Store: hs, Auth: auth, Bus: bus, Leases: fl, EvictEvery: -1, ForwardTimeout: testForward})
+	h, err := host.New(host.Options{Provider: inst, Store: hs, Auth: auth, Bus: bus, Leases: fl, EvictEvery: -1, RetentionEvery: -1, ForwardTimeout: testForward})
 	if err != nil {
 		t.Fatal(err)
 	}

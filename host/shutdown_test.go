@@ -256,12 +256,12 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 	}
 	// One router serves one host.
 	r := host.NewEventSink()
-	h1, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1})
+	h1, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1, RetentionEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = h1
-	if _, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1}); err == nil {
+	if _, err := host.New(host.Options{Adapter: inst.Adapter(), Store: st, Auth: auth, EventSink: r, EvictEvery: -1, RetentionEvery: -1}); err == nil {
 		t.Fatal("a router shared by two hosts")
 	}
 }

@@ -53,8 +53,9 @@ type Store interface {
 	// refuses it from now on). began reports that it had begun already:
 	// then nothing is voided.
 	VoidForward(ctx context.Context, owner tool.Identity, id, forward string) (began bool, err error)
-	// List returns the owner's conversations, newest first, without their
-	// transcripts.
+	// List returns the owner's conversations, newest first (by creation,
+	// then id), without their transcripts; opt.After starts after a
+	// cursor.
 	List(ctx context.Context, owner tool.Identity, opt ListOptions) ([]Conversation, error)
 	// ListTenant returns a tenant's conversations, every principal's,
 	// newest first, without their transcripts: what the tenant's admins
@@ -72,6 +73,18 @@ type Store interface {
 	// UsageTotal sums the usage of a tenant's turns (one principal's when
 	// principal is set) that ended at or after since.
 	UsageTotal(ctx context.Context, tenant, principal string, since time.Time) (UsageTotal, error)
+	// AddRule stores a standing approval (see [Rule]) unless its owner
+	// has max rules already ([ErrTooManyRules]).
+	AddRule(ctx context.Context, r Rule, max int) error
+	// Rules returns the owner's rules, oldest first.
+	Rules(ctx context.Context, owner tool.Identity) ([]Rule, error)
+	// DeleteRule removes one of the owner's rules; a missing one, or
+	// another owner's, is [ErrRuleNotFound].
+	DeleteRule(ctx context.Context, owner tool.Identity, id string) error
+	// SweepClosed removes up to limit conversations closed and unchanged
+	// since before, with their transcripts, turn logs and provider
+	// records, and returns how many it removed. Their usage records stay.
+	SweepClosed(ctx context.Context, before time.Time, limit int) (int, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store. Safe to call twice.
@@ -142,6 +155,25 @@ type Message struct {
 	Content string `json:"content,omitempty"`
 	// RunID is the turn the message belongs to.
 	RunID string `json:"runId,omitempty"`
+	// Call is the tool call an activity is about, when the provider said
+	// (its input as the call starts, its output as it ends), bounded by
+	// MaxCallBytes.
+	Call *CallView `json:"call,omitempty"`
+}
+
+// CallView is a tool call as the transcript keeps it.
+type CallView struct {
+	ID   string `json:"id"`
+	Tool string `json:"tool"`
+	// Input is the call's arguments (a JSON value); InputCut, when set, is
+	// the size of arguments too large to keep.
+	Input    json.RawMessage `json:"input,omitempty"`
+	InputCut int             `json:"inputCut,omitempty"`
+	// Output is what the call returned (set on its end), cut past
+	// MaxCallBytes with OutputCut its whole size.
+	Output    *string `json:"output,omitempty"`
+	OutputCut int     `json:"outputCut,omitempty"`
+	IsError   bool    `json:"isError,omitempty"`
 }
 
 // Conversation is a hosted conversation as the store keeps it.
@@ -156,6 +188,11 @@ type Conversation struct {
 	// opened a session.
 	Provider string
 	Binding  provider.Binding
+	// Agent is the name of the agent profile the conversation was opened
+	// with (Options.Agents); "" for one opened before profiles, served
+	// by the default agent. Model is the model its person chose among
+	// the agent's, "" for the agent's default. Both are fixed at Create.
+	Agent, Model string
 	// Messages counts the transcript's messages in the store.
 	Messages int
 	// Transcript is the conversation so far (Load fills it; nil from
@@ -244,6 +281,9 @@ const (
 	// agent's record, which the next turn continues from, not in this
 	// transcript.
 	TurnCompleted = "completed"
+	// TurnApproved: a standing rule answered a request of the turn
+	// (kind "rule"; Turn.Rule names it).
+	TurnApproved = "approved"
 )
 
 // Turn is one entry of a conversation's turn log: facts, not content.
@@ -251,12 +291,16 @@ type Turn struct {
 	// Seq numbers the entries of one conversation from 1; the store sets it.
 	Seq   int64  `json:"seq"`
 	RunID string `json:"runId,omitempty"`
-	// Kind is "message", "decision", "close", "evict" or "cleanup".
+	// Kind is "message", "decision", "rule" (a request a standing rule
+	// answered: Outcome "approved", Rule naming it), "close", "evict" or
+	// "cleanup".
 	Kind    string    `json:"kind"`
 	Outcome string    `json:"outcome"`
 	Error   string    `json:"error,omitempty"`
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
+	// Rule is the standing rule that answered a request (kind "rule").
+	Rule string `json:"rule,omitempty"`
 	// Usage is what a message or decision turn used: the store keeps it
 	// beside the entry, in the same transaction (and sets its Seq).
 	Usage *UsageRecord `json:"-"`
@@ -268,6 +312,9 @@ type ListOptions struct {
 	OpenOnly bool
 	// Limit bounds the answer (default and maximum 1000).
 	Limit int
+	// After, when set, starts the listing after this conversation (the
+	// last of the page before).
+	After *ListCursor
 }
 
 // MaxList is the most conversations List returns.

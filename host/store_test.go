@@ -71,6 +71,38 @@ var storeCases = []struct {
 			t.Fatalf("a missing id: %v", err)
 		}
 	}},
+	{"keeps the agent profile and model a conversation was opened with", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		c := conv("c1", alice)
+		c.Agent, c.Model = "claude", "opus"
+		if err := s.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Create(ctx, conv("c2", alice)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Load(ctx, alice, "c1")
+		if err != nil || got.Agent != "claude" || got.Model != "opus" {
+			t.Fatalf("load: agent %q model %q, %v", got.Agent, got.Model, err)
+		}
+		got.Turns = 1
+		if _, err := s.Save(ctx, host.Update{Conversation: got, Turn: &host.Turn{RunID: "run-1", Kind: "message", Outcome: host.TurnAnswered, Started: t0, Ended: t0}}); err != nil {
+			t.Fatal(err)
+		}
+		list, err := s.List(ctx, alice, host.ListOptions{})
+		if err != nil || len(list) != 2 {
+			t.Fatalf("list: %d, %v", len(list), err)
+		}
+		for _, c := range list {
+			want := [2]string{"claude", "opus"}
+			if c.ID == "c2" {
+				want = [2]string{} // opened without: the default agent, its own model
+			}
+			if [2]string{c.Agent, c.Model} != want {
+				t.Fatalf("%s after a save: agent %q model %q, want %q", c.ID, c.Agent, c.Model, want)
+			}
+		}
+	}},
 	{"refuses what makes no sense", func(t *testing.T, s host.Store, _ string) {
 		ctx := context.Background()
 		for _, c := range []host.Conversation{
@@ -221,7 +253,8 @@ var storeCases = []struct {
 		ctx := context.Background()
 		for i := range 5 {
 			c := conv(fmt.Sprintf("a%d", i), alice)
-			c.UpdatedAt = t0.Add(time.Duration(i) * time.Minute)
+			c.CreatedAt = t0.Add(time.Duration(i) * time.Minute) // listings run newest first by creation
+			c.UpdatedAt = c.CreatedAt
 			if err := s.Create(ctx, c); err != nil {
 				t.Fatal(err)
 			}
@@ -258,11 +291,91 @@ var storeCases = []struct {
 			t.Fatalf("bob's list: %v", ids(b))
 		}
 	}},
+	{"a cursor walks a listing once, however it changes meanwhile", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		for i := range 7 {
+			c := conv(fmt.Sprintf("p%d", i), alice)
+			c.CreatedAt = t0.Add(time.Duration(i/2) * time.Minute) // pairs share a creation time: the id breaks the tie
+			c.UpdatedAt = c.CreatedAt
+			if err := s.Create(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var seen []string
+		var after *host.ListCursor
+		for page := 0; ; page++ {
+			cs, err := s.List(ctx, alice, host.ListOptions{Limit: 3, After: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen = append(seen, ids(cs)...)
+			if page == 0 { // a change while walking moves nothing: the order is by creation
+				c, _ := s.Info(ctx, alice, "p0")
+				c.UpdatedAt = t0.Add(time.Hour)
+				if _, err := s.Save(ctx, host.Update{Conversation: c}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(cs) < 3 {
+				break
+			}
+			last := cs[len(cs)-1]
+			after = &host.ListCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+		}
+		if got := strings.Join(seen, " "); got != "p6 p5 p4 p3 p2 p1 p0" {
+			t.Fatalf("walked %s", got)
+		}
+		tenant, _ := s.ListTenant(ctx, "acme", host.ListOptions{Limit: 2, After: &host.ListCursor{CreatedAt: t0.Add(time.Minute), ID: "p3"}})
+		if got := strings.Join(ids(tenant), " "); got != "p2 p1" {
+			t.Fatalf("the tenant's page after p3: %s", got)
+		}
+	}},
+	{"the sweep removes closed conversations past the cut-off and keeps their usage", func(t *testing.T, s host.Store, _ string) {
+		ctx := context.Background()
+		for _, id := range []string{"old", "recent", "open"} {
+			if err := s.Create(ctx, conv(id, alice)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, x := range []struct {
+			id    string
+			state host.State
+			at    time.Time
+		}{{"old", host.StateClosed, t0.Add(time.Hour)}, {"recent", host.StateClosed, t0.Add(3 * time.Hour)}, {"open", host.StateOpen, t0.Add(time.Hour)}} {
+			c, _ := s.Info(ctx, alice, x.id)
+			c.State, c.UpdatedAt = x.state, x.at
+			turn := &host.Turn{RunID: "r-" + x.id, Kind: "message", Outcome: host.TurnAnswered, Started: x.at, Ended: x.at,
+				Usage: &host.UsageRecord{Tenant: alice.Tenant, Principal: alice.Principal, Conversation: x.id, RunID: "r-" + x.id, Kind: "message", Provider: "p", Outcome: host.TurnAnswered, Started: x.at, Ended: x.at}}
+			if _, err := s.Save(ctx, host.Update{Conversation: c, Append: []host.Message{{Role: "user", Content: "hi"}}, Turn: turn}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := s.SweepClosed(ctx, t0.Add(2*time.Hour), 10)
+		if err != nil || n != 1 {
+			t.Fatalf("swept %d, %v; want the one closed before the cut-off", n, err)
+		}
+		if _, err := s.Info(ctx, alice, "old"); !errors.Is(err, host.ErrNotFound) {
+			t.Fatalf("the swept conversation: %v", err)
+		}
+		for _, id := range []string{"recent", "open"} {
+			if c, err := s.Load(ctx, alice, id); err != nil || len(c.Transcript) != 1 {
+				t.Fatalf("%s after the sweep: %v %v", id, c.Transcript, err)
+			}
+		}
+		us, err := s.UsageRecords(ctx, host.UsageQuery{Tenant: alice.Tenant})
+		if err != nil || len(us) != 3 {
+			t.Fatalf("usage after the sweep: %d records, %v; the swept conversation's record must stay", len(us), err)
+		}
+		if n, err := s.SweepClosed(ctx, t0.Add(2*time.Hour), 10); err != nil || n != 0 {
+			t.Fatalf("a second sweep: %d %v", n, err)
+		}
+	}},
 	{"a tenant's admins read every principal's, and no other tenant's", func(t *testing.T, s host.Store, _ string) {
 		ctx := context.Background()
 		carol := tool.Identity{Tenant: "globex", Principal: "alice"} // alice's name, another tenant
 		for i, c := range []host.Conversation{conv("a0", alice), conv("b0", bob), conv("a1", alice), conv("g0", carol)} {
-			c.UpdatedAt = t0.Add(time.Duration(i) * time.Minute)
+			c.CreatedAt = t0.Add(time.Duration(i) * time.Minute)
+			c.UpdatedAt = c.CreatedAt
 			if err := s.Create(ctx, c); err != nil {
 				t.Fatal(err)
 			}

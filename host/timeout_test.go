@@ -48,7 +48,7 @@ func TestTurnTimeoutBoundsEveryTurn(t *testing.T) {
 		}
 		inst, _ := reg.Instance("agents")
 		auth, toks := tokensFor(t, nil)
-		h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Bus: bus, EvictEvery: -1})
+		h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, Bus: bus, EvictEvery: -1, RetentionEvery: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

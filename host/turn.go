@@ -108,7 +108,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, o tool.Identit
 		writeError(w, asAPIError(err))
 		return
 	}
-	h.runTurn(w, r, o, func(lc *liveConv) *apiError {
+	h.runTurn(w, r, o, "message", func(lc *liveConv) *apiError {
 		if c := lc.conv; c.State == StatePaused {
 			return newError(http.StatusConflict, CodeAwaitingDecision,
 				fmt.Sprintf("host: this session waits for a decision on %q (tool %s); answer it with POST /v1/sessions/%s/decision first", c.Pending.Question, c.Pending.Tool, lc.id))
@@ -116,7 +116,9 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, o tool.Identit
 		return nil
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		t := &turnRun{kind: "message", runID: newRunID(), input: msg.Message}
-		t.seq = lc.sess.RunTurn(ctx, h.turnRequest(lc.id, t.runID, msg.Message))
+		req := h.turnRequest(lc.id, t.runID, msg.Message)
+		req.Limit = lc.budget.limitFor(lc.id, t.runID)
+		t.seq = lc.sess.RunTurn(ctx, req)
 		return t
 	})
 }
@@ -138,15 +140,26 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 		h.answerInteraction(w, r, o, dec)
 		return
 	}
-	h.runTurn(w, r, o, func(lc *liveConv) *apiError {
+	var made *Rule
+	h.runTurn(w, r, o, "decision", func(lc *liveConv) *apiError {
 		if lc.conv.State != StatePaused {
 			return newError(http.StatusConflict, CodeNoPendingQuestion, "host: this session waits for no decision; send a message instead")
 		}
-		return nil
+		if dec.Rule == nil {
+			return nil
+		}
+		// The rule stands before the answer goes: a request the rest of
+		// this turn raises is answered by it too.
+		ctx, cancel := storeCtx(r)
+		defer cancel()
+		var ae *apiError
+		made, ae = h.makeRule(ctx, lc, *dec.Rule)
+		return ae
 	}, func(ctx context.Context, lc *liveConv) *turnRun {
 		p := lc.conv.Pending
-		t := &turnRun{kind: "decision", runID: p.TurnID}
-		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note})
+		t := &turnRun{kind: "decision", runID: p.TurnID, made: made}
+		t.seq = lc.sess.Resolve(ctx, provider.Resolution{TurnID: p.TurnID, RequestID: p.RequestID, Approve: dec.Approve, Note: dec.Note,
+			Limit: lc.budget.limitFor(lc.id, p.TurnID)})
 		return t
 	})
 }
@@ -154,14 +167,20 @@ func (h *Host) handleDecision(w http.ResponseWriter, r *http.Request, o tool.Ide
 // runTurn is what a message and a decision share: admission, the
 // conversation taken for the request, its provider session opened, the
 // turn run to a stable boundary, its end saved, then answered in JSON or
-// as an event stream. check refuses a conversation in the wrong state;
-// start begins the provider's side.
-func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, check func(*liveConv) *apiError, start func(context.Context, *liveConv) *turnRun) {
+// as an event stream. kind is "message" or "decision" (budgets treat
+// them apart); check refuses a conversation in the wrong state; start
+// begins the provider's side.
+func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, kind string, check func(*liveConv) *apiError, start func(context.Context, *liveConv) *turnRun) {
 	if ae := h.admitTurn(o); ae != nil {
 		writeError(w, ae)
 		return
 	}
 	defer h.endTurn(o)
+	budget, ae := h.admitBudget(r.Context(), o, kind)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
 	// The turn runs on contexts of its own: a client that goes away does
 	// not stop it. The drain bound and the turn timeout end bounded, and a
 	// cancel stop too; each becomes an Interrupt (drive).
@@ -178,15 +197,16 @@ func (h *Host) runTurn(w http.ResponseWriter, r *http.Request, o tool.Identity, 
 	case lc.conv.State == StateClosed:
 		writeError(w, newError(http.StatusConflict, CodeSessionClosed, "host: this session is closed; open a new one (POST /v1/sessions)"))
 		return
-	case lc.conv.Provider != "" && lc.conv.Provider != h.key:
-		writeError(w, newError(http.StatusConflict, CodeProviderMismatch,
-			fmt.Sprintf("host: this session is held by provider %q and this host drives %q; serve it with that provider, or open a new session", lc.conv.Provider, h.key)))
+	}
+	if _, ae := h.agentOf(lc.conv); ae != nil {
+		writeError(w, ae)
 		return
 	}
 	if ae := check(lc); ae != nil {
 		writeError(w, ae)
 		return
 	}
+	lc.budget = budget
 
 	// The person's other tabs hear the turn begin, and end as saved (this
 	// runs before the conversation is let go, so lc.conv is the saved one).
@@ -238,43 +258,54 @@ func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
 		// Quarantined by the contract: close what is left, open afresh.
 		h.closeSession(ctx, lc, provider.CloseRequested, "quarantine")
 	}
-	wd, err := h.opt.WorkingDirectory(lc.owner, lc.id)
+	ag, ae := h.agentOf(lc.conv)
+	if ae != nil {
+		return ae
+	}
+	wd, err := ag.workingDir(lc.owner, lc.id)
 	if err != nil {
 		h.log.Error("host: choosing a session's working directory", "session", lc.id, "err", err)
 		return newError(http.StatusInternalServerError, CodeInternal, "host: the session's working directory could not be prepared")
 	}
-	cfg, ae := h.withCredentials(ctx, lc.owner, h.opt.SessionConfig(lc.owner, lc.id))
+	model := lc.conv.Model
+	if model == "" {
+		model = ag.model
+	}
+	cfg, ae := h.withCredentials(ctx, ag, lc.owner, ag.sessionConfig(lc.owner, lc.id, model))
 	if ae != nil {
 		return ae
 	}
-	hb := h.lent.binding(lc.owner, lc.id)
+	hb := ag.lent.binding(lc.owner, lc.id)
 	ask := interactions{h}
 	var vs *provider.ValidatedSession
 	if lc.conv.Binding == "" {
-		vs, err = h.prov.Create(ctx, provider.CreateRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb, Interactions: ask})
+		vs, err = ag.prov.Create(ctx, provider.CreateRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb, Interactions: ask})
 	} else {
-		vs, err = h.prov.Resume(ctx, provider.ResumeRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb,
+		vs, err = ag.prov.Resume(ctx, provider.ResumeRequest{SessionID: lc.id, WorkingDirectory: wd, Configuration: cfg, HostBinding: hb,
 			Binding: lc.conv.Binding, Interactions: ask})
 	}
 	if err != nil {
-		return h.openError(lc, err)
+		return h.openError(lc, ag, err)
 	}
 	h.dropUnknownPause(ctx, lc, vs)
 	lc.sess = vs
-	lc.conv.Provider, lc.conv.Binding = h.key, vs.Binding()
+	lc.conv.Provider, lc.conv.Binding = ag.key, vs.Binding()
 	return nil
 }
 
 // openError maps a refused opening to an answer.
-func (h *Host) openError(lc *liveConv, err error) *apiError {
+func (h *Host) openError(lc *liveConv, ag *hostedAgent, err error) *apiError {
 	h.metrics.failures.WithLabelValues("open").Inc()
-	h.log.Warn("host: the provider refused to open a session", "session", lc.id, "provider", h.key, "code", string(provider.CodeOf(err)), "err", err)
+	h.log.Warn("host: the provider refused to open a session", "session", lc.id, "agent", ag.name, "provider", ag.key, "code", string(provider.CodeOf(err)), "err", err)
 	h.emit(TypeTurnFailed, &TurnFailedEvent{Error: clipMessage("opening the provider session: " + err.Error())}, lc.id, lc.owner)
 	what := "opening"
 	if lc.conv.Binding != "" {
 		what = "re-opening"
 	}
-	msg := fmt.Sprintf("host: %s this session with provider %s failed", what, h.key)
+	msg := fmt.Sprintf("host: %s this session with provider %s failed", what, ag.key)
+	if len(h.agents) > 1 {
+		msg = fmt.Sprintf("host: %s this session with agent %s (provider %s) failed", what, ag.name, ag.key)
+	}
 	if c := provider.CodeOf(err); c != "" {
 		msg += " (" + string(c) + ")"
 	}
@@ -296,7 +327,7 @@ type turnRun struct {
 
 	answer     strings.Builder // the last run of text: what came since the activity before it
 	afterText  bool            // an activity came after the answer so far: new text starts a new one
-	activities []string        // what the agent did, for the transcript (bounded)
+	activities []Message       // what the agent did, for the transcript (bounded)
 	request    *provider.Request
 	outcome    provider.Outcome
 	failure    string // what a failed turn said
@@ -305,6 +336,8 @@ type turnRun struct {
 	usage      llm.TurnUsage
 	reported   bool // the provider reported usage (usage outputs came)
 	fz         *fencing
+	auto       int   // requests standing rules answered in this turn
+	made       *Rule // the rule the decision made, if any
 }
 
 // drive runs the turn: it pulls the provider's outputs until a stable
@@ -316,7 +349,8 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(stop))
 	defer pcancel()
 	fz := h.newFencing(stop, lc)
-	t := start(fz.context(pctx), lc)
+	fctx := fz.context(pctx)
+	t := start(fctx, lc)
 	t.fz = fz
 	if !h.begin(stop, lc, t) {
 		return t // not begun: nothing ran
@@ -330,7 +364,40 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 		t.err, t.unbegun = context.Cause(stop), true
 		return t
 	}
-	for o, err := range t.seq {
+	for seq := t.seq; ; {
+		asked := t.pull(seq, out)
+		if t.err != nil || t.request == nil {
+			break
+		}
+		// A standing rule of the person's answers the request, unless the
+		// turn is being stopped: then the person (or the stop) decides.
+		var r *Rule
+		if stop.Err() == nil {
+			r = h.standing(stop, lc, t)
+		}
+		if r == nil {
+			if out != nil {
+				out(asked)
+			}
+			break
+		}
+		note := clipText(fmt.Sprintf("approved by your rule %s: %s", r.ID, t.request.Tool), maxActivityBytes)
+		if len(t.activities) < maxActivities {
+			t.activities = append(t.activities, Message{Role: "activity", Content: note})
+		}
+		if out != nil {
+			out(provider.Output{Kind: provider.OutputActivity, SessionID: asked.SessionID, TurnID: asked.TurnID, Text: note})
+		}
+		seq = lc.sess.Resolve(fctx, provider.Resolution{TurnID: t.runID, RequestID: t.request.ID, Approve: true})
+		t.request = nil
+	}
+	return t
+}
+
+// pull takes a stretch of the turn's outputs, to its end or to a request
+// (returned, not yet handed to out: a standing rule may answer it).
+func (t *turnRun) pull(seq func(func(provider.Output, error) bool), out func(provider.Output)) (asked provider.Output) {
+	for o, err := range seq {
 		if err != nil {
 			t.err = err
 			break
@@ -340,7 +407,7 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 			t.reported = true
 			continue // for the usage record, not the stream
 		}
-		if out != nil {
+		if out != nil && o.Kind != provider.OutputRequest {
 			out(o)
 		}
 		switch o.Kind {
@@ -356,15 +423,15 @@ func (h *Host) drive(stop context.Context, lc *liveConv, start func(context.Cont
 			t.failure = o.Text
 			t.afterText = true
 			if len(t.activities) < maxActivities {
-				t.activities = append(t.activities, clipText(o.Text, maxActivityBytes))
+				t.activities = append(t.activities, Message{Role: "activity", Content: clipText(o.Text, maxActivityBytes), Call: callView(o.Call)})
 			}
 		case provider.OutputRequest:
-			t.request = o.Request
+			t.request, asked = o.Request, o
 		case provider.OutputTurnCompleted:
 			t.outcome = o.Outcome
 		}
 	}
-	return t
+	return asked
 }
 
 func wantsStream(r *http.Request) bool {
@@ -380,27 +447,60 @@ func wantsStream(r *http.Request) bool {
 }
 
 // The transcript keeps what the agent did in a turn (its activity
-// outputs: "calling run_code", "run_code returned"), bounded.
+// outputs: "calling run_code", "run_code returned", with the call's input
+// and output where the provider gives them), bounded: a turn's transcript
+// grows by at most maxActivities × (maxActivityBytes + 2 × MaxCallBytes).
 const (
 	maxActivities    = 64
 	maxActivityBytes = 2 << 10
 )
 
+// MaxCallBytes bounds a tool call's input and output in the transcript
+// (CallView): past it, the input is left out and its size said; the output
+// is cut and its size said.
+const MaxCallBytes = 8 << 10
+
+// callView is what the transcript keeps of a tool call an activity is
+// about, bounded; nil for none.
+func callView(c *provider.CallDetail) *CallView {
+	if c == nil {
+		return nil
+	}
+	v := &CallView{ID: clipText(c.ID, 256), Tool: clipText(c.Tool, 256), IsError: c.IsError}
+	if len(c.Input) > MaxCallBytes {
+		v.InputCut = len(c.Input)
+	} else if len(c.Input) > 0 && json.Valid(c.Input) {
+		v.Input = append(json.RawMessage(nil), c.Input...)
+	}
+	if c.Ended {
+		out := c.Output
+		if len(out) > MaxCallBytes {
+			v.OutputCut = len(out)
+			out = clipText(out, MaxCallBytes)
+		}
+		v.Output = &out
+	}
+	return v
+}
+
 // activityMessages are a turn's activities as transcript entries.
 func (t *turnRun) activityMessages() []Message {
 	out := make([]Message, 0, len(t.activities))
 	for _, a := range t.activities {
-		out = append(out, Message{Role: "activity", Content: a, RunID: t.runID})
+		a.RunID = t.runID
+		out = append(out, a)
 	}
 	return out
 }
 
 // turnResult is the body of a turn's answer: output, or a question.
 type turnResult struct {
-	RunID    string    `json:"runId,omitempty"`
-	Output   *string   `json:"output,omitempty"`
-	Awaiting *Pending  `json:"awaiting,omitempty"`
-	Error    *apiError `json:"error,omitempty"`
+	RunID    string   `json:"runId,omitempty"`
+	Output   *string  `json:"output,omitempty"`
+	Awaiting *Pending `json:"awaiting,omitempty"`
+	// Rule is the standing rule the decision made, if it made one.
+	Rule  *ruleView `json:"rule,omitempty"`
+	Error *apiError `json:"error,omitempty"`
 }
 
 // settle records how a turn ended — store first, then the answer — and
@@ -421,6 +521,10 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	c.UpdatedAt = now
 	turn := &Turn{RunID: t.runID, Kind: t.kind, Started: now.Add(-time.Since(began)), Ended: now}
 	out := turnResult{RunID: t.runID}
+	if t.made != nil {
+		v := viewRule(*t.made)
+		out.Rule = &v
+	}
 	var add []Message
 	cut := errors.Is(context.Cause(stop), errCut)
 	stopped := h.stopOf(stop) // a cancel or the turn timeout
@@ -511,6 +615,7 @@ func (h *Host) settle(r *http.Request, lc *liveConv, t *turnRun, stop context.Co
 	c.Messages += len(add)
 	lc.conv = c
 	h.metrics.countUsage(turn.Usage)
+	h.totals.add(turn.Usage)
 	h.metrics.turns.WithLabelValues(t.kind, turn.Outcome).Inc()
 	h.metrics.durations.WithLabelValues(t.kind, turn.Outcome).Observe(time.Since(began).Seconds())
 	return turn.Outcome, out

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -79,7 +80,7 @@ func (h *Host) usageRecord(lc *liveConv, t *turnRun, turn *Turn) *UsageRecord {
 	}
 	rec := &UsageRecord{
 		Tenant: lc.owner.Tenant, Principal: lc.owner.Principal, Conversation: lc.id,
-		RunID: t.runID, Kind: t.kind, Provider: h.key, Outcome: turn.Outcome,
+		RunID: t.runID, Kind: t.kind, Provider: cmp.Or(lc.conv.Provider, h.key), Outcome: turn.Outcome,
 		Started: turn.Started, Ended: turn.Ended, Usage: u, PriceVersion: h.prices.Version,
 	}
 	rec.Cost, rec.CostKnown, rec.ModelCost, _ = h.prices.Cost(u)

@@ -70,9 +70,9 @@ func (h *Host) openWorkspace(r *http.Request, o tool.Identity) (lc *liveConv, ro
 	switch {
 	case lc.conv.State == StateClosed:
 		return fail(newError(http.StatusConflict, CodeSessionClosed, "host: this session is closed, and its workspace with it; open a new one (POST /v1/sessions)"))
-	case lc.conv.Provider != "" && lc.conv.Provider != h.key:
-		return fail(newError(http.StatusConflict, CodeProviderMismatch,
-			fmt.Sprintf("host: this session is held by provider %q and this host drives %q", lc.conv.Provider, h.key)))
+	}
+	if _, ae := h.agentOf(lc.conv); ae != nil {
+		return fail(ae)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opt.TurnTimeout)
 	defer cancel()
@@ -131,9 +131,13 @@ func (h *Host) handlePutWorkspace(w http.ResponseWriter, r *http.Request, o tool
 	}
 	defer done()
 	st, err := tarws.Extract(r.Context(), http.MaxBytesReader(w, r.Body, raw), root, lim)
+	releaseBody(r)
 	ev := &WorkspaceTransfer{Entries: st.Entries, Bytes: st.Bytes}
 	if err != nil {
 		ae := h.uploadError(lc, err, lim)
+		if cutForPace(r) { // the archive reader reports the cut as a short archive
+			ae = h.bodyTooSlow()
+		}
 		ev.Refused = string(ae.Code)
 		h.emit(TypeWorkspaceUploaded, ev, lc.id, lc.owner)
 		writeError(w, ae)
@@ -148,6 +152,8 @@ func (h *Host) uploadError(lc *liveConv, err error, lim tarws.Limits) *apiError 
 	var re *tarws.RefusalError
 	var mbe *http.MaxBytesError
 	switch {
+	case errors.Is(err, errBodyTooSlow):
+		return h.bodyTooSlow()
 	case errors.As(err, &re):
 		status, code := http.StatusBadRequest, CodeWorkspaceInvalidArchive
 		switch re.Code {

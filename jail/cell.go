@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/agentry-dev/agentry/internal/undo"
 )
@@ -122,6 +123,10 @@ func (c *Cell) View(host string) string {
 // OOMKills is how many of the cell's processes the kernel has killed at
 // its memory cap (0 without caps).
 func (c *Cell) OOMKills() int { return c.group.OOMKills() }
+
+// Usage is the CPU time the cell's processes have spent and the most
+// memory they held at once, from its control group (0 without one).
+func (c *Cell) Usage() (cpu time.Duration, peakMemory int64) { return c.group.Usage() }
 
 // Rename moves the cell's directory to root (in the same file system):
 // a pooled interpreter's cell, renamed after the session that takes it.

@@ -29,6 +29,12 @@ var controllers = []struct{ name, limit string }{
 	{"memory", "memory cap"}, {"pids", "process cap"}, {"cpu", "CPU cap"},
 }
 
+// acctController counts CPU time on cgroup v1 where it is a hierarchy of
+// its own (cpuacct apart from cpu): it caps nothing, so its absence is no
+// gap; the sandbox's CPU time then reads 0. Under v2, cpu.stat is always
+// there.
+const acctController = "cpuacct"
+
 // cgroups is one runner's share of this machine's control groups: a group
 // of its own below the groups this process is in, holding one group per
 // session. It uses cgroup v2 where this process's v2 group can delegate
@@ -82,6 +88,12 @@ func openCgroups() *cgroups {
 		c.version = 1
 	}
 	delete(c.gaps, "v2")
+	if base, ok := v1Dir(own, mounts, acctController); ok && c.version == 1 {
+		dir := filepath.Join(base, name)
+		if dir != c.dirs["cpu"] && os.Mkdir(dir, 0o755) == nil {
+			c.dirs[acctController] = dir
+		}
+	}
 	return c
 }
 
@@ -125,11 +137,31 @@ func (c *cgroups) Session(l cellLimits) (*cgroup, error) {
 			g.Remove(context.Background())
 			return nil, err
 		}
-		if k.name == "memory" {
+		switch k.name {
+		case "memory":
 			g.memory = dir
+		case "cpu":
+			g.cpu = dir
 		}
 	}
+	if base, ok := c.dirs[acctController]; ok {
+		dir := filepath.Join(base, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			g.Remove(context.Background())
+			return nil, fmt.Errorf("jail: making the session's cpuacct cgroup: %w", err)
+		}
+		g.dirs = append(g.dirs, dir)
+		g.acct = dir
+	}
 	return g, nil
+}
+
+func controllerNames() []string {
+	out := make([]string, 0, len(controllers))
+	for _, k := range controllers {
+		out = append(out, k.name)
+	}
+	return out
 }
 
 // Close removes the runner's own groups; the sessions' must be gone.
@@ -155,6 +187,39 @@ type cgroup struct {
 	version int
 	dirs    []string
 	memory  string // the dir holding the memory controller; "" when uncapped
+	cpu     string // the dir holding the cpu controller; "" when uncapped
+	acct    string // v1: the dir holding cpuacct when it is apart from cpu
+}
+
+// Usage is the CPU time the group's processes have spent since it was
+// made, and the most memory they held at once, as the kernel counts them
+// (cgroup v2: cpu.stat and memory.peak; v1: cpuacct.usage where cpuacct
+// shares the cpu hierarchy, and memory.max_usage_in_bytes). A count the
+// kernel does not keep here reads 0.
+func (g *cgroup) Usage() (cpu time.Duration, peak int64) {
+	if g == nil {
+		return 0, 0
+	}
+	read := func(dir, file string) string {
+		if dir == "" {
+			return ""
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, file))
+		return strings.TrimSpace(string(b))
+	}
+	num := func(s string) int64 {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	if g.version == 2 {
+		cpu = time.Duration(counter(read(g.cpu, "cpu.stat"), "usage_usec")) * time.Microsecond
+		return cpu, num(read(g.memory, "memory.peak"))
+	}
+	acct := g.cpu
+	if g.acct != "" {
+		acct = g.acct
+	}
+	return time.Duration(num(read(acct, "cpuacct.usage"))), num(read(g.memory, "memory.max_usage_in_bytes"))
 }
 
 func (g *cgroup) limit(ctrl, dir string, l cellLimits) error {
@@ -342,8 +407,8 @@ func sweepCgroups(ctx context.Context) swept {
 		bases = append(bases, d)
 		seen[d] = true
 	}
-	for _, k := range controllers {
-		if d, ok := v1Dir(own, mounts, k.name); ok && !seen[d] {
+	for _, name := range append(controllerNames(), acctController) {
+		if d, ok := v1Dir(own, mounts, name); ok && !seen[d] {
 			bases = append(bases, d)
 			seen[d] = true
 		}

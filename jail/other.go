@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // Off Linux there are no namespaces, cgroups or seccomp: every part of
@@ -87,10 +88,11 @@ func (*cgroups) Close() error                        { return nil }
 
 type cgroup struct{}
 
-func (*cgroup) Enter(int) error              { return nil }
-func (*cgroup) OOMKills() int                { return 0 }
-func (*cgroup) Procs() []string              { return nil }
-func (*cgroup) Remove(context.Context) error { return nil }
+func (*cgroup) Enter(int) error               { return nil }
+func (*cgroup) OOMKills() int                 { return 0 }
+func (*cgroup) Usage() (time.Duration, int64) { return 0, 0 }
+func (*cgroup) Procs() []string               { return nil }
+func (*cgroup) Remove(context.Context) error  { return nil }
 
 func (s *agentSettings) ready(context.Context) error {
 	return fmt.Errorf("%w: jailed agents need Linux (bubblewrap and network namespaces)", ErrNoJail)

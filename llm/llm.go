@@ -60,6 +60,10 @@ type Request struct {
 	Tools    []ToolDef
 	// MaxTokens bounds the answer; 0 lets the adapter choose.
 	MaxTokens int
+	// NoToolCalls asks the model for an answer without tool calls: the
+	// tools are still described (the conversation holds their calls), and
+	// the adapter sets the API's tool choice to none.
+	NoToolCalls bool
 }
 
 // Usage counts tokens.

@@ -171,6 +171,13 @@ type TurnRequest struct {
 	// stopped answering says what was lost). Input and Context together
 	// are bounded by Limits.MaxInputBytes.
 	Context string
+	// Limit, when set, is the host's budget for the turn: a provider that
+	// runs agentry's turn loop (native, durable) asks it before each model
+	// call after the first, with what the turn used so far, and a turn
+	// whose answer is not empty (the cap it crossed) finishes its step,
+	// then ends with one model call with tool calls withheld. A provider
+	// whose agent runs its own loop (ACP) does not ask it.
+	Limit func(used llm.TurnUsage) (crossed string)
 }
 
 // SteerRequest adds input to the running turn.
@@ -190,6 +197,8 @@ type Resolution struct {
 	// Response is an accepted elicitation's answer: a JSON object. It must
 	// be empty for approvals and declines.
 	Response json.RawMessage
+	// Limit is TurnRequest.Limit for the rest of the turn.
+	Limit func(used llm.TurnUsage) (crossed string)
 }
 
 // CloseReason says why a session is closing.
@@ -237,6 +246,24 @@ type Output struct {
 	// Usage is set for OutputUsage: what the turn used since its previous
 	// usage output (never a running total).
 	Usage *llm.TurnUsage
+	// Call is set on an activity about one tool call, as far as the
+	// provider knows it: its input when the call starts, its output when
+	// it ends. Hosts show it to the person; it is not bounded here.
+	Call *CallDetail
+}
+
+// CallDetail is one tool call an activity is about.
+type CallDetail struct {
+	// ID is the call's id, the same on its start and its end.
+	ID   string
+	Tool string
+	// Input is the call's arguments (a file edit's {"path","oldText",
+	// "newText"} as the agent sent it), nil when not known.
+	Input json.RawMessage
+	// Output is what the call returned; Ended is set when it did.
+	Output  string
+	Ended   bool
+	IsError bool
 }
 
 // Outcome is how a turn ended.
@@ -275,7 +302,19 @@ type Request struct {
 	// object; for a file edit {"path","oldText","newText"}), or nil when
 	// the adapter does not know it. Never markup: a host shows it as text.
 	Args json.RawMessage
+	// Choices, for an approval, are the answers the agent offered, in its
+	// order and as it names their kinds (an ACP agent's permission
+	// options: ChoiceAllowOnce, "allow_always", "reject_once",
+	// "reject_always"); nil when the agent takes a plain yes or no. An
+	// approving Resolution is the agent's one-time yes: a host that
+	// answers by a standing rule of its own does so only when
+	// ChoiceAllowOnce is among them (or Choices is nil), so the agent
+	// never remembers a yes the host could not take back.
+	Choices []string
 }
+
+// ChoiceAllowOnce is the choice of a one-time yes (Request.Choices).
+const ChoiceAllowOnce = "allow_once"
 
 // AuthRequest starts an authentication flow.
 type AuthRequest struct {

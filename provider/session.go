@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -266,7 +267,7 @@ func (s *ValidatedSession) RunTurn(ctx context.Context, req TurnRequest) iter.Se
 			yield(Output{}, err)
 			return
 		}
-		preq := TurnRequest{TurnID: req.TurnID, Input: req.Input, Context: req.Context}
+		preq := TurnRequest{TurnID: req.TurnID, Input: req.Input, Context: req.Context, Limit: req.Limit}
 		s.drive(req.TurnID, "turn", false, func() iter.Seq2[Output, error] { return s.inner.RunTurn(ctx, preq) }, yield)
 	}
 }
@@ -422,7 +423,8 @@ func (s *ValidatedSession) drive(turnID, op string, continuation bool, open func
 				st.held, st.holding = out, true
 				if out.Request != nil {
 					r := *out.Request
-					r.Schema = clone(r.Schema)
+					r.Schema, r.Args = clone(r.Schema), clone(r.Args)
+					r.Choices = slices.Clone(r.Choices)
 					st.held.Request = &r
 				}
 				continue

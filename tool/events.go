@@ -2,6 +2,7 @@ package tool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/agentry-dev/agentry/event"
@@ -71,6 +72,10 @@ type CallStart struct {
 	Tool       string `json:"tool"`
 	ToolCallID string `json:"toolCallId"`
 	Iteration  int    `json:"iteration"`
+	// Args are the call's arguments, for an observer in the same process
+	// (the native provider shows them to the person the turn is for).
+	// They are never written: an events file or a span does not hold them.
+	Args json.RawMessage `json:"-"`
 }
 
 // CallEnd is sent after a tool returns, fails or panics.
@@ -81,6 +86,9 @@ type CallEnd struct {
 	IsError    bool    `json:"isError"`
 	// ErrorClass says why IsError: one of the Class constants.
 	ErrorClass string `json:"errorClass,omitempty"`
+	// Content is what the call returned, for an observer in the same
+	// process, like CallStart.Args; never written.
+	Content string `json:"-"`
 }
 
 // Panicked reports a tool that panicked; the panic became an error result.

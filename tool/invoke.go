@@ -108,7 +108,7 @@ func Invoke(ctx context.Context, d *Door, r Request) Outcome {
 	}
 	if d.hears(TypeCallStart) {
 		d.Report(event.Event{Type: TypeCallStart, Meta: d.Meta,
-			Payload: &CallStart{Tool: r.Name, ToolCallID: r.ToolCallID, Iteration: r.Iteration}})
+			Payload: &CallStart{Tool: r.Name, ToolCallID: r.ToolCallID, Iteration: r.Iteration, Args: r.Args}})
 	}
 	var out Outcome
 	var took time.Duration
@@ -133,7 +133,7 @@ func Invoke(ctx context.Context, d *Door, r Request) Outcome {
 	}
 	if told {
 		d.Report(event.Event{Type: TypeCallEnd, Meta: d.Meta, Payload: &CallEnd{Tool: r.Name, ToolCallID: r.ToolCallID,
-			DurationMs: event.Ms(took), IsError: out.Result.IsError, ErrorClass: out.Class}})
+			DurationMs: event.Ms(took), IsError: out.Result.IsError, ErrorClass: out.Class, Content: out.Result.Content}})
 	}
 	return out
 }

@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/toolsession"
@@ -74,6 +75,18 @@ type Spec struct {
 type Result struct {
 	Content string
 	IsError bool
+	// Sandbox is what the call's sandbox used, when the tool runs code
+	// in one whose control group counts it; nil otherwise. It is not told
+	// to the model: the turn's usage counts it.
+	Sandbox *SandboxUsage `json:",omitempty"`
+}
+
+// SandboxUsage is what one call's sandbox used: the CPU time its
+// processes spent during the call, and the most memory the sandbox held
+// at once (since it started), as its control group counts them.
+type SandboxUsage struct {
+	CPU        time.Duration `json:"cpu"`
+	PeakMemory int64         `json:"peakMemory"`
 }
 
 // Tool is one capability the model can call. Implementations are shared by

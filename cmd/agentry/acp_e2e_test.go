@@ -72,7 +72,7 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 // permission request approved through POST …/decision; it calls the
 // lent run_code tool over MCP; a write outside its workspace fails, and
 // so does a dial to the host's own port (a jail event); the events file
-// audits clean.
+// audits clean; the turn's usage is structured data in GET /v1/usage.
 func TestServeClaudeAgentACP(t *testing.T) {
 	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
@@ -97,10 +97,13 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 
-	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "ANTHROPIC_BASE_URL="+model.URL, "--agent-env", "ANTHROPIC_API_KEY=sk-ant-offline",
-		"--agent-env", "DISABLE_TELEMETRY=1", "--agent-env", "DISABLE_AUTOUPDATER=1",
-		"--agent-env", "DISABLE_ERROR_REPORTING=1", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	// serve passes the agent its own values, named by --agent-env NAME.
+	agentEnv := []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline",
+		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+	p := startServeBinary(t, bin, agentEnv, "--agent", "acp", "--agent-cmd", agentCmd,
+		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
+		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
+		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 		"--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),
 		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
@@ -150,6 +153,16 @@ func TestServeClaudeAgentACP(t *testing.T) {
 		t.Errorf("the agent reached the host's own port: %q", seen)
 	}
 
+	checkUsage(t, p)
+	stopAndCheckJailed(t, p, bin, events, pu.Port())
+}
+
+// stopAndCheckJailed stops a serve process that hosted a real ACP agent
+// and reads its events file: the agent started in the jail, its dial of
+// the host's own port (port) was refused with a connection_refused event,
+// and `agentry events audit` is clean.
+func stopAndCheckJailed(t *testing.T, p *process, bin, events, port string) {
+	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +179,7 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.Contains(line, `"agentry.jail.connection_refused"`) && strings.Contains(line, "127.0.0.1:"+pu.Port()) {
+		if strings.Contains(line, `"agentry.jail.connection_refused"`) && strings.Contains(line, "127.0.0.1:"+port) {
 			refusedHost = true
 		}
 		if strings.Contains(line, `"agentry.acp.agent_started"`) && strings.Contains(line, `"launcher":"jail"`) {

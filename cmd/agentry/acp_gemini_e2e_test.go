@@ -62,9 +62,10 @@ func TestServeGeminiCLIACP(t *testing.T) {
 	home := filepath.Join(dir, "home")
 	writeTemplate(t, home, ".gemini/settings.json", `{"privacy": {"usageStatisticsEnabled": false}, "model": {"name": "gemini-2.5-flash"}}`+"\n")
 
-	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd+" --acp",
-		"--agent-env", "GEMINI_API_KEY="+key, "--agent-env", "GOOGLE_GEMINI_BASE_URL="+model.URL,
-		"--agent-env", "GEMINI_CLI_TRUST_WORKSPACE=true",
+	agentEnv := []string{"GEMINI_API_KEY=" + key, "GOOGLE_GEMINI_BASE_URL=" + model.URL, "GEMINI_CLI_TRUST_WORKSPACE=true"}
+	p := startServeBinary(t, bin, agentEnv, "--agent", "acp", "--agent-cmd", agentCmd+" --acp",
+		"--agent-env", "GEMINI_API_KEY", "--agent-env", "GOOGLE_GEMINI_BASE_URL",
+		"--agent-env", "GEMINI_CLI_TRUST_WORKSPACE",
 		"--agent-home", home, "--agent-fs", "write",
 		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),

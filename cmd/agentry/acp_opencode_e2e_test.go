@@ -89,12 +89,13 @@ func TestServeOpenCodeACP(t *testing.T) {
 	writeTemplate(t, home, ".config/opencode/opencode.json", openCodeConfig)
 	writeTemplate(t, home, ".npmrc", "offline=true\n")
 
-	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd+" acp",
-		"--agent-env", "ANTHROPIC_API_KEY="+key, "--agent-env", "AGENTRY_MODEL_URL="+model.URL+"/v1",
-		// Without it OpenCode fetches its model catalogue from
-		// models.opencode.ai at start; with it, it uses the one it was
-		// built with, and the configuration's own provider.
-		"--agent-env", "OPENCODE_DISABLE_MODELS_FETCH=true",
+	// Without OPENCODE_DISABLE_MODELS_FETCH OpenCode fetches its model
+	// catalogue from models.opencode.ai at start; with it, it uses the one
+	// it was built with, and the configuration's own provider.
+	agentEnv := []string{"ANTHROPIC_API_KEY=" + key, "AGENTRY_MODEL_URL=" + model.URL + "/v1", "OPENCODE_DISABLE_MODELS_FETCH=true"}
+	p := startServeBinary(t, bin, agentEnv, "--agent", "acp", "--agent-cmd", agentCmd+" acp",
+		"--agent-env", "ANTHROPIC_API_KEY", "--agent-env", "AGENTRY_MODEL_URL",
+		"--agent-env", "OPENCODE_DISABLE_MODELS_FETCH",
 		"--agent-home", home,
 		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),

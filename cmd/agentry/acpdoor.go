@@ -36,7 +36,7 @@ type acpFlags struct {
 
 func (a *acpFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&a.cmd, "agent-cmd", "", "with --agent acp: the agent's command, 'COMMAND ARGS' (quote with ' or \"), e.g. 'claude-agent-acp'")
-	f.StringArrayVar(&a.env, "agent-env", nil, "with --agent acp: NAME=VALUE, or NAME to pass this process's value; the agent sees only these (repeat)")
+	f.StringArrayVar(&a.env, "agent-env", nil, "with --agent acp: NAME passes this process's value of the variable NAME (export it first); the agent sees only these (repeat). serve refuses NAME=VALUE, which every local user could read in ps")
 	f.StringVar(&a.home, "agent-home", "", "with --agent acp: a directory copied into each session's private HOME (the agent's own config files)")
 	f.StringVar(&a.mode, "agent-mode", "", "with --agent acp: the ACP session mode sessions start in (e.g. default, acceptEdits, plan)")
 	f.StringArrayVar(&a.allowHosts, "agent-allow-host", nil, "with --agent acp: a HOST:PORT the jailed agent may reach, such as its model API (repeat)")
@@ -48,6 +48,38 @@ func (a *acpFlags) add(f *pflag.FlagSet) {
 
 // acpFlagNames are the flags acpFlags adds.
 var acpFlagNames = []string{"agent-cmd", "agent-env", "agent-home", "agent-mode", "agent-allow-host", "agent-fs", "agent-auth", "agent-model", "agent-pool"}
+
+// inlineEnvName is the variable's name when entry, an --agent-env value
+// or an agent-env key of the configuration file, carries its value
+// (NAME=VALUE) rather than naming a variable of this process.
+func inlineEnvName(entry string) (name string, inline bool) {
+	name, _, inline = strings.Cut(entry, "=")
+	return name, inline
+}
+
+// inlineEnvProblem says why --agent-env NAME=VALUE on the command line is
+// a leak, and the fix; it never repeats the value.
+func inlineEnvProblem(name string) string {
+	return fmt.Sprintf("--agent-env %s=… puts the value on the command line, where every local user can read it (ps, /proc/PID/cmdline) for as long as the process runs; "+
+		"export %s in this process's environment and pass --agent-env %s", name, name, name)
+}
+
+// checkInlineEnv refuses (serve: a standing process other users' ps
+// sees for days) or, for a one-off command of one person (run), warns
+// about --agent-env entries that carry their value. Neither says the value.
+func checkInlineEnv(env []string, refuse bool, warn io.Writer) error {
+	for _, e := range env {
+		name, inline := inlineEnvName(e)
+		if !inline {
+			continue
+		}
+		if refuse {
+			return usageError("%s", inlineEnvProblem(name))
+		}
+		fmt.Fprintf(warn, "agentry: WARNING: %s\n", inlineEnvProblem(name))
+	}
+	return nil
+}
 
 // checkAgentFlags refuses --agent-* flags with another agent than acp,
 // and an unknown --agent.
@@ -74,32 +106,13 @@ func checkAgentFlags(f *pflag.FlagSet, agent string, extra ...string) error {
 // config is the definition's configuration, its sessions' workspaces
 // under root.
 func (a acpFlags) config(root string) (json.RawMessage, error) {
-	argv, err := splitCommand(a.cmd)
+	raw, err := a.raw(root)
 	if err != nil {
-		return nil, usageError("--agent-cmd: %v", err)
-	}
-	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root,
-		AuthMethod: a.auth, Model: a.model, Pool: a.pool, Credentials: a.creds}
-	if a.home != "" {
-		h, err := filepath.Abs(a.home)
-		if err != nil {
-			return nil, usageError("--agent-home: %v", err)
-		}
-		if fi, err := os.Stat(h); err != nil || !fi.IsDir() {
-			return nil, usageError("--agent-home %s is not a directory", a.home)
-		}
-		c.Home = h
-	}
-	raw, err := json.Marshal(c)
-	if err != nil {
-		return nil, failure(err)
-	}
-	if _, err := acp.ParseConfig(raw); err != nil {
 		var ce *acp.ConfigError
 		if errors.As(err, &ce) {
 			return nil, usageError("--agent-*: %s", flagOf(ce))
 		}
-		return nil, usageError("%v", err)
+		return nil, failure(err)
 	}
 	return raw, nil
 }
@@ -219,17 +232,17 @@ func acpLauncher(ctx context.Context, command string, caps sessionCaps, allow bo
 	return acp.Unjailed(acp.UnjailedOptions{Stderr: io.Discard}), oneLine(jerr.Error()), func() {}, nil
 }
 
-// openACP opens the registry with one ACP instance.
-func openACP(ctx context.Context, l acp.Launcher, cfg json.RawMessage, events func(event.Event), opts ...provider.Option) (*provider.Registry, *provider.Instance, error) {
+// openACP opens the registry with one ACP instance, id.
+func openACP(ctx context.Context, l acp.Launcher, id string, cfg json.RawMessage, events func(event.Event), opts ...provider.Option) (*provider.Registry, *provider.Instance, error) {
 	d, err := acp.NewDriver(acp.Options{Launcher: l, Events: events, ClientName: "agentry"})
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: "acp", Provider: acp.DefaultKey, Config: cfg}}, opts...)
+	reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: id, Provider: acp.DefaultKey, Config: cfg}}, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
-	inst, err := reg.Instance("acp")
+	inst, err := reg.Instance(id)
 	if err != nil {
 		_ = reg.Dispose(ctx)
 		return nil, nil, err

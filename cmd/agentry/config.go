@@ -13,6 +13,8 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/spf13/pflag"
+
+	"github.com/agentry-dev/agentry/host"
 )
 
 // maxConfigBytes bounds a configuration file: a serve's holds a few dozen
@@ -25,6 +27,11 @@ const maxConfigBytes = 1 << 20
 type configFile struct {
 	path     string
 	settings []setting // in file order, each key once
+	// agents are the [agents.NAME] profiles, in file order;
+	// defaultAgent names the one a conversation gets when its person
+	// picks none (default-agent; default: the first).
+	agents       []agentProfile
+	defaultAgent string
 }
 
 // setting is one key of a configuration file.
@@ -72,6 +79,19 @@ func parseConfig(path string, b []byte, flags *pflag.FlagSet) (*configFile, erro
 	var errs []*lineError
 	for key, v := range doc {
 		line := lines[key]
+		switch key {
+		case "agents":
+			ps, perrs := parseProfiles(path, v, lines)
+			cf.agents, errs = ps, append(errs, perrs...)
+			continue
+		case "default-agent":
+			d, ok := v.(string)
+			if !ok || host.CheckAgentName(d) != nil {
+				errs = append(errs, &lineError{path: path, line: line, msg: "default-agent names one of the [agents.NAME] profiles, in quotes"})
+			}
+			cf.defaultAgent = d
+			continue
+		}
 		s, msg := checkSetting(key, v, flags)
 		if msg != "" {
 			errs = append(errs, &lineError{path: path, line: line, msg: msg})
@@ -81,10 +101,51 @@ func parseConfig(path string, b []byte, flags *pflag.FlagSet) (*configFile, erro
 		cf.settings = append(cf.settings, s)
 	}
 	slices.SortFunc(cf.settings, func(a, b setting) int { return cmp.Compare(a.line, b.line) })
+	if len(errs) == 0 {
+		errs = cf.checkProfiles(lines, flags)
+	}
 	if len(errs) > 0 {
 		return nil, joinLineErrors(errs)
 	}
 	return cf, nil
+}
+
+// checkProfiles checks the profiles against the rest of the file (and the
+// command line's flags): the default names one, no top-level key says
+// what profiles say, and credentials have the key that seals them.
+func (c *configFile) checkProfiles(lines map[string]int, flags *pflag.FlagSet) []*lineError {
+	var errs []*lineError
+	if len(c.agents) == 0 {
+		if c.defaultAgent != "" {
+			errs = append(errs, &lineError{path: c.path, line: lines["default-agent"], msg: "default-agent names an agent profile, and the file has none; add [agents." + c.defaultAgent + "] or remove default-agent"})
+		}
+		return errs
+	}
+	names := make([]string, len(c.agents))
+	for i, p := range c.agents {
+		names[i] = p.name
+	}
+	if c.defaultAgent == "" {
+		c.defaultAgent = names[0]
+	} else if !slices.Contains(names, c.defaultAgent) {
+		errs = append(errs, &lineError{path: c.path, line: lines["default-agent"],
+			msg: fmt.Sprintf("default-agent %q is not one of the profiles (%s)", c.defaultAgent, strings.Join(names, ", "))})
+	}
+	for _, s := range c.settings {
+		if s.key == "agent" || s.key == "lend" || s.key == "agent-credential" || slices.Contains(acpFlagNames, s.key) {
+			errs = append(errs, &lineError{path: c.path, line: s.line,
+				msg: fmt.Sprintf("%s: with [agents.NAME] profiles each profile says which agent it runs and how; move %s into the profiles, or drop the profiles", s.key, s.key)})
+		}
+	}
+	_, keyInFile := c.value("credentials-key-file")
+	keyFile := keyInFile || flags != nil && flags.Changed("credentials-key-file")
+	for _, p := range c.agents {
+		if len(p.credentials) > 0 && !keyFile {
+			errs = append(errs, &lineError{path: c.path, line: p.lines["credentials"],
+				msg: fmt.Sprintf("agents.%s.credentials: credentials need --credentials-key-file (credentials-key-file = \"FILE\" in this file): people's credentials are kept sealed, never in clear", p.name)})
+		}
+	}
+	return errs
 }
 
 // joinLineErrors joins refusals in line order.
@@ -245,7 +306,7 @@ func inlineSecret(key, val string) string {
 			}
 		}
 	case "agent-env":
-		if name, _, ok := strings.Cut(val, "="); ok {
+		if name, ok := inlineEnvName(val); ok {
 			return fmt.Sprintf("agent-env: %q gives a value; in a configuration file name the variable only (%q) and serve passes the agent its own value, so a secret stays in serve's environment", name+"=…", name)
 		}
 	}

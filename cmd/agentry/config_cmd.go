@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -45,11 +46,28 @@ func checkConfigFile(path string, stdout io.Writer) error {
 	if err := o.readConfig(flags); err != nil {
 		return failure(err)
 	}
+	if err := o.takeProfiles(flags); err != nil {
+		return failure(fmt.Errorf("%s: %w", path, err))
+	}
 	if err := checkServeSettings(&o); err != nil {
 		return failure(fmt.Errorf("%s: %w", path, err))
 	}
+	if n := len(o.profiles); n > 0 {
+		fmt.Fprintf(stdout, "%s: ok (%d settings, %d agent profiles: %s)\n", path, len(o.conf.file.settings), n, describeAgents(o.profiles, o.defaultAgent))
+		return nil
+	}
 	fmt.Fprintf(stdout, "%s: ok (%d settings)\n", path, len(o.conf.file.settings))
 	return nil
+}
+
+// checkEnv stands in for serve's environment when a model's spec is
+// checked: any key will do (serve reads its own when it starts), and
+// base URLs and hosts keep their defaults.
+func checkEnv(name string) string {
+	if strings.HasSuffix(name, "_KEY") {
+		return "set-at-start"
+	}
+	return ""
 }
 
 // checkServeSettings makes the checks of serve's options that touch
@@ -59,14 +77,24 @@ func checkServeSettings(o *serveOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential", "clone-allow"); err != nil {
-		return err
+	if len(o.profiles) == 0 {
+		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential", "clone-allow"); err != nil {
+			return err
+		}
 	}
 	if _, _, err := o.creds.parse(); err != nil {
 		return err
 	}
 	if _, err := o.creds.keyring(); err != nil {
 		return err
+	}
+	for _, p := range o.profiles {
+		if p.kind != kindNative || p.model == "" {
+			continue
+		}
+		if _, err := parseModel(p.model, checkEnv); err != nil {
+			return usageError("agents.%s.model: %v", p.name, err)
+		}
 	}
 	if err := o.oidc.check(flags); err != nil {
 		return err
@@ -84,7 +112,7 @@ func checkServeSettings(o *serveOptions) error {
 	}
 	// The model's spec, read as serve reads it; the keys it needs come
 	// from serve's environment when it starts, so any stands in for them.
-	if _, err := parseModel(o.model, func(string) string { return "set-at-start" }); err != nil {
+	if _, err := parseModel(o.model, checkEnv); err != nil {
 		return err
 	}
 	if o.agent == "acp" {
@@ -100,6 +128,9 @@ func checkServeSettings(o *serveOptions) error {
 		if t.Len() == 0 {
 			return usageError("--tokens %s admits nobody; add a line with agentry token --tenant T --principal P --tokens %s", o.tokens, o.tokens)
 		}
+	}
+	if _, _, err := loadBudgets(o.budgets); err != nil {
+		return usageError("--budgets: %v", err)
 	}
 	if o.store == "" {
 		return usageError("--store is empty; pass a SQLite file path (agentry.db) or a postgres:// URL")

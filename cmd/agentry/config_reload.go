@@ -91,6 +91,9 @@ func (c *serveConfig) changed(next *configFile) []string {
 			}
 		}
 	}
+	if fingerprint(c.file.agents, c.file.defaultAgent) != fingerprint(next.agents, next.defaultAgent) {
+		keys = append(keys, "agents")
+	}
 	slices.Sort(keys)
 	return keys
 }

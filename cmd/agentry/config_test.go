@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +235,10 @@ func TestConfigCheckCommand(t *testing.T) {
 
 // TestConfigCheckPassesEveryExampleInTheDocs runs config check on every
 // ```toml block of the docs, in a directory holding the tokens.txt they
-// name.
+// name and, empty, the relative HOME templates their agent profiles name
+// (home = "gemini-home": what the operator builds beside the file); a
+// ```toml budgets block is a budgets file, checked as the one a
+// configuration file names.
 func TestConfigCheckPassesEveryExampleInTheDocs(t *testing.T) {
 	pages, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
 	pages = append(pages, filepath.Join("..", "..", "README.md"))
@@ -247,6 +251,15 @@ func TestConfigCheckPassesEveryExampleInTheDocs(t *testing.T) {
 			n++
 			dir := t.TempDir()
 			writeFile(t, dir, "tokens.txt", tokenLine(t, "acme", "alice"))
+			for _, m := range relativeHome.FindAllStringSubmatch(block, -1) {
+				if err := os.MkdirAll(filepath.Join(dir, m[1]), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rest, ok := strings.CutPrefix(block, budgetsBlock); ok {
+				writeFile(t, dir, "budgets.toml", rest)
+				block = "budgets = \"budgets.toml\"\n"
+			}
 			path := writeFile(t, dir, "agentry.toml", block)
 			t.Chdir(dir)
 			if out, err := execute(t, "config", "check", path); err != nil {
@@ -258,6 +271,9 @@ func TestConfigCheckPassesEveryExampleInTheDocs(t *testing.T) {
 		t.Fatal("the docs hold no ```toml example")
 	}
 }
+
+// relativeHome finds a profile's home = "DIR" with a relative DIR.
+var relativeHome = regexp.MustCompile(`(?m)^home = "([^/"][^"]*)"`)
 
 // tomlBlocks returns the ```toml blocks of a Markdown page by the line of
 // their opening fence.
@@ -275,9 +291,12 @@ func tomlBlocks(t *testing.T, page string) map[int]string {
 		n++
 		l := strings.TrimSpace(sc.Text())
 		switch {
-		case open == 0 && l == "```toml":
+		case open == 0 && (l == "```toml" || l == "```toml budgets"):
 			open = n
 			body.Reset()
+			if l != "```toml" {
+				body.WriteString(budgetsBlock)
+			}
 		case open != 0 && l == "```":
 			out[open] = body.String()
 			open = 0
@@ -287,6 +306,9 @@ func tomlBlocks(t *testing.T, page string) map[int]string {
 	}
 	return out
 }
+
+// budgetsBlock marks a block of tomlBlocks that is a budgets file.
+const budgetsBlock = "# budgets file\n"
 
 func TestConfigRefusesAnOversizedFile(t *testing.T) {
 	path := writeFile(t, t.TempDir(), "agentry.toml", "# "+strings.Repeat("x", maxConfigBytes)+"\n")

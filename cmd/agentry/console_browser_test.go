@@ -141,7 +141,8 @@ func (b *tab) until(what, expr string) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool]("!!("+expr+")", chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(step))); err != nil {
 		b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
 		text, _ := chromedp.Run(context.WithoutCancel(b.ctx), chromedp.Evaluate[string]("document.body.innerText"))
-		b.t.Fatalf("%s: %v\nthe page says:\n%s", what, err, text)
+		focus, _ := chromedp.Run(context.WithoutCancel(b.ctx), chromedp.Evaluate[string]("document.activeElement ? document.activeElement.tagName + '#' + document.activeElement.id : 'none'"))
+		b.t.Fatalf("%s: %v\nthe focus is on %s; the page says:\n%s", what, err, focus, text)
 	}
 }
 
@@ -277,19 +278,8 @@ var (
 // stays out of every URL and out of localStorage; nothing breaks the
 // page's policy.
 func TestBrowserConsole(t *testing.T) {
-	needPython(t)
-	actx := browser(t)
+	actx, s, toks := consoleServe(t, "alice", "bob")
 	dir := artifactDir(t)
-	tokens, toks := writeTokens(t, "alice", "bob")
-	o := serveDefaults(t)
-	o.tokens = tokens
-	o.runner = "interpreter"
-	if jailWorks() {
-		o.runner = "jail"
-	}
-	o.checkIns = []string{"run_code"}
-	s := startServe(t, o)
-	defer s.stop(t)
 
 	a := openTab(t, actx, dir)
 	a.signIn(s.url, toks["alice"])
@@ -327,17 +317,23 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	}
 	a.until("the transcript", `[...document.querySelectorAll("#transcript .msg.assistant .answer")].some((e) => e.textContent === "42")`)
-	// What the agent did (the provider's activities: the call and its
-	// return) is folded under the answer.
-	if n := eval[int](a, `document.querySelectorAll("#transcript details.calls .call").length`); n != 2 {
-		t.Fatalf("%d activities folded under the answer, want the call and its return", n)
+	// What the agent did is folded under the answer: one call, its input
+	// (the code, as numbered lines) and its output, in words a person reads.
+	if n := eval[int](a, `document.querySelectorAll("#transcript details.calls .call").length`); n != 1 {
+		t.Fatalf("%d calls folded under the answer, want the one run_code call", n)
 	}
 	if open := eval[bool](a, `document.querySelector("#transcript details.calls").open`); open {
 		t.Fatal("the tool calls are not folded")
 	}
 	a.do("unfold the call", chromedp.Click(chromedp.CSS("#transcript details.calls summary")))
-	if r := a.text("#transcript details.calls"); !strings.Contains(r, "the agent called run_code") || !strings.Contains(r, "run_code answered") {
-		t.Fatalf("the folded activities: %q", r)
+	if h := a.text("#transcript details.calls .call-head"); h != "the agent ran code with run_code: done" {
+		t.Fatalf("the call says %q", h)
+	}
+	if in := eval[[]string](a, `[...document.querySelectorAll("#transcript details.calls .code-lines li")].map((li) => li.textContent)`); len(in) != 1 || in[0] != "print(6*7)" {
+		t.Fatalf("the call's input: %q", in)
+	}
+	if out := a.text("#transcript details.calls pre.result"); strings.TrimSpace(out) != "42" {
+		t.Fatalf("the call's output: %q", out)
 	}
 
 	// The live tool session: its runner, key hash, held for, calls.
@@ -348,6 +344,10 @@ func TestBrowserConsole(t *testing.T) {
 		t.Fatalf("the tool session row: %q", cells)
 	}
 	a.shot("3-answered")
+	// What it used: each turn's, the conversation's, the person's month.
+	a.until("each turn's usage", `[...document.querySelectorAll("#turns tbody td.used")].some((td) => td.textContent.includes("model call") && td.textContent.includes("tokens"))`)
+	a.until("the conversation's usage", `document.getElementById("conv-usage").textContent.startsWith("This conversation: 1 turn · ")`)
+	a.until("the month's usage", `/^You this month: [1-9][0-9]* turns? · [0-9,]+ tokens/.test(document.getElementById("usage-total").textContent)`)
 
 	// Decline the next one, by keyboard only: Ctrl+Enter sends; Tab from
 	// the note passes Approve to Decline; Enter presses it.
@@ -381,6 +381,8 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	}
 	a.shot("4-timeline")
+	axe := axeScript(t)
+	a.accessible(axe, "a run's timeline")
 	a.do("scroll to the top", chromedp.Evaluate[chromedp.Void]("window.scrollTo(0, 0)"))
 	a.shot("console") // the README's picture
 	a.noOverflow(1280)
@@ -397,6 +399,7 @@ func TestBrowserConsole(t *testing.T) {
 	if st := a.text("#conv-state"); st == "closed" {
 		t.Fatal("closed before the person confirmed")
 	}
+	a.accessible(axe, "the close confirmation")
 	a.do("close", chromedp.Click(chromedp.ID("close-yes")))
 	a.until("closed", `document.getElementById("conv-state").textContent === "closed"`)
 	a.until("the session closed", `document.querySelector("#tool-sessions tbody tr.closed") && !document.querySelector("#tool-sessions tbody tr.live")`)
@@ -408,6 +411,7 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	a.until("listed as closed", `document.querySelector("#conv-list .badge.closed")`)
 	a.shot("6-closed")
+	a.accessible(axe, "a closed conversation")
 	a.tokenStaysHidden(toks["alice"])
 	a.clean()
 
@@ -453,6 +457,7 @@ func TestBrowserConsoleRefusesABadToken(t *testing.T) {
 		t.Fatal("a refused token was kept")
 	}
 	b.shot("refused")
+	b.accessible(axeScript(t), "a refused sign-in")
 	b.clean()
 }
 
@@ -483,7 +488,7 @@ func TestBrowserConsoleSessionInteraction(t *testing.T) {
 	}
 	tok, line, _ := host.GenerateToken(tool.Identity{Tenant: "acme", Principal: "alice"})
 	auth, _ := host.ParseTokens(strings.NewReader(line))
-	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EvictEvery: -1})
+	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EvictEvery: -1, RetentionEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,6 +537,7 @@ func TestBrowserConsoleSessionInteraction(t *testing.T) {
 		t.Fatalf("the interaction reads %q / %q", h, q)
 	}
 	b.shot("interaction")
+	b.accessible(axeScript(t), "a question from the agent")
 	b.do("choose staging", chromedp.Click(chromedp.CSS(`#interaction-detail button.option`)))
 	if r := <-got; r.Answer != "staging" || r.Declined {
 		t.Fatalf("the agent heard %+v", r)

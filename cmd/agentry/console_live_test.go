@@ -49,24 +49,8 @@ func (b *tab) within(what string, d time.Duration, expr string) {
 // card shows the code as numbered lines, a <script> in it as text; and
 // when the host stops, a banner says it cannot be reached.
 func TestBrowserConsoleLive(t *testing.T) {
-	needPython(t)
-	actx := browser(t)
+	actx, s, toks := consoleServe(t, "alice")
 	dir := artifactDir(t)
-	tokens, toks := writeTokens(t, "alice")
-	o := serveDefaults(t)
-	o.tokens = tokens
-	o.runner = "interpreter"
-	if jailWorks() {
-		o.runner = "jail"
-	}
-	o.checkIns = []string{"run_code"}
-	s := startServe(t, o)
-	stopped := false
-	defer func() {
-		if !stopped {
-			s.stop(t)
-		}
-	}()
 
 	a := openTab(t, actx, dir)
 	a.signIn(s.url, toks["alice"])
@@ -99,17 +83,24 @@ func TestBrowserConsoleLive(t *testing.T) {
 		t.Fatal("the message box is usable while the turn waits, or Stop is not beside it")
 	}
 	a.shot("live-check-in")
+	a.accessible(axeScript(t), "the inbox with a check-in")
 
 	// Approve in the console: the inbox empties, the answer is there.
 	a.do("approve", chromedp.Click(chromedp.ID("approve")))
 	a.until("answered", `[...document.querySelectorAll("#transcript .msg.assistant .answer")].some((e) => e.textContent.includes("42"))`)
 	a.until("the inbox empties", `!document.getElementById("inbox-empty").hidden`)
-	a.until("the tool call's output under its answer", `[...document.querySelectorAll("#transcript details.calls")].length > 0`)
+	a.until("the tool call's output under its answer", `[...document.querySelectorAll("#transcript details.calls pre.result")].some((e) => e.textContent.includes("42"))`)
+	if out := a.text("#transcript details.calls pre.result"); !strings.Contains(out, "<script>alert(1)</script>") {
+		t.Fatalf("the call's output, as text: %q", out)
+	}
+	if n := eval[int](a, `document.querySelectorAll("#transcript script, #transcript details.calls pre.result *").length`); n != 0 {
+		t.Fatalf("the call's output was parsed as markup: %d elements", n)
+	}
 
 	// The host stops: a banner says so.
-	s.stop(t)
-	stopped = true
+	s.stop()
 	a.until("the banner", `!document.getElementById("banner").hidden && document.getElementById("banner-text").textContent.includes("cannot be reached")`)
 	a.shot("host-stopped")
+	a.accessible(axeScript(t), "the host-unreachable banner")
 	a.clean()
 }

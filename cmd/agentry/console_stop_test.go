@@ -14,18 +14,7 @@ import (
 // message is answered. Clicked while a turn waits for a decision, the
 // question goes away and the conversation is open again.
 func TestConsoleStopButton(t *testing.T) {
-	needPython(t)
-	actx := browser(t)
-	tokens, toks := writeTokens(t, "alice")
-	o := serveDefaults(t)
-	o.tokens = tokens
-	o.runner = "interpreter"
-	if jailWorks() {
-		o.runner = "jail"
-	}
-	o.checkIns = []string{"run_code"}
-	s := startServe(t, o)
-	defer s.stop(t)
+	actx, s, toks := consoleServe(t, "alice")
 
 	b := openTab(t, actx, artifactDir(t))
 	b.signIn(s.url, toks["alice"])

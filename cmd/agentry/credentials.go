@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -88,4 +90,31 @@ func describeCredentials(k *host.Keyring, agent []host.AgentCredential) string {
 		s += "; each agent gets its person's " + strings.Join(names, ", ")
 	}
 	return s
+}
+
+// profileCredentials is an agent profile's credentials = {VAR = "name"}
+// as the adapter's credentials and the host's, by variable.
+func profileCredentials(m map[string]string) ([]acp.Credential, []host.AgentCredential) {
+	var ac []acp.Credential
+	var hc []host.AgentCredential
+	for _, v := range slices.Sorted(maps.Keys(m)) {
+		ac = append(ac, acp.Credential{Var: v, Name: m[v]})
+		hc = append(hc, host.AgentCredential{Name: m[v], Var: v})
+	}
+	return ac, hc
+}
+
+// checkProfileCredentials refuses what agent profiles' credentials cannot
+// run with: --agent-credential beside profiles (each profile says its
+// own), and credentials without --credentials-key-file.
+func (o *serveOptions) checkProfileCredentials() error {
+	if len(o.creds.agent) > 0 {
+		return usageError("--agent-credential with agent profiles ([agents.NAME]): give each profile its own, credentials = { VAR = \"name\" }; drop --agent-credential")
+	}
+	for _, p := range o.profiles {
+		if len(p.credentials) > 0 && o.creds.keyFile == "" {
+			return usageError("agents.%s.credentials need --credentials-key-file (credentials-key-file in the configuration file): people's credentials are kept sealed, never in clear", p.name)
+		}
+	}
+	return nil
 }

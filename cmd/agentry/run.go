@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -100,6 +101,7 @@ closes every tool session and exits 1.
 				if strings.TrimSpace(args[0]) == "" {
 					return usageError("the MESSAGE is empty; say what the agent should do")
 				}
+				_ = checkInlineEnv(o.acp.env, false, cmd.ErrOrStderr())
 				return runACPTurn(cmd.Context(), o, args[0], cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			return runTurn(cmd.Context(), o, args[0], cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -184,11 +186,7 @@ func runTurn(ctx context.Context, o runOptions, message string, stdin io.Reader,
 	if o.tenant != "" || o.principal != "" {
 		id = &tool.Identity{Tenant: o.tenant, Principal: o.principal}
 	}
-	jail, err := o.caps.jail()
-	if err != nil {
-		return err
-	}
-	runner, err := newRunner(ctx, o.runner, local.Options{Jail: jail}, stderr)
+	runner, err := runRunner(ctx, o, stderr)
 	if err != nil {
 		return err
 	}
@@ -305,4 +303,42 @@ func decide(ctx context.Context, o runOptions, p *agent.Pause, stdin io.Reader, 
 // oneLine folds a message onto one line for stderr.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// runRunner is run's runner (--runner, jailed with the session caps), once
+// it is known to find Python.
+func runRunner(ctx context.Context, o runOptions, stderr io.Writer) (code.Runner, error) {
+	jail, err := o.caps.jail()
+	if err != nil {
+		return nil, err
+	}
+	runner, err := newRunner(ctx, o.runner, local.Options{Jail: jail}, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := needInterpreter(runner); err != nil {
+		return nil, err
+	}
+	return runner, nil
+}
+
+// needInterpreter refuses a run whose run_code could not start Python,
+// before the model is asked anything: the person at the terminal is told
+// what to install and the run exits 1, rather than the model answering
+// with the tool's failure and the run exiting 0.
+func needInterpreter(r code.Runner) error {
+	l, ok := r.(interface {
+		LookInterpreter(language string) (string, error)
+	})
+	if !ok {
+		return nil // a remote runner brings its own interpreter
+	}
+	_, err := l.LookInterpreter("python")
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, local.ErrInterpreterMissing):
+		return failure(errors.New("run_code runs Python, and python3 is not on PATH; install it (Debian/Ubuntu: sudo apt-get install python3; macOS: brew install python3) or put the directory holding python3 on PATH, then run again"))
+	}
+	return failure(fmt.Errorf("run_code cannot run Python: %w", err))
 }

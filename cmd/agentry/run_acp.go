@@ -47,7 +47,7 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 		return err
 	}
 	defer closeLauncher()
-	reg, inst, err := openACP(ctx, l, cfg, export, provider.WithEvents(export))
+	reg, inst, err := openACP(ctx, l, "acp", cfg, export, provider.WithEvents(export))
 	if err != nil {
 		return failure(err)
 	}

@@ -32,7 +32,7 @@ func init() { commands = append(commands, newServeCmd) }
 // default.
 type serveOptions struct {
 	addr, tokens, store, events, model, runner string
-	prices                                     string
+	prices, budgets                            string
 	agent, advertise                           string
 	temporal, temporalReplica                  string
 	temporalNamespace, temporalQueue           string
@@ -53,6 +53,11 @@ type serveOptions struct {
 	oidc                                       oidcFlags
 	creds                                      credFlags
 	cloneAllow                                 []string
+	// profiles are the configuration file's agent profiles, served side
+	// by side instead of --agent; defaultAgent names the default one.
+	profiles     []agentProfile
+	defaultAgent string
+	door         doorFlags
 	// agentFlagErr is the refusal of --agent-* flags that do not fit
 	// --agent (worked out from which flags were given).
 	agentFlagErr error
@@ -108,7 +113,15 @@ settings of it) and names what needs a restart.
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sig)
-			o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential", "clone-allow")
+			if err := checkInlineEnv(o.acp.env, true, nil); err != nil {
+				return err
+			}
+			if err := o.takeProfiles(cmd.Flags()); err != nil {
+				return err
+			}
+			if len(o.profiles) == 0 {
+				o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential", "clone-allow")
+			}
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
 			}
@@ -135,6 +148,7 @@ settings of it) and names what needs a restart.
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.prices, "prices", "", "the price table each turn's cost is estimated with (JSON; docs/usage.md); default: the table agentry ships")
+	f.StringVar(&o.budgets, "budgets", "", "caps per tenant and principal per UTC day and month (cost, tokens, turns, sandbox time) and per-principal turn rates (TOML; docs/usage.md); reloaded on change and SIGHUP")
 	f.StringVar(&o.model, "model", defaultModel, "the model: scripted (offline: runs the code in each message), anthropic:MODEL, openai:MODEL or ollama:MODEL (below)")
 	f.StringVar(&o.runner, "runner", "", "where model-written code runs: "+runnerKinds+" (default: the interpreter, jailed when bubblewrap can)")
 	o.caps.add(f)
@@ -151,6 +165,7 @@ settings of it) and names what needs a restart.
 	f.Int64Var(&o.wsMaxBytes, "workspace-max-bytes", host.DefaultWorkspaceMaxBytes, "bound on the bytes of the files one workspace upload (PUT /v1/sessions/{id}/workspace) holds")
 	f.IntVar(&o.wsMaxEntries, "workspace-max-entries", host.DefaultWorkspaceMaxEntries, "bound on the entries (files, directories, links) of one workspace upload")
 	f.BoolVar(&o.allowUnjailed, "allow-unjailed", false, "serve several principals, or beyond loopback, even though model-written code would run unjailed (without bubblewrap); DANGEROUS: every principal's code can read the others' files and this process's secrets")
+	o.door.add(f)
 	f.StringArrayVar(&o.checkIns, "check-in", nil, "every call of this tool waits for a person's decision (repeat; e.g. --check-in run_code: no model-written code runs without a yes)")
 	f.StringVar(&o.advertise, "advertise", "", "with a postgres:// store: the URL the other replicas reach this one at (default: the listen address; a wildcard host becomes this machine's hostname)")
 	f.DurationVar(&o.lease, "lease", host.DefaultLeaseTTL, "with a postgres:// store: how long a conversation's ownership lease lasts unrenewed (renewed every third of it); a dead replica's conversations are taken over after it")
@@ -189,6 +204,9 @@ func printServing(stdout io.Writer, o serveOptions, url string, leases host.Leas
 		signIn = "sign in at " + o.oidc.issuer + ", or with a token"
 	}
 	fmt.Fprintf(stdout, "agentry serve: the console is at %s/ (%s)\n", url, signIn)
+	if len(o.profiles) > 0 {
+		fmt.Fprintf(stdout, "agentry serve: agents %s; GET /v1/agents lists them\n", describeAgents(o.profiles, o.defaultAgent))
+	}
 	if o.oidc.set() {
 		fmt.Fprintf(stdout, "agentry serve: accepting %s\n", o.oidc.describe())
 	}
@@ -318,6 +336,7 @@ type serveDeps struct {
 	workingDir    func(tool.Identity, string) (string, error)
 	dropWorkspace func(tool.Identity, string) error
 	sessionConfig func(tool.Identity, string) json.RawMessage
+	workspaceRoot string
 
 	// keys seal people's credentials (--credentials-key-file; nil: none
 	// kept); agentCreds are the ones each agent gets.
@@ -325,4 +344,8 @@ type serveDeps struct {
 	agentCreds []host.AgentCredential
 	// cloner clones repositories into new conversations (--clone-allow).
 	cloner host.Cloner
+
+	// profiles are what each agent profile runs with (a file with
+	// [agents.NAME] profiles).
+	profiles []profileDeps
 }

@@ -43,28 +43,38 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 		}
 		d.sinks = append(d.sinks, s)
 	}
+	if len(o.profiles) > 0 {
+		return buildProfileDeps(ctx, o, d, later.export, warn)
+	}
 	if o.agent == "acp" {
 		return buildACPDeps(ctx, o, d, later.export, warn)
 	}
+	if err := addNativeTools(ctx, o, &d, later.export, warn); err != nil {
+		closeSinks(d.sinks)
+		return serveDeps{}, err
+	}
+	return d, nil
+}
+
+// addNativeTools gives d agentry's own agent's tools: run_code on the
+// --runner, holding one session per conversation, behind --check-in.
+func addNativeTools(ctx context.Context, o serveOptions, d *serveDeps, toBus func(event.Event), warn io.Writer) error {
 	jail, err := o.caps.jail()
 	if err != nil {
-		closeSinks(d.sinks)
-		return serveDeps{}, err
+		return err
 	}
 	if o.pool < 0 {
-		closeSinks(d.sinks)
-		return serveDeps{}, usageError("--pool %d: give a count of interpreters, or 0 for none", o.pool)
+		return usageError("--pool %d: give a count of interpreters, or 0 for none", o.pool)
 	}
-	toBus := later.export
 	r, unjailed, err := doorRunner(ctx, o.runner, local.Options{Jail: jail, Pool: local.Pool{Size: o.pool}, Events: toBus}, o.reach, o.allowUnjailed, warn)
 	if err != nil {
-		closeSinks(d.sinks)
-		return serveDeps{}, err
+		return err
 	}
 	d.unjailed = unjailed
 	stateLimits(r, true, warn)
+	closeRunner := func() {}
 	if c, ok := r.(interface{ Close(context.Context) error }); ok {
-		d.close = func() {
+		closeRunner = func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := c.Close(ctx); err != nil {
@@ -72,15 +82,21 @@ func buildServeDeps(ctx context.Context, o serveOptions, warn io.Writer) (serveD
 			}
 		}
 	}
-	d.tools = []tool.Tool{code.NewTool(r, code.ToolOptions{
+	tools := []tool.Tool{code.NewTool(r, code.ToolOptions{
 		Scope:  toolsession.ScopeSession,
 		Events: toBus,
 	})}
-	if d.tools, err = withCheckIns(d.tools, o.checkIns); err != nil {
-		closeSinks(d.sinks)
-		return serveDeps{}, err
+	if tools, err = withCheckIns(tools, o.checkIns); err != nil {
+		closeRunner()
+		return err
 	}
-	return d, nil
+	d.tools = tools
+	before := d.close
+	d.close = func() {
+		closeRunner()
+		before()
+	}
+	return nil
 }
 
 // closeSinks closes sinks an agent never took over.
@@ -103,20 +119,23 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 	if err != nil {
 		return fail(err)
 	}
-	ac, hc, err := o.creds.parse()
-	if err != nil {
-		return fail(err)
-	}
-	o.acp.creds, d.agentCreds = ac, hc
-	cfg, err := o.acp.config(root)
-	if err != nil {
-		return fail(err)
+	var cfg json.RawMessage
+	if len(o.profiles) == 0 { // profiles have a configuration each
+		ac, hc, err := o.creds.parse()
+		if err != nil {
+			return fail(err)
+		}
+		o.acp.creds, d.agentCreds = ac, hc
+		if cfg, err = o.acp.config(root); err != nil {
+			return fail(err)
+		}
 	}
 	l, why, closeLauncher, err := acpLauncher(ctx, "serve", o.caps, o.allowUnjailed, toBus, warn)
 	if err != nil {
 		return fail(err)
 	}
 	d.launcher, d.acpConfig, d.workingDir, d.dropWorkspace = l, cfg, conversationDir(root), dropConversationDir(root)
+	d.workspaceRoot = root
 	// An ACP session's configuration is its mode at most; the definition
 	// gives it (--agent-mode), so sessions open with none.
 	d.sessionConfig = func(tool.Identity, string) json.RawMessage { return nil }

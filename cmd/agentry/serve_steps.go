@@ -35,12 +35,16 @@ type server struct {
 	bus       *event.Bus
 	router    *host.EventSink
 	prices    *price.Table
-	store     *sqlstore.Store
-	reg       *provider.Registry
-	inst      *provider.Instance
-	ln        net.Listener
-	leases    host.Leases
-	host      *host.Host
+	budgets   *host.Budgets
+	// budgetsSeen is the --budgets file as last read (see followBudgets).
+	budgetsSeen budgetsFile
+	store       *sqlstore.Store
+	reg         *provider.Registry
+	inst        *provider.Instance
+	agents      []host.Agent // with agent profiles: one per profile
+	ln          net.Listener
+	leases      host.Leases
+	host        *host.Host
 
 	// reloads are what a reload applies (see onReload); running holds
 	// the values they run with.
@@ -58,7 +62,12 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, sig
 	if err != nil {
 		return usageError("--prices: %v", err)
 	}
-	s := &server{o: o, stdout: stdout, stderr: stderr, prices: prices, running: map[string]string{}}
+	budgets, sum, err := loadBudgets(o.budgets)
+	if err != nil {
+		return usageError("--budgets: %v", err)
+	}
+	s := &server{o: o, stdout: stdout, stderr: stderr, prices: prices, budgets: budgets, running: map[string]string{}}
+	s.budgetsSeen = budgetsFile{path: o.budgets, sum: sum}
 	if err := s.build(ctx); err != nil {
 		return err
 	}
@@ -198,6 +207,9 @@ func (s *server) openStore(ctx context.Context) error {
 func (s *server) openAgent(ctx context.Context) error {
 	o, d := s.o, s.deps
 	opts := []provider.Option{provider.WithEvents(s.bus.Export), provider.WithCleanupTimeout(o.teardown)}
+	if len(d.profiles) > 0 {
+		return s.openProfiles(ctx, opts)
+	}
 	var err error
 	switch {
 	case o.temporal != "":
@@ -207,7 +219,7 @@ func (s *server) openAgent(ctx context.Context) error {
 			s.undo.PushFunc(closeTemporal)
 		}
 	case o.agent == "acp":
-		s.reg, s.inst, err = openACP(ctx, d.launcher, d.acpConfig, s.bus.Export, opts...)
+		s.reg, s.inst, err = openACP(ctx, d.launcher, "acp", d.acpConfig, s.bus.Export, opts...)
 	default:
 		s.reg, s.inst, err = native.Open(ctx, native.Config{Store: native.HostStore(s.store), TurnRunIDs: true, Agent: native.Fixed(agent.Options{
 			ID:              "agentry-serve",
@@ -221,14 +233,19 @@ func (s *server) openAgent(ctx context.Context) error {
 	if err != nil {
 		return failure(err)
 	}
-	s.undo.PushFunc(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*o.teardown+5*time.Second)
+	s.undo.PushFunc(s.disposer(s.reg))
+	return nil
+}
+
+// disposer disposes reg once serve is done with it.
+func (s *server) disposer(reg *provider.Registry) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.o.teardown+5*time.Second)
 		defer cancel()
-		if err := s.reg.Dispose(ctx); err != nil {
+		if err := reg.Dispose(ctx); err != nil {
 			fmt.Fprintf(s.stderr, "agentry serve: closing the agent: %v\n", err)
 		}
-	})
-	return nil
+	}
 }
 
 // listen opens the listening socket.
@@ -252,23 +269,33 @@ func (s *server) openLeases(ctx context.Context) error {
 // newHost builds the host over everything opened so far.
 func (s *server) newHost(context.Context) error {
 	o, d := s.o, s.deps
-	ho := host.Options{
+	opt := host.Options{
 		Provider: s.inst, Store: s.store, Auth: s.auth, Bus: s.bus, EventSink: s.router, Leases: s.leases,
 		MaxTurns: o.maxTurns, MaxTurnsPerPrincipal: o.maxTurnsPerPrincipal, MaxConversationsPerPrincipal: o.maxOpen,
 		IdleEvict: o.idleEvict, CloseTimeout: 2 * o.teardown, TurnTimeout: o.turnTimeout, ForwardTimeout: o.forwardTimeout,
 		HostTools: d.lent, WorkingDirectory: d.workingDir, SessionConfig: d.sessionConfig, DropWorkspace: d.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
-		Prices:         s.prices,
+		Prices: s.prices, Budgets: s.budgets,
 		CredentialKeys: d.keys, AgentCredentials: d.agentCreds, Cloner: d.cloner,
 	}
 	if d.keys != nil {
-		ho.Credentials = s.store
+		opt.Credentials = s.store
 	}
-	h, err := host.New(ho)
+	if len(s.agents) > 0 {
+		// Each agent has its provider, lent tools, sessions'
+		// configuration and workspace; the host shares none of them.
+		opt.Provider, opt.Agents, opt.DefaultAgent = nil, s.agents, o.defaultAgent
+		opt.HostTools, opt.WorkingDirectory, opt.SessionConfig, opt.AgentCredentials = nil, nil, nil, nil
+	}
+	o.door.apply(&opt)
+	h, err := host.New(opt)
 	if err != nil {
 		return usageError("%v", err)
 	}
 	s.host = h
+	if s.o.budgets != "" {
+		s.followBudgets()
+	}
 	return nil
 }
 
@@ -277,7 +304,9 @@ func (s *server) newHost(context.Context) error {
 // build acquired.
 func (s *server) serve(sig <-chan os.Signal, forceExit func()) error {
 	defer func() { _ = s.undo.Undo() }()
-	srv := &http.Server{Handler: s.host, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	// No ReadTimeout: it would cut a large upload that keeps its pace; the
+	// host holds every body to a rate floor instead (--body-min-rate).
+	srv := &http.Server{Handler: s.host, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(s.ln) }()
 
@@ -332,7 +361,7 @@ func (s *server) serve(sig <-chan os.Signal, forceExit func()) error {
 // SIGHUP, or a change to the configuration file, reloads meanwhile.
 func (s *server) await(served <-chan error, sig <-chan os.Signal) error {
 	var poll <-chan time.Time
-	if s.o.conf != nil {
+	if s.o.conf != nil || s.o.budgets != "" {
 		t := time.NewTicker(configPoll)
 		defer t.Stop()
 		poll = t.C
@@ -342,8 +371,11 @@ func (s *server) await(served <-chan error, sig <-chan os.Signal) error {
 		case err := <-served:
 			return err
 		case <-poll:
-			if s.o.conf.configChanged() {
+			switch {
+			case s.o.conf != nil && s.o.conf.configChanged():
 				s.reload(s.o.conf.file.path + " changed")
+			case s.budgetsChanged():
+				s.reload(s.budgetsSeen.path + " changed")
 			}
 		case sg := <-sig:
 			if sg == syscall.SIGHUP {

@@ -108,6 +108,18 @@ func (r *Interpreter) KeepsState() bool { return true }
 // first (bounded), as its first Start would.
 func (r *Interpreter) Describe() string { return r.s.describeRunner(r.ID(), r.err) }
 
+// LookInterpreter resolves the program language's code runs with, as its
+// sessions would (on the runner's PATH, visible in the jail), without
+// starting one: a command can refuse at once, naming what to install,
+// rather than fail at the first call. The error wraps
+// ErrInterpreterMissing when the program is not there.
+func (r *Interpreter) LookInterpreter(language string) (string, error) {
+	if r.err != nil {
+		return "", r.err
+	}
+	return r.s.program(language)
+}
+
 // Start launches the interpreter in the session's private directory and
 // waits until it is ready (bounded by ctx and Options.StartTimeout), or
 // takes one the pool has ready. The interpreter's life is the session's,
@@ -411,6 +423,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 	defer outs.close()
 	before := s.before()
 	oom := s.cell.OOMKills()
+	cpu, _ := s.cell.Usage()
 
 	// One message: the frame, with the output pipes attached. The
 	// interpreter is idle between executes, so the write does not wait on
@@ -461,6 +474,7 @@ func (s *interpSession) Execute(ctx context.Context, req code.ExecRequest) (code
 		Truncated: truncation(outs.stdout, outs.stderr),
 	}
 	res.Stderr = appendNote(res.Stderr, s.r.s.jail.Notes(s.cell, oom))
+	res.Sandbox = sandboxUsage(s.cell, cpu)
 	res.Artifacts, res.Truncated = artifacts(before, after, workDir(s.cell), s.cell.View, res.Truncated)
 	if err2 != nil {
 		return res, err2

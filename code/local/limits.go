@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentry-dev/agentry/event"
 	"github.com/agentry-dev/agentry/jail"
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // unjailedGap is what an unjailed runner cannot give its sessions.
@@ -82,4 +83,15 @@ func appendNote(stderr, note string) string {
 		stderr += "\n"
 	}
 	return stderr + note
+}
+
+// sandboxUsage is what an execute used by the cell's control group: the
+// CPU time since cpuBefore (read as the execute began) and the cell's
+// peak memory; nil for a cell without a control group that counts.
+func sandboxUsage(cell *jail.Cell, cpuBefore time.Duration) *tool.SandboxUsage {
+	cpu, peak := cell.Usage()
+	if cpu == 0 && peak == 0 {
+		return nil
+	}
+	return &tool.SandboxUsage{CPU: max(cpu-cpuBefore, 0), PeakMemory: peak}
 }

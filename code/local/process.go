@@ -185,6 +185,7 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 	cmd := l.Cmd
 	cmd.Stdout, cmd.Stderr = outs.out.writer(), outs.err.writer()
 	oom := s.cell.OOMKills()
+	cpu, _ := s.cell.Usage()
 	if err := l.Start(); err != nil {
 		return code.Result{}, fmt.Errorf("local: starting %s: %w", prog, err)
 	}
@@ -232,6 +233,7 @@ func (s *procSession) Execute(ctx context.Context, req code.ExecRequest) (code.R
 		Truncated: truncation(stdout, stderr),
 	}
 	res.Artifacts, res.Truncated = artifacts(before, after, work, s.cell.View, res.Truncated)
+	res.Sandbox = sandboxUsage(s.cell, cpu)
 	switch {
 	case s.isStopped():
 		return res, stoppedError(s.id)
@@ -323,3 +325,11 @@ var _ code.Stager = (*procSession)(nil)
 // Describe states what this runner's sessions get and what they cannot
 // get on this machine (see Interpreter.Describe).
 func (p *Process) Describe() string { return p.s.describeRunner(p.ID(), p.err) }
+
+// LookInterpreter is Interpreter.LookInterpreter for this runner.
+func (p *Process) LookInterpreter(language string) (string, error) {
+	if p.err != nil {
+		return "", p.err
+	}
+	return p.s.program(language)
+}

@@ -335,3 +335,126 @@ export function follow(onEvent, onState) {
     },
   };
 }
+
+// ---- workspaces: tar streams in and out ----
+
+// raw sends one request with the token and returns the Response as it
+// came (ok or not; a failure is thrown as an ApiError).
+export async function raw(method, path, body, type) {
+  const init = { method, headers: headers({}), cache: "no-store", credentials: "omit", redirect: "error" };
+  if (body !== undefined) {
+    init.headers.set("Content-Type", type);
+    init.body = body;
+  }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    throw new ApiError(0, "unreachable", "the host cannot be reached: " + e.message);
+  }
+  if (!res.ok) throw await failure(res);
+  return res;
+}
+
+const enc = new TextEncoder();
+
+function field(h, off, len, text) {
+  const b = enc.encode(text);
+  h.set(b.subarray(0, len), off);
+}
+
+// tarOf packs files ([{name, bytes}]) as a ustar archive. A name past the
+// format's 100 bytes is refused (say so: the person can zip it instead).
+export function tarOf(files) {
+  const parts = [];
+  for (const f of files) {
+    const name = enc.encode(f.name);
+    if (name.length > 100) throw new ApiError(0, "name_too_long", "The name " + f.name + " is longer than 100 bytes; upload it from a shorter name.");
+    const h = new Uint8Array(512);
+    h.set(name, 0);
+    field(h, 100, 8, "0000644\0");
+    field(h, 108, 8, "0000000\0");
+    field(h, 116, 8, "0000000\0");
+    field(h, 124, 12, f.bytes.length.toString(8).padStart(11, "0") + "\0");
+    field(h, 136, 12, Math.floor(Date.now() / 1000).toString(8).padStart(11, "0") + "\0");
+    field(h, 148, 8, "        ");
+    field(h, 156, 1, "0");
+    field(h, 257, 8, "ustar\x0000");
+    let sum = 0;
+    for (const b of h) sum += b;
+    field(h, 148, 8, sum.toString(8).padStart(6, "0") + "\0 ");
+    parts.push(h, f.bytes, new Uint8Array((512 - (f.bytes.length % 512)) % 512));
+  }
+  parts.push(new Uint8Array(1024));
+  return new Blob(parts, { type: "application/x-tar" });
+}
+
+const dec = new TextDecoder();
+const cstr = (b) => dec.decode(b.subarray(0, b.indexOf(0) < 0 ? b.length : b.indexOf(0)));
+
+// listTar reads a tar stream's headers as they arrive, skipping the
+// files' bytes, and returns up to max entries [{name, size, type}] and
+// whether there were more. PAX and GNU long names are read.
+export async function listTar(res, max) {
+  const reader = res.body.getReader();
+  let buf = new Uint8Array(0);
+  let skip = 0;
+  let longName = null;
+  const out = [];
+  let want = 512, meta = null; // meta: a PAX or long-name body being read
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    let chunk = value;
+    if (skip) {
+      const n = Math.min(skip, chunk.length);
+      skip -= n;
+      chunk = chunk.subarray(n);
+    }
+    const joined = new Uint8Array(buf.length + chunk.length);
+    joined.set(buf);
+    joined.set(chunk, buf.length);
+    buf = joined;
+    while (buf.length >= want && !skip) {
+      const block = buf.subarray(0, want);
+      buf = buf.subarray(want);
+      if (meta) {
+        const body = block.subarray(0, meta.size);
+        if (meta.type === "L") longName = cstr(body);
+        else {
+          const m = /(?:^|\n)\d+ path=([^\n]*)\n/.exec(dec.decode(body));
+          if (m) longName = m[1];
+        }
+        meta = null;
+        want = 512;
+        continue;
+      }
+      if (block.every((b) => b === 0)) {
+        reader.cancel();
+        return { entries: out, more: false };
+      }
+      const size = parseInt(cstr(block.subarray(124, 136)).trim() || "0", 8);
+      const type = String.fromCharCode(block[156] || 48);
+      const padded = Math.ceil(size / 512) * 512;
+      if ((type === "x" || type === "L") && size <= 65536) {
+        meta = { type, size };
+        want = padded;
+        continue;
+      }
+      const prefix = cstr(block.subarray(345, 500));
+      const name = longName ?? (prefix ? prefix + "/" : "") + cstr(block.subarray(0, 100));
+      longName = null;
+      if (type !== "g" && type !== "x" && type !== "L") {
+        if (out.length >= max) {
+          reader.cancel();
+          return { entries: out, more: true };
+        }
+        out.push({ name, size, type: type === "5" ? "dir" : type === "2" ? "link" : "file" });
+      }
+      const n = Math.min(padded, buf.length);
+      buf = buf.subarray(n);
+      skip = padded - n;
+    }
+  }
+  return { entries: out, more: false };
+}

@@ -4,7 +4,7 @@
 // the /v1 API with the caller's token; the page is built with textContent
 // only (the policy refuses HTML from strings).
 
-import { api, stream, follow, token, ApiError, signInConfig, beginSignIn, finishSignIn } from "./api.js";
+import { api, stream, follow, token, ApiError, signInConfig, beginSignIn, finishSignIn, raw, tarOf, listTar } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -192,7 +192,6 @@ function renderInbox() {
     list.append(el("li", {},
       el("button", {
         type: "button", class: "inbox-item", "data-id": it.id,
-        "aria-label": it.what + " in conversation " + short(it.id) + ", waiting since " + clock(it.since) + ": " + it.detail,
         onclick: () => openConv(it.id),
       },
       el("span", { class: "inbox-what" }, it.what),
@@ -239,6 +238,7 @@ function clearError(where) {
 // ---- conversations ----
 
 async function loadConvs() {
+  loadUsageTotal();
   try {
     const res = await api("GET", "/v1/sessions");
     state.convs = res.sessions || [];
@@ -251,6 +251,10 @@ async function loadConvs() {
 }
 
 function renderConvs() {
+  // The lists are rebuilt: focus on one of their buttons moves to the
+  // same button rebuilt, so a keyboard user keeps their place.
+  const a = document.activeElement;
+  const had = a && a.dataset && a.dataset.id && a.closest("#conv-list, #inbox-list") ? [a.closest("ol, ul").id, a.dataset.id] : null;
   renderInbox();
   const list = $("conv-list");
   list.replaceChildren();
@@ -260,14 +264,17 @@ function renderConvs() {
     const st = state.running.has(c.sessionId) ? "running" : c.state;
     list.append(el("li", {},
       el("button", {
-        type: "button", class: "conv-item", "data-id": c.sessionId,
+        type: "button", class: "conv-item", "data-id": c.sessionId, id: "conv-" + c.sessionId,
         "aria-current": current ? "true" : undefined,
-        "aria-label": "Conversation " + short(c.sessionId) + ", " + st + ", " + c.turns + " turns, updated " + clock(c.updatedAt),
         onclick: () => openConv(c.sessionId),
       },
       el("span", { class: "conv-id" }, short(c.sessionId)),
       el("span", { class: "badge " + st }, st),
       el("span", { class: "conv-meta" }, c.turns + (c.turns === 1 ? " turn · " : " turns · ") + clock(c.updatedAt)))));
+  }
+  if (had) {
+    const again = $(had[0]).querySelector('[data-id="' + had[1] + '"]');
+    if (again) again.focus();
   }
 }
 
@@ -294,6 +301,12 @@ async function openConv(id) {
   $("waterfall").replaceChildren();
   $("marks").replaceChildren();
   $("timeline-title").textContent = "Choose a run in the turn log.";
+  // The workspace is read when the person asks: reading it may start the
+  // agent's sandbox, and holds the conversation while it runs.
+  $("ws-list").replaceChildren();
+  $("ws-controls").hidden = false;
+  $("ws-state").textContent = "List files reads the workspace (it starts the agent's sandbox if none runs).";
+  clearError("ws");
   renderConvs();
   await refreshConv();
   $("conv-h").focus();
@@ -303,13 +316,14 @@ async function openConv(id) {
 async function refreshConv() {
   const id = state.current;
   if (!id) return;
-  let s, msgs, turns, tools;
+  let s, msgs, turns, tools, usage;
   try {
-    [s, msgs, turns, tools] = await Promise.all([
+    [s, msgs, turns, tools, usage] = await Promise.all([
       api("GET", "/v1/sessions/" + id),
       api("GET", "/v1/sessions/" + id + "/messages"),
       api("GET", "/v1/sessions/" + id + "/turns"),
       api("GET", "/v1/sessions/" + id + "/tool-sessions"),
+      api("GET", "/v1/sessions/" + id + "/usage"),
     ]);
   } catch (e) {
     if (e.status === 404) {
@@ -327,7 +341,7 @@ async function refreshConv() {
   state.session = s;
   renderSession(s);
   renderTranscript(msgs.messages || []);
-  renderTurns(turns.turns || []);
+  renderTurns(turns.turns || [], usage);
   renderTools(tools);
 }
 
@@ -440,12 +454,7 @@ function renderTranscript(msgs) {
           d.append(el("div", { class: "call activity" }, el("p", { class: "call-head" }, activityWords(c.call.name))));
           continue;
         }
-        d.append(el("div", { class: "call" + (c.result && c.result.isError ? " is-error" : "") },
-          el("p", { class: "call-head" }, c.call.name + " ", el("code", {}, c.call.id)),
-          el("p", { class: "io-h" }, "Input"),
-          argsView(c.call.name, c.call.args) || el("p", { class: "help" }, "No input."),
-          el("p", { class: "io-h" }, "Output"),
-          c.result ? el("pre", { class: "result" }, ...cut(c.result.content || "(no output)")) : el("p", { class: "help" }, "No result recorded.")));
+        d.append(callView(c));
       }
       item.append(d);
     }
@@ -461,8 +470,22 @@ function renderTranscript(msgs) {
     }
     if (!group) group = { steps: [], answer: null };
     if (m.role === "activity") {
-      // What the agent did, as any provider says it ("calling run_code").
-      group.steps.push({ call: { id: "", name: m.content || "activity" }, result: null, activity: true });
+      // What the agent did, as any provider says it ("calling run_code"),
+      // with the call it is about when the provider said: one step per
+      // call, its input from the start, its output from the end.
+      const c = m.call && typeof m.call === "object" && m.call.id ? m.call : null;
+      if (!c) {
+        group.steps.push({ call: { id: "", name: m.content || "activity" }, result: null, activity: true });
+        continue;
+      }
+      let step = group.steps.find((x) => !x.activity && x.call.id === c.id);
+      if (!step) {
+        step = { call: { id: c.id, name: c.tool || "a tool" }, result: null, said: m.content || "" };
+        group.steps.push(step);
+      }
+      if (step.call.args === undefined && c.input !== undefined) step.call.args = c.input;
+      if (c.inputCut) step.call.argsCut = c.inputCut;
+      if (typeof c.output === "string") step.result = { content: c.output, isError: !!c.isError, cut: c.outputCut };
       continue;
     }
     if (m.role === "assistant") {
@@ -475,6 +498,44 @@ function renderTranscript(msgs) {
     }
   }
   flush();
+}
+
+// callWords says a tool call the way a person reads it: "the agent asked
+// to write hello.txt", "the agent ran code", "the agent called search".
+function callWords(call, result) {
+  const a = call.args && typeof call.args === "object" && !Array.isArray(call.args) ? call.args : {};
+  const path = [a.path, a.file_path, a.filePath, a.file].find((v) => typeof v === "string");
+  let what;
+  if (path !== undefined && (typeof a.newText === "string" || typeof a.new_string === "string" || typeof a.content === "string")) {
+    const fresh = a.oldText === undefined && a.old_string === undefined;
+    what = "the agent asked to " + (fresh ? "write " : "edit ") + path;
+  } else if (typeof a.code === "string") {
+    what = "the agent ran code with " + call.name;
+  } else if (typeof a.command === "string" || Array.isArray(a.command)) {
+    what = "the agent ran a command with " + call.name;
+  } else {
+    what = "the agent called " + call.name;
+  }
+  if (!result) return what + " (no result recorded)";
+  return what + (result.isError ? ": it failed" : ": done");
+}
+
+// callView is one tool call under its answer: what it was, its input (by
+// kind, as text) and its output (cut with a note past a size).
+function callView(c) {
+  const input = c.call.argsCut
+    ? el("p", { class: "help cut" }, "The input (" + c.call.argsCut + " bytes) was too large to keep.")
+    : argsView(c.call.name, c.call.args) || el("p", { class: "help" }, "No input recorded.");
+  let output = el("p", { class: "help" }, "No output recorded.");
+  if (c.result) {
+    const [text, note] = cut(c.result.content || "(no output)");
+    output = el("div", {}, el("pre", { class: "result", "aria-label": "Output of " + c.call.name }, text), note,
+      c.result.cut ? el("p", { class: "help cut" }, "Cut: the whole output was " + c.result.cut + " bytes.") : null);
+  }
+  return el("div", { class: "call" + (c.result && c.result.isError ? " is-error" : "") },
+    el("p", { class: "call-head" }, callWords(c.call, c.result)),
+    el("p", { class: "io-h" }, "Input"), input,
+    el("p", { class: "io-h" }, "Output"), output);
 }
 
 // ---- arguments, by kind, always as text ----
@@ -583,6 +644,10 @@ function activityWords(text) {
   if ((m = /^(\S+) returned$/.exec(t))) return m[1] + " answered";
   if ((m = /^(\S+) returned an error(.*)$/.exec(t))) return m[1] + " failed" + m[2];
   if ((m = /^(\S+) was declined$/.exec(t))) return "you declined " + m[1];
+  // An ACP agent's: "tool call ID: Title (kind, status)", "tool call ID completed".
+  if ((m = /^tool call \S+: (.*?)(?: \(([^()]*)\))?$/.exec(t))) return "the agent: " + m[1] + (m[2] ? " (" + m[2].replace(/_/g, " ") + ")" : "");
+  if ((m = /^tool call \S+ (\S+)$/.exec(t))) return "a tool call " + m[1].replace(/_/g, " ");
+  if ((m = /^answered (\S+): (.*)$/.exec(t))) return "the agent was answered: " + m[2];
   return t;
 }
 
@@ -755,15 +820,44 @@ function renderTools(res) {
   }
 }
 
-function renderTurns(turns) {
+// usageWords says a usage row as a person reads it: "1,234 tokens ·
+// 3 model calls · $0.0123" (a cost the price table cannot tell is said so,
+// never shown as zero).
+function usageWords(r) {
+  if (!r) return "";
+  const n = (v) => Number(v || 0).toLocaleString("en");
+  const tokens = (r.inputTokens || 0) + (r.outputTokens || 0);
+  const parts = [n(tokens) + " tokens (" + n(r.inputTokens) + " in, " + n(r.outputTokens) + " out)"];
+  if (r.modelCalls) parts.push(n(r.modelCalls) + (r.modelCalls === 1 ? " model call" : " model calls"));
+  if (r.toolCalls) parts.push(n(r.toolCalls) + (r.toolCalls === 1 ? " tool call" : " tool calls"));
+  if (r.costUsd || !r.unknownCostTurns) parts.push("$" + Number(r.costUsd || 0).toFixed(4));
+  if (r.unknownCostTurns) parts.push("cost unknown for " + r.unknownCostTurns + (r.unknownCostTurns === 1 ? " turn" : " turns"));
+  return parts.join(" · ");
+}
+
+// loadUsageTotal shows the person's usage this month (UTC).
+async function loadUsageTotal() {
+  const now = new Date();
+  const since = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString().slice(0, 10);
+  try {
+    const u = await api("GET", "/v1/usage?by=day&since=" + since);
+    $("usage-total").textContent = "You this month: " + u.total.turns + (u.total.turns === 1 ? " turn · " : " turns · ") + usageWords(u.total);
+  } catch (e) {
+    $("usage-total").textContent = "Your usage cannot be read now: " + e.message;
+  }
+}
+
+function renderTurns(turns, usage) {
   const body = $("turns").tBodies[0];
   body.replaceChildren();
+  const used = new Map(((usage && usage.turns) || []).map((r) => [r.key, r]));
+  $("conv-usage").textContent = usage ? "This conversation: " + usage.total.turns + (usage.total.turns === 1 ? " turn · " : " turns · ") + usageWords(usage.total) : "";
   for (const t of turns.slice().reverse()) {
     const took = new Date(t.ended) - new Date(t.started);
     const runCell = el("td", {});
     if (t.runId) {
       runCell.append(el("button", {
-        type: "button", class: "quiet", "aria-label": "Show the timeline of run " + t.runId,
+        type: "button", class: "quiet", "aria-label": "Show the timeline of run " + short(t.runId),
         onclick: () => showTimeline(t.runId),
       }, short(t.runId)));
     }
@@ -772,7 +866,102 @@ function renderTurns(turns) {
       el("td", {}, t.kind),
       el("td", {}, el("span", { class: "badge " + t.outcome }, t.outcome), t.error ? el("span", { class: "turn-error" }, " " + t.error) : null),
       el("td", {}, ms(took)),
+      el("td", { class: "used" }, usageWords(used.get(String(t.seq)))),
       runCell));
+  }
+}
+
+// ---- the workspace: upload, list, download ----
+
+const WS_LIST_MAX = 500; // entries listed; past it the list says so
+
+function bytes(n) {
+  if (n < 1024) return n + " B";
+  if (n < 1 << 20) return (n / 1024).toFixed(1) + " KiB";
+  return (n / (1 << 20)).toFixed(1) + " MiB";
+}
+
+// listWorkspace reads the workspace's tar stream and lists its entries.
+async function listWorkspace() {
+  const id = state.current;
+  clearError("ws");
+  $("ws-state").textContent = "Reading the workspace…";
+  let res;
+  try {
+    res = await listTar(await raw("GET", "/v1/sessions/" + id + "/workspace"), WS_LIST_MAX);
+  } catch (e) {
+    if (id !== state.current) return;
+    if (e.code === "workspace_unsupported") {
+      $("ws-controls").hidden = true;
+      $("ws-list").replaceChildren();
+      $("ws-state").textContent = "This agent keeps no files the host can reach: no workspace to show.";
+      return;
+    }
+    $("ws-state").textContent = "";
+    if (e.status === 401) fail(e);
+    else showError("ws", e.message);
+    return;
+  }
+  if (id !== state.current) return;
+  $("ws-controls").hidden = false;
+  const list = $("ws-list");
+  list.replaceChildren();
+  const files = res.entries.filter((f) => f.type !== "dir" && f.name !== "." && f.name !== "./");
+  for (const f of files) {
+    const name = f.name.replace(/^\.\//, "");
+    list.append(el("li", {},
+      el("span", { class: "ws-name" }, name),
+      el("span", { class: "sub" }, f.type === "link" ? "link" : bytes(f.size)),
+      el("button", { type: "button", class: "quiet", "aria-label": "Download " + name, onclick: () => downloadWorkspace(name) }, "Download")));
+  }
+  $("ws-state").textContent = files.length === 0 ? "The workspace is empty."
+    : files.length + (files.length === 1 ? " file" : " files") + (res.more ? "; only the first " + WS_LIST_MAX + " entries are listed" : "") + ".";
+}
+
+// downloadWorkspace saves the workspace (or one path of it) as a tar file.
+async function downloadWorkspace(path) {
+  clearError("ws");
+  const q = path ? "?path=" + encodeURIComponent(path) : "";
+  let blob;
+  try {
+    blob = await (await raw("GET", "/v1/sessions/" + state.current + "/workspace" + q)).blob();
+  } catch (e) {
+    if (e.status === 401) fail(e);
+    else showError("ws", e.message);
+    return;
+  }
+  const url = URL.createObjectURL(blob);
+  const a = el("a", { href: url, download: (path ? path.replace(/[\/]/g, "_") : "workspace-" + short(state.current)) + ".tar", hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+  $("ws-state").textContent = "Downloaded " + (path || "the workspace") + " (" + bytes(blob.size) + ", a tar file).";
+}
+
+// uploadWorkspace puts the chosen files into the workspace's top level.
+async function uploadWorkspace() {
+  clearError("ws");
+  const chosen = [...$("ws-files").files];
+  if (chosen.length === 0) {
+    showError("ws", "Choose one or more files first.");
+    $("ws-files").focus();
+    return;
+  }
+  $("ws-upload").disabled = true;
+  $("ws-state").textContent = "Uploading " + chosen.length + (chosen.length === 1 ? " file…" : " files…");
+  try {
+    const files = await Promise.all(chosen.map(async (f) => ({ name: f.name, bytes: new Uint8Array(await f.arrayBuffer()) })));
+    const res = await raw("PUT", "/v1/sessions/" + state.current + "/workspace", tarOf(files), "application/x-tar");
+    await res.body?.cancel();
+    $("ws-files").value = "";
+    await listWorkspace();
+  } catch (e) {
+    $("ws-state").textContent = "";
+    if (e.status === 401) fail(e);
+    else showError("ws", e.message);
+  } finally {
+    $("ws-upload").disabled = false;
   }
 }
 
@@ -863,6 +1052,9 @@ function wire() {
     }
   });
   $("stop").addEventListener("click", stopTurn);
+  $("ws-upload").addEventListener("click", uploadWorkspace);
+  $("ws-list-button").addEventListener("click", listWorkspace);
+  $("ws-download").addEventListener("click", () => downloadWorkspace(""));
   $("approve").addEventListener("click", () => decide(true));
   $("decline").addEventListener("click", () => decide(false));
   window.addEventListener("hashchange", () => {

@@ -10,10 +10,10 @@ import (
 	"github.com/agentry-dev/agentry/tool"
 )
 
-// v6 keeps people's credentials, sealed by the host (host.Keyring): the
+// v9 keeps people's credentials, sealed by the host (host.Keyring): the
 // key's id and the nonce and ciphertext in base64. No column holds a
 // secret in clear.
-var v6 = []string{
+var v9 = []string{
 	`CREATE TABLE IF NOT EXISTS agentry_credentials (
 		tenant     TEXT NOT NULL,
 		principal  TEXT NOT NULL,

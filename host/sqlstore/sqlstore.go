@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 6
+const SchemaVersion = 9
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -82,12 +82,12 @@ type Store struct {
 var _ host.Store = (*Store)(nil)
 
 type queries struct {
-	create, load, save, list, listOpen, countOpen, turns, appendTurn, lockRow, insertTurn string
-	messages, head, insertMsg, insertMsgs, recordLoad, recordSave, recordAdds             string
-	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear        string
-	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState          string
-	listTenant, listTenantOpen, tenantInfo                                                string // a tenant's admins' reads
-	insertUsage, usageTotal, usageTotalOne                                                string
+	create, load, save, countOpen, turns, appendTurn, lockRow, insertTurn          string
+	messages, head, insertMsg, insertMsgs, recordLoad, recordSave, recordAdds      string
+	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear string
+	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState   string
+	tenantInfo                                                                     string // a tenant's admins' read
+	insertUsage, usageTotal, usageTotalOne                                         string
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -183,6 +183,15 @@ var v4 = []string{
 	`ALTER TABLE agentry_conversations ADD COLUMN forwards TEXT NOT NULL DEFAULT ''`,
 }
 
+// v6 names the agent profile each conversation was opened with, and the
+// model its person chose, so a restarted host or another replica serves
+// it with the same ones. Conversations from before keep ” (the host's
+// default agent, the agent's own default model).
+var v6 = []string{
+	`ALTER TABLE agentry_conversations ADD COLUMN agent TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE agentry_conversations ADD COLUMN model TEXT NOT NULL DEFAULT ''`,
+}
+
 // New puts a Store on an open database: it creates or migrates the
 // schema (refusing one newer than this build) and prepares its
 // statements. write and read may be the same; the Store closes both.
@@ -251,24 +260,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: upgrading the %s store to schema 3: %w", kind, err)
 		}
 	}
-	if version < 4 {
-		for _, q := range v4 {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("sqlstore: upgrading the %s store to schema 4: %w", kind, err)
-			}
+	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7, 8: v8, 9: v9} {
+		if n <= 3 || version >= n {
+			continue
 		}
-	}
-	if version < 5 {
-		for _, q := range v5 {
+		for _, q := range step {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("sqlstore: upgrading the %s store to schema 5: %w", kind, err)
-			}
-		}
-	}
-	if version < 6 {
-		for _, q := range v6 {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("sqlstore: upgrading the %s store to schema 6: %w", kind, err)
+				return fmt.Errorf("sqlstore: upgrading the %s store to schema %d: %w", kind, n, err)
 			}
 		}
 	}
@@ -295,12 +293,15 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
+// convCols are the columns scanConversation reads.
+const convCols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, epoch, turn_begun, agent, model`
+
 func (s *Store) prepareQueries() {
-	const cols = `id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, epoch, turn_begun`
+	const cols = convCols
 	const owned = ` WHERE id = ? AND tenant = ? AND principal = ?`
 	const keepForwards = `(CASE WHEN length(forwards) > 2000 THEN '' ELSE forwards END)` // a short log: the latest few
 	s.q = queries{
-		create:     s.rebind(`INSERT INTO agentry_conversations (id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, turn_seq) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`),
+		create:     s.rebind(`INSERT INTO agentry_conversations (id, tenant, principal, state, turns, messages, pending_question, pending_tool, pending_request, provider, binding, last_run_id, created_us, updated_us, version, turn_seq, agent, model) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`),
 		messages:   s.rebind(`SELECT message FROM agentry_messages WHERE conversation_id = ? AND idx < ? ORDER BY idx`),
 		head:       s.rebind(`SELECT version, epoch FROM agentry_conversations` + owned),
 		insertMsg:  s.rebind(`INSERT INTO agentry_messages (conversation_id, idx, message) VALUES (?, ?, ?)`),
@@ -312,19 +313,11 @@ func (s *Store) prepareQueries() {
 			RETURNING turn_seq`),
 		lockRow:    s.rebind(`UPDATE agentry_conversations SET turn_seq = turn_seq + 1` + owned),
 		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations` + owned),
-		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-		list: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? AND principal = ? ORDER BY updated_us DESC, id LIMIT ?`),
-		listOpen: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
-		listTenant: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? ORDER BY updated_us DESC, id LIMIT ?`),
-		listTenantOpen: s.rebind(`SELECT ` + cols + `
-			FROM agentry_conversations WHERE tenant = ? AND state <> 'closed' ORDER BY updated_us DESC, id LIMIT ?`),
+		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us, rule)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		tenantInfo: s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ?`),
 		countOpen:  s.rebind(`SELECT COUNT(*) FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed'`),
-		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us
+		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us, t.rule
 			FROM agentry_turns t JOIN agentry_conversations c ON c.id = t.conversation_id
 			WHERE c.id = ? AND c.tenant = ? AND c.principal = ? ORDER BY t.seq`),
 		fence:      s.rebind(`UPDATE agentry_conversations SET epoch = ?` + owned + ` AND epoch <= ?`),
@@ -372,7 +365,7 @@ func (s *Store) Create(ctx context.Context, c host.Conversation) error {
 	}
 	pq, pt, pr := pendingCols(c.Pending)
 	_, err := s.write.ExecContext(ctx, s.q.create, c.ID, c.Owner.Tenant, c.Owner.Principal, string(c.State), c.Turns,
-		pq, pt, pr, c.Provider, string(c.Binding), c.LastRunID, micros(c.CreatedAt), micros(c.UpdatedAt), c.Version)
+		pq, pt, pr, c.Provider, string(c.Binding), c.LastRunID, micros(c.CreatedAt), micros(c.UpdatedAt), c.Version, c.Agent, c.Model)
 	if err != nil {
 		if s.d.UniqueViolation(err) {
 			return host.ErrExists
@@ -443,7 +436,7 @@ func scanConversation(row scanner) (host.Conversation, error) {
 		begun             sql.NullString
 	)
 	if err := row.Scan(&c.ID, &tenant, &principal, &state, &c.Turns, &n, &pq, &pt, &pr, &prov, &binding, &lastRun, &created, &updated, &c.Version,
-		&c.Epoch, &begun); err != nil {
+		&c.Epoch, &begun, &c.Agent, &c.Model); err != nil {
 		return host.Conversation{}, err
 	}
 	if begun.Valid {
@@ -689,7 +682,7 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, one, two *sql.Stmt, 
 }
 
 func (s *Store) insertTurn(ctx context.Context, tx *sql.Tx, id string, seq int64, t *host.Turn) error {
-	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended)); err != nil {
+	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended), t.Rule); err != nil {
 		return s.fail("recording a turn", err)
 	}
 	if t.Usage != nil {
@@ -839,21 +832,30 @@ func (s *Store) commitBatch(batch []*saveReq) {
 
 // List returns the owner's conversations, newest first.
 func (s *Store) List(ctx context.Context, owner tool.Identity, opt host.ListOptions) ([]host.Conversation, error) {
-	q := s.q.list
-	if opt.OpenOnly {
-		q = s.q.listOpen
-	}
-	return s.listRows(ctx, q, owner.Tenant, owner.Principal, listLimit(opt))
+	q, args := s.listQuery(`tenant = ? AND principal = ?`, opt, owner.Tenant, owner.Principal)
+	return s.listRows(ctx, q, args...)
 }
 
 // ListTenant returns a tenant's conversations, every principal's, newest
 // first.
 func (s *Store) ListTenant(ctx context.Context, tenant string, opt host.ListOptions) ([]host.Conversation, error) {
-	q := s.q.listTenant
+	q, args := s.listQuery(`tenant = ?`, opt, tenant)
+	return s.listRows(ctx, q, args...)
+}
+
+// listQuery is a listing of the conversations who selects, newest first
+// by creation then id (both fixed, so a keyset cursor walks them once).
+func (s *Store) listQuery(who string, opt host.ListOptions, args ...any) (string, []any) {
+	q := `SELECT ` + convCols + ` FROM agentry_conversations WHERE ` + who
 	if opt.OpenOnly {
-		q = s.q.listTenantOpen
+		q += ` AND state <> 'closed'`
 	}
-	return s.listRows(ctx, q, tenant, listLimit(opt))
+	if c := opt.After; c != nil {
+		us := micros(c.CreatedAt)
+		q += ` AND (created_us < ? OR (created_us = ? AND id < ?))`
+		args = append(args, us, us, c.ID)
+	}
+	return s.rebind(q + ` ORDER BY created_us DESC, id DESC LIMIT ?`), append(args, listLimit(opt))
 }
 
 // TenantInfo is Info for the tenant's admins: the conversation, with its
@@ -869,9 +871,15 @@ func (s *Store) TenantInfo(ctx context.Context, tenant, id string) (host.Convers
 	return c, nil
 }
 
+// listLimit is the rows a listing reads: opt.Limit, default MaxList; at
+// most one more than MaxList (the host asks one more than a page, to know
+// whether a next page exists).
 func listLimit(opt host.ListOptions) int {
-	if opt.Limit <= 0 || opt.Limit > host.MaxList {
+	switch {
+	case opt.Limit <= 0:
 		return host.MaxList
+	case opt.Limit > host.MaxList+1:
+		return host.MaxList + 1
 	}
 	return opt.Limit
 }
@@ -920,7 +928,7 @@ func (s *Store) Turns(ctx context.Context, owner tool.Identity, id string) ([]ho
 	for rows.Next() {
 		var t host.Turn
 		var started, ended int64
-		if err := rows.Scan(&t.Seq, &t.RunID, &t.Kind, &t.Outcome, &t.Error, &started, &ended); err != nil {
+		if err := rows.Scan(&t.Seq, &t.RunID, &t.Kind, &t.Outcome, &t.Error, &started, &ended, &t.Rule); err != nil {
 			return nil, s.fail("reading the turn log", err)
 		}
 		t.Started, t.Ended = fromMicros(started), fromMicros(ended)

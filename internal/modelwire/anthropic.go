@@ -157,7 +157,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte) 
 		}
 		asked, answered := soFar(len(all), func(i int) ([]string, int, bool) { return userParts(req.Messages[i].Role, all[i]) })
 		sr := s.opt.Script(Turn{N: n, Message: text.String(), ToolResults: results, ToolErrors: failed,
-			Asked: strings.Join(asked, ""), AskedParts: asked, Answered: answered, Tools: rec.Tools, System: sysText.String(), Stream: req.Stream})
+			Asked: strings.Join(asked, ""), AskedParts: asked, Answered: answered, Tools: rec.Tools, System: sysText.String(), Stream: req.Stream, Model: req.Model})
 		s.anthropicScripted(w, req.Model, req.Stream, sr)
 		return
 	}

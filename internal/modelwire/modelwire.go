@@ -1,7 +1,7 @@
 // Package modelwire runs local HTTP servers that speak vendors' wire
-// formats — Anthropic's Messages API and OpenAI's Chat Completions API, as
-// JSON and as server-sent event streams, and Google's Gemini API for a
-// scripted model — with a small deterministic model
+// formats — Anthropic's Messages API, OpenAI's Chat Completions and
+// Responses APIs, as JSON and as server-sent event streams, and Google's
+// Gemini API for a scripted model — with a small deterministic model
 // behind them that uses a run_code tool. End-to-end tests point the real
 // SDKs at it (through llm/anthropic, llm/openai or the agentry command's
 // --model); it listens on loopback only and never reaches the internet.
@@ -37,14 +37,17 @@ type Options struct {
 	Code func(message string) string
 	// APIKey, when set, is the only key the server accepts.
 	APIKey string
-	// Script, when set, is the model of the Anthropic server instead of
-	// the run_code turn, and the Gemini server's only model: it is shown
-	// each request and says what to answer — text, calls of any tools
-	// with any arguments, or both. The answer is streamed the way the
-	// vendor streams (Anthropic: a text block, then one tool_use block per
-	// call with its input in pieces; Gemini: the text in pieces, each call
-	// whole) or sent whole. It is called from the server's goroutines,
-	// one call at a time per request. The OpenAI server does not use it.
+	// Script, when set, is the model of the Anthropic and Responses
+	// servers instead of the run_code turn, and the Gemini server's only
+	// model: it is shown each request and says what to answer — text,
+	// calls of any tools with any arguments, or both. The answer is
+	// streamed the way the vendor streams (Anthropic: a text block, then
+	// one tool_use block per call with its input in pieces; Responses: a
+	// message item with the text in deltas, then one item per call with
+	// its arguments or input in pieces; Gemini: the text in pieces, each
+	// call whole) or sent whole. It is called from the server's goroutines,
+	// one call at a time per request. The Chat Completions server does not
+	// use it.
 	Script func(Turn) Reply
 }
 
@@ -75,6 +78,8 @@ type Turn struct {
 	System string
 	// Stream says whether the request asked for a stream.
 	Stream bool
+	// Model is the model the request names (the Messages API's "model").
+	Model string
 }
 
 // Reply is a scripted model's answer: Text (may be empty when there are
@@ -89,6 +94,10 @@ type Call struct {
 	Name string
 	// Args is the call's input: a JSON object.
 	Args json.RawMessage
+	// Input, when set, makes the call one of a freeform tool (the
+	// Responses API's custom tools, such as Codex's exec, whose input is
+	// JavaScript): the text it is given instead of Args.
+	Input string
 }
 
 // Request is what the server made of one request.
@@ -128,6 +137,11 @@ func NewAnthropic(opt Options) *Server { return start("anthropic", opt) }
 // NewOpenAI starts a server for OpenAI's Chat Completions API
 // (POST /v1/chat/completions).
 func NewOpenAI(opt Options) *Server { return start("openai", opt) }
+
+// NewResponses starts a server for OpenAI's Responses API (POST
+// /v1/responses), the wire format Codex speaks: give it URL+"/v1" as the
+// base URL. Its model is opt.Script when set, else the run_code turn.
+func NewResponses(opt Options) *Server { return start("responses", opt) }
 
 // NewGemini starts a server for Google's Gemini API (POST
 // /v1beta/models/{model}:generateContent and the rest): give its URL to
@@ -196,6 +210,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.anthropic(w, r, body.Bytes())
 	case "gemini":
 		s.gemini(w, r, body.Bytes())
+	case "responses":
+		s.responses(w, r, body.Bytes())
 	default:
 		s.openai(w, r, body.Bytes())
 	}

@@ -662,3 +662,27 @@ func TestMalformedToolCallFromTheServer(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A request that withholds tool calls still describes the tools and sets
+// the tool choice to none.
+func TestNoToolCallsSetsToolChoiceNone(t *testing.T) {
+	t.Parallel()
+	srv := server(t)
+	srv.Queue(wiretest.Reply{Body: message(`[{"type":"text","text":"Done."}]`, "end_turn")})
+	m, _ := model(t, srv)
+	req := ask("wrap up")
+	req.Tools, req.NoToolCalls = []llm.ToolDef{runCode}, true
+	if _, err := m.Generate(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Tools      []json.RawMessage `json:"tools"`
+		ToolChoice map[string]any    `json:"tool_choice"`
+	}
+	if err := json.Unmarshal(srv.Requests()[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body.Tools) != 1 || body.ToolChoice["type"] != "none" {
+		t.Fatalf("tools %d, tool_choice %v", len(body.Tools), body.ToolChoice)
+	}
+}

@@ -42,6 +42,9 @@ func (m *Model) params(req llm.Request) (anthropic.MessageNewParams, error) {
 		}
 		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &t})
 	}
+	if req.NoToolCalls && len(p.Tools) > 0 {
+		p.ToolChoice = anthropic.ToolChoiceUnionParam{OfNone: &anthropic.ToolChoiceNoneParam{}}
+	}
 	msgs, err := m.messages(req.Messages)
 	if err != nil {
 		return p, err

@@ -46,6 +46,9 @@ func (m *Model) params(req llm.Request, stream bool) (openai.ChatCompletionNewPa
 		}
 		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fn))
 	}
+	if req.NoToolCalls && len(p.Tools) > 0 {
+		p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")}
+	}
 	if req.System != "" {
 		p.Messages = append(p.Messages, openai.SystemMessage(req.System))
 	}

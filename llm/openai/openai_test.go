@@ -740,3 +740,21 @@ func TestBadRequestsAreRefusedBeforeSending(t *testing.T) {
 		t.Fatalf("%d requests sent", n)
 	}
 }
+
+// A request that withholds tool calls still describes the tools and sets
+// the tool choice to none.
+func TestNoToolCallsSetsToolChoiceNone(t *testing.T) {
+	t.Parallel()
+	srv := server(t, key)
+	srv.Queue(wiretest.Reply{Body: completion(text("Done."), "stop")})
+	m, _ := model(t, srv)
+	req := ask("wrap up")
+	req.Tools, req.NoToolCalls = []llm.ToolDef{runCode}, true
+	if _, err := m.Generate(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	body := srv.Requests()[0].JSON(t)
+	if tools, _ := body["tools"].([]any); len(tools) != 1 || body["tool_choice"] != "none" {
+		t.Fatalf("tools %v, tool_choice %v", body["tools"], body["tool_choice"])
+	}
+}

@@ -6,6 +6,9 @@ package acp_test
 //
 //	hello              thought, two message chunks, a plan, a tool call and its update, usage
 //	ask                a permission request; "chose <option>"; allowed → writes notes.txt
+//	run COMMAND        a permission request for an execute tool call "Run" whose
+//	                   raw input is {"command","description"}; "chose <option>"
+//	run-always COMMAND the same, offering only allow_always and reject_once
 //	forever            runs until cancelled
 //	crash              a message chunk, then exits with status 3
 //	read PATH          fs/read_text_file
@@ -117,7 +120,7 @@ func (a *scripted) Initialize(_ context.Context, req sdk.InitializeRequest) (sdk
 		version = v
 	}
 	caps := sdk.AgentCapabilities{
-		LoadSession:         resumeKind() == "load",
+		LoadSession:         resumeKind() == "load" || resumeKind() == "lazy",
 		McpCapabilities:     sdk.McpCapabilities{Http: os.Getenv("ACP_SCRIPTED_NO_MCP") == ""},
 		SessionCapabilities: sdk.SessionCapabilities{Close: &sdk.SessionCloseCapabilities{}},
 	}
@@ -215,6 +218,11 @@ func (a *scripted) reopen(cwd string, id sdk.SessionId, servers []sdk.McpServer)
 
 func (a *scripted) LoadSession(ctx context.Context, p sdk.LoadSessionRequest) (sdk.LoadSessionResponse, error) {
 	s, err := a.reopen(p.Cwd, p.SessionId, p.McpServers)
+	if err != nil && resumeKind() == "lazy" {
+		// As claude-agent-acp 0.101: the load succeeds, and the next call
+		// naming the session finds none.
+		return sdk.LoadSessionResponse{Modes: modes("default")}, nil
+	}
 	if err != nil {
 		return sdk.LoadSessionResponse{}, err
 	}
@@ -241,7 +249,7 @@ func (a *scripted) session(id sdk.SessionId) (*scriptedSession, error) {
 	defer a.mu.Unlock()
 	s := a.sessions[id]
 	if s == nil {
-		return nil, errors.New("no such session")
+		return nil, &sdk.RequestError{Code: -32002, Message: "Resource not found", Data: string(id)}
 	}
 	return s, nil
 }
@@ -370,6 +378,26 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 			}
 		}
 		return answer("chose " + chosen)
+	case "run", "run-always":
+		opts := []sdk.PermissionOption{
+			{OptionId: "yes", Name: "Allow", Kind: sdk.PermissionOptionKindAllowOnce},
+			{OptionId: "yes-always", Name: "Always allow", Kind: sdk.PermissionOptionKindAllowAlways},
+			{OptionId: "no", Name: "Reject", Kind: sdk.PermissionOptionKindRejectOnce},
+		}
+		if cmd == "run-always" {
+			opts = opts[1:]
+		}
+		resp, err := a.conn.RequestPermission(ctx, sdk.RequestPermissionRequest{SessionId: id,
+			ToolCall: sdk.ToolCallUpdate{ToolCallId: "call-run", Title: sdk.Ptr("Run"), Kind: sdk.Ptr(sdk.ToolKindExecute),
+				RawInput: map[string]any{"command": rest, "description": "runs it"}},
+			Options: opts})
+		if err != nil {
+			return sdk.PromptResponse{}, err
+		}
+		if resp.Outcome.Cancelled != nil {
+			return answer("cancelled")
+		}
+		return answer("chose " + string(resp.Outcome.Selected.OptionId))
 	case "blocks": // what the prompt held, one block after another
 		var texts []string
 		for _, b := range p.Prompt {

@@ -22,18 +22,23 @@
 //     missing_credentials, unsupported_version or unavailable when the
 //     agent cannot be started, authenticated or understood.
 //   - Create is session/new (the ACP session id is the binding); Resume is
-//     session/load or session/resume, whichever the agent offers, and is
-//     not declared when it offers neither; Close sends session/close when
+//     session/load or session/resume, whichever the agent offers; when it
+//     offers neither, or refuses to reopen the binding (its memory of it
+//     went with its process), a new agent session serves the conversation
+//     under the same binding, and the first turn tells the person (an
+//     activity) and the agent (a note) that the agent's memory is new, the
+//     transcript kept (event agentry.acp.session_afresh); Close sends session/close when
 //     the agent offers it. A definition's (or session's) mode is set with
 //     session/set_mode, refused by name when the agent does not offer it.
 //   - A turn is session/prompt: its session/update notifications become
 //     text (message chunks) and activities (thoughts, tool calls and their
 //     updates, plans, usage), and its stop reason ends the turn (completed;
 //     cancelled is interrupted; the others are failed). A permission
-//     request is an approval request; Resolve answers it with the option
-//     the agent offered (allow_once, or reject_once; a note of "always"
-//     picks the *_always option). Interrupt is session/cancel, and answers
-//     a pending permission request cancelled.
+//     request is an approval request whose Choices are the kinds of the
+//     options the agent offered, in its order; Resolve answers it with one
+//     of them (allow_once, or reject_once; a note of "always" picks the
+//     *_always option), never one the agent did not offer. Interrupt is
+//     session/cancel, and answers a pending permission request cancelled.
 //   - Everything the agent asks of the client is bounded where it enters,
 //     in front of the SDK's connection: at most limits.maxClientRequests
 //     (32) of its requests in flight, and Options.MaxClientRequests (1024)

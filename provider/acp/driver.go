@@ -110,15 +110,16 @@ func (d *Driver) ProviderKey() string             { return d.opt.Key }
 func (d *Driver) SupportsMultipleInstances() bool { return true }
 
 // Capabilities is what an instance declares given the agent's
-// initialize answer: create; resume when the agent offers session/load or
-// session/resume; interrupt (session/cancel), no steer; approval requests
+// initialize answer: create; resume (session/load or session/resume of
+// the binding when the agent offers one, else — or when it refuses — a
+// new agent session under the binding, its memory new); interrupt (session/cancel), no steer; approval requests
 // (session/request_permission); questions (elicitation/create); host bindings, with instructions placed
 // as context, when the agent takes MCP servers over HTTP.
 func Capabilities(key string, init sdk.InitializeResponse) provider.Capabilities {
 	ac := init.AgentCapabilities
 	c := provider.Capabilities{
 		ProviderKey: key,
-		Sessions:    provider.SessionCapabilities{Resume: ac.LoadSession || ac.SessionCapabilities.Resume != nil},
+		Sessions:    provider.SessionCapabilities{Resume: true},
 		Turns:       provider.TurnCapabilities{Interrupt: true},
 		Requests:    provider.RequestCapabilities{Approval: true},
 		// Elicitations (form and URL) are asked as questions.
@@ -547,10 +548,23 @@ func (ag *agentProc) failure(call string, err error) error {
 		if re.Code == -32000 {
 			return fmt.Errorf("%w: %s answered that authentication is required; name one of its authentication methods in authMethod (--agent-auth): it offers %s", ErrMissingCredentials, call, authMethodIDs(ag.init.AuthMethods))
 		}
-		return fmt.Errorf("acp: the agent refused %s (JSON-RPC error %d: %s)", call, re.Code, re.Message)
+		return &agentRefusal{call: call, re: re}
 	}
 	return fmt.Errorf("acp: %s: %w", call, err)
 }
+
+// agentRefusal is a call the agent answered with a JSON-RPC error, which it
+// unwraps to.
+type agentRefusal struct {
+	call string
+	re   *sdk.RequestError
+}
+
+func (r *agentRefusal) Error() string {
+	return fmt.Sprintf("acp: the agent refused %s (JSON-RPC error %d: %s)", r.call, r.re.Code, r.re.Message)
+}
+
+func (r *agentRefusal) Unwrap() error { return r.re }
 
 // gone describes an agent whose connection ended, or whose stdin took
 // no more: it exited, or is about to. The connection ends when the

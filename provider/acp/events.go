@@ -17,6 +17,10 @@ const (
 	// flooded it with requests, sent a message over the size limit, or
 	// left what the client sent it unread.
 	TypeAgentCutOff event.Type = "agentry.acp.agent_cut_off"
+	// A conversation reopened (after a restart or an eviction) whose agent
+	// could not resume its session: a new agent session took its place,
+	// the agent's memory new, the conversation's transcript kept.
+	TypeSessionAfresh event.Type = "agentry.acp.session_afresh"
 )
 
 func init() {
@@ -26,6 +30,14 @@ func init() {
 	event.Register(TypeTerminal, func() any { return new(TerminalEvent) })
 	event.Register(TypeElicitation, func() any { return new(ElicitationEvent) })
 	event.Register(TypeAgentCutOff, func() any { return new(AgentCutOff) })
+	event.Register(TypeSessionAfresh, func() any { return new(SessionAfresh) })
+}
+
+// SessionAfresh is the payload of [TypeSessionAfresh].
+type SessionAfresh struct {
+	// Why the agent could not resume: it offers neither session/load nor
+	// session/resume, or it refused to reopen the session (its error).
+	Why string `json:"why"`
 }
 
 // AgentStarted reports an agent process a launcher started for one

@@ -95,6 +95,15 @@ func (s *session) setModel(ctx context.Context, options []sdk.SessionConfigOptio
 			return s.ag.failure("session/set_config_option", err)
 		}
 		current = model
+		s.noteModelID(current)
+	}
+	s.mu.Lock()
+	unnamed := s.model == ""
+	s.mu.Unlock()
+	if unnamed {
+		// An agent that names its model only in its model option (no
+		// session models): the turns' usage is that model's.
+		s.noteModelID(current)
 	}
 	s.emit(TypeSessionModels, &SessionModels{Option: string(sel.Id), Current: current, Offered: offered})
 	return nil

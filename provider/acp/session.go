@@ -73,6 +73,13 @@ type session struct {
 
 	mu      sync.Mutex
 	binding provider.Binding
+	// agentSID is the agent's session id: the binding, except in a session
+	// reopened afresh (the agent could not resume the binding), which
+	// keeps the conversation's binding over a new agent session.
+	agentSID string
+	// fresh, set in a session reopened afresh, says why: the next turn
+	// tells the person, and the agent, that the agent's memory is new.
+	fresh   string
 	instr   string // host-binding instructions, for the next prompt
 	turn    *turn
 	reqN    int
@@ -98,15 +105,16 @@ func (s *session) Workspace(context.Context) (string, error) { return s.ws.dir, 
 
 func (s *session) Binding() provider.Binding { return s.binding }
 
+// boundTo is the agent's session id, which every call names.
 func (s *session) boundTo() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return string(s.binding)
+	return s.agentSID
 }
 
 func (s *session) setBinding(b provider.Binding) {
 	s.mu.Lock()
-	s.binding = b
+	s.binding, s.agentSID = b, string(b)
 	s.mu.Unlock()
 }
 
@@ -214,12 +222,16 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 			return fail(err)
 		}
 	}
-	if mode != "" {
-		if err := s.setMode(ctx, st.modes, mode); err != nil {
-			return fail(err)
+	err = s.configure(ctx, st, mode, model)
+	var gone *sdk.RequestError
+	if err != nil && resume != "" && s.boundTo() == string(resume) && errors.As(err, &gone) && gone.Code == resourceNotFound {
+		// The agent said it reopened the session, then did not know it
+		// (claude-agent-acp loads lazily): it is afresh after all.
+		if st, err = s.afresh(ctx, workDir, servers, resume, fmt.Errorf("it does not know its session (JSON-RPC error %d: %s)", gone.Code, gone.Message)); err == nil {
+			err = s.configure(ctx, st, mode, model)
 		}
 	}
-	if err := s.setModel(ctx, st.options, model); err != nil {
+	if err != nil {
 		return fail(err)
 	}
 	s.closeDeclared = caps.SessionCapabilities.Close != nil
@@ -278,8 +290,7 @@ type opened struct {
 // bind opens the agent's session: session/new, or, to resume, session/load
 // (else session/resume) of the binding.
 func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir string, servers []sdk.McpServer, resume provider.Binding) (opened, error) {
-	switch {
-	case resume == "":
+	if resume == "" {
 		resp, err := s.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: workDir, McpServers: servers})
 		if err != nil {
 			return opened{}, s.ag.failure("session/new", err)
@@ -287,11 +298,79 @@ func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir 
 		s.setBinding(provider.Binding(resp.SessionId))
 		s.noteModel(resp.Models)
 		return opened{resp.Modes, resp.ConfigOptions}, nil
+	}
+	st, err := s.reopen(ctx, caps, workDir, servers, resume)
+	var refused *sdk.RequestError
+	switch {
+	case err == nil:
+		return st, nil
+	case errors.Is(err, errCannotResume):
+	case errors.As(err, &refused) && !s.ag.exited():
+		err = fmt.Errorf("it refused to reopen its session (JSON-RPC error %d: %s)", refused.Code, refused.Message)
+	default:
+		return opened{}, s.ag.failure("session/"+s.reopenCall(caps), err)
+	}
+	return s.afresh(ctx, workDir, servers, resume, err)
+}
+
+// resourceNotFound is ACP's JSON-RPC error for a session the agent does
+// not know.
+const resourceNotFound = -32002
+
+// configure sets the opened session's mode (when one is asked for) and
+// model. Its error keeps the agent's JSON-RPC error.
+func (s *session) configure(ctx context.Context, st opened, mode, model string) error {
+	if mode != "" {
+		if err := s.setMode(ctx, st.modes, mode); err != nil {
+			return err
+		}
+	}
+	return s.setModel(ctx, st.options, model)
+}
+
+// afresh opens a new agent session for a conversation whose agent cannot
+// resume it (why): under the conversation's binding, its memory new, the
+// transcript kept; the next turn says so.
+func (s *session) afresh(ctx context.Context, workDir string, servers []sdk.McpServer, resume provider.Binding, why error) (opened, error) {
+	resp, err := s.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: workDir, McpServers: servers})
+	if err != nil {
+		return opened{}, s.ag.failure("session/new", err)
+	}
+	s.mu.Lock()
+	s.binding, s.agentSID = resume, string(resp.SessionId)
+	s.fresh = why.Error()
+	s.mu.Unlock()
+	s.noteModel(resp.Models)
+	s.emit(TypeSessionAfresh, &SessionAfresh{Why: why.Error()})
+	return opened{resp.Modes, resp.ConfigOptions}, nil
+}
+
+// freshNote opens the first prompt to an agent session opened afresh for
+// a conversation that had one: the agent is told it has lost its memory
+// of it.
+const freshNote = "[note: this conversation began earlier, in an agent session that could not be reopened; you do not remember it. The person still sees the earlier transcript: ask them what you need.]"
+
+// errCannotResume: the agent offers neither session/load nor
+// session/resume.
+var errCannotResume = errors.New("the agent offers neither session/load nor session/resume")
+
+// reopenCall names the call that reopens a session: load, else resume.
+func (s *session) reopenCall(caps sdk.AgentCapabilities) string {
+	if caps.LoadSession {
+		return "load"
+	}
+	return "resume"
+}
+
+// reopen reopens the binding's agent session with session/load, else
+// session/resume; the agent's own error when it refuses.
+func (s *session) reopen(ctx context.Context, caps sdk.AgentCapabilities, workDir string, servers []sdk.McpServer, resume provider.Binding) (opened, error) {
+	switch {
 	case caps.LoadSession:
 		s.setBinding(resume)
 		resp, err := s.ag.conn.LoadSession(ctx, sdk.LoadSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
 		if err != nil {
-			return opened{}, s.ag.failure("session/load", err)
+			return opened{}, err
 		}
 		s.noteModel(resp.Models)
 		return opened{resp.Modes, resp.ConfigOptions}, nil
@@ -299,12 +378,12 @@ func (s *session) bind(ctx context.Context, caps sdk.AgentCapabilities, workDir 
 		s.setBinding(resume)
 		resp, err := s.ag.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Cwd: workDir, McpServers: servers, SessionId: sdk.SessionId(resume)})
 		if err != nil {
-			return opened{}, s.ag.failure("session/resume", err)
+			return opened{}, err
 		}
 		s.noteModel(resp.Models)
 		return opened{resp.Modes, resp.ConfigOptions}, nil
 	}
-	return opened{}, errors.New("acp: the agent offers neither session/load nor session/resume; it cannot resume a session")
+	return opened{}, errCannotResume
 }
 
 // setMode switches the new session to mode, refusing a mode the agent
@@ -325,7 +404,7 @@ func (s *session) setMode(ctx context.Context, modes *sdk.SessionModeState, mode
 	if string(modes.CurrentModeId) == mode {
 		return nil
 	}
-	if _, err := s.ag.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: sdk.SessionId(s.binding), ModeId: sdk.SessionModeId(mode)}); err != nil {
+	if _, err := s.ag.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: sdk.SessionId(s.boundTo()), ModeId: sdk.SessionModeId(mode)}); err != nil {
 		return s.ag.failure("session/set_mode", err)
 	}
 	return nil
@@ -428,7 +507,12 @@ func (s *session) update(ctx context.Context, u sdk.SessionUpdate) {
 	if text == "" {
 		kind, body = provider.OutputActivity, act
 	}
-	s.push(ctx, t, item{out: s.output(kind, t.id, func(o *provider.Output) { o.Text = body })})
+	s.push(ctx, t, item{out: s.output(kind, t.id, func(o *provider.Output) {
+		o.Text = body
+		if kind == provider.OutputActivity {
+			o.Call = callOf(u)
+		}
+	})})
 }
 
 var cancelled = sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{Cancelled: &sdk.RequestPermissionOutcomeCancelled{}}}
@@ -452,7 +536,11 @@ func (s *session) permission(ctx context.Context, p sdk.RequestPermissionRequest
 	} else if p.ToolCall.Kind != nil {
 		tool = string(*p.ToolCall.Kind)
 	}
-	req := &provider.Request{ID: id, Kind: provider.RequestApproval, Prompt: permissionPrompt(tool, p.Options), Tool: tool, Args: permissionArgs(p.ToolCall)}
+	choices := make([]string, 0, len(p.Options))
+	for _, o := range p.Options {
+		choices = append(choices, string(o.Kind))
+	}
+	req := &provider.Request{ID: id, Kind: provider.RequestApproval, Prompt: permissionPrompt(tool, p.Options), Tool: tool, Args: permissionArgs(p.ToolCall), Choices: choices}
 	if !s.push(ctx, t, item{out: s.output(provider.OutputRequest, t.id, func(o *provider.Output) { o.Request = req }), perm: perm}) {
 		return cancelled
 	}
@@ -539,6 +627,11 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		t := &turn{id: req.TurnID, out: make(chan item, outputBuffer), gone: make(chan struct{}), done: make(chan struct{}), began: time.Now()}
 		s.turn = t
 		blocks := []sdk.ContentBlock{}
+		fresh := s.fresh
+		s.fresh = ""
+		if fresh != "" {
+			blocks = append(blocks, sdk.TextBlock(freshNote))
+		}
 		if s.instr != "" {
 			blocks = append(blocks, sdk.TextBlock(s.instr))
 			s.instr = ""
@@ -547,7 +640,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			blocks = append(blocks, sdk.TextBlock(req.Context))
 		}
 		blocks = append(blocks, sdk.TextBlock(req.Input))
-		binding := s.binding
+		binding := s.agentSID
 		s.mu.Unlock()
 
 		sent := s.ag.input.expect()
@@ -562,6 +655,12 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		case <-t.done:
 		}
 		if !yield(s.output(provider.OutputTurnStarted, t.id, nil), nil) {
+			s.abandon(t)
+			return
+		}
+		if fresh != "" && !yield(s.output(provider.OutputActivity, t.id, func(o *provider.Output) {
+			o.Text = "the agent's memory of this conversation is new (" + fresh + "); the conversation's transcript is kept"
+		}), nil) {
 			s.abandon(t)
 			return
 		}
@@ -843,24 +942,5 @@ func (s *session) teardown(ctx context.Context) error {
 // "newText"}; oldText absent for a new file), else the call's raw input
 // when it is a JSON object, else nil.
 func permissionArgs(tc sdk.ToolCallUpdate) json.RawMessage {
-	for _, c := range tc.Content {
-		if d := c.Diff; d != nil {
-			b, err := json.Marshal(struct {
-				Path    string  `json:"path"`
-				OldText *string `json:"oldText,omitempty"`
-				NewText string  `json:"newText"`
-			}{d.Path, d.OldText, d.NewText})
-			if err == nil {
-				return b
-			}
-		}
-	}
-	if tc.RawInput == nil {
-		return nil
-	}
-	b, err := json.Marshal(tc.RawInput)
-	if err != nil || len(b) == 0 || b[0] != '{' {
-		return nil
-	}
-	return b
+	return callInput(tc.Content, tc.RawInput)
 }

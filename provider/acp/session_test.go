@@ -50,6 +50,10 @@ func TestTurnMapsUpdatesToOutputs(t *testing.T) {
 		if u.Basis != llm.BasisPerTurn || u.Tokens() != (llm.Usage{InputTokens: 100, OutputTokens: 20}) || u.AgentWall <= 0 {
 			t.Errorf("usage %+v", u)
 		}
+		// The agent names its model only in its model option.
+		if _, ok := u.Models["small"]; !ok {
+			t.Errorf("usage by model %v: want the model option's current value, small", u.Models)
+		}
 	}
 	for _, want := range []string{"tool call call-9: Look around (read, in_progress)", "tool call call-9 completed", "plan: [completed] greet"} {
 		found := false
@@ -262,25 +266,85 @@ func TestResumeLoadsTheConversation(t *testing.T) {
 			if said(outs) != "turns 3" {
 				t.Fatalf("after %s the agent says %q, want turns 3", kind, said(outs))
 			}
-			_, err = inst.Adapter().Resume(context.Background(), provider.ResumeRequest{SessionID: "s3", WorkingDirectory: r.ws, Binding: "scripted-unknown"})
-			if err == nil {
-				t.Fatal("resuming an unknown binding succeeded")
-			}
+			// A binding the agent no longer knows (its memory went with
+			// its process): the conversation goes on afresh, and says so.
+			afresh(t, r, inst, "scripted-unknown", "JSON-RPC error")
 		})
 	}
 }
 
-func TestResumeIsRefusedByNameWhenTheAgentOffersNeither(t *testing.T) {
+// afresh resumes binding, which the agent cannot reopen, and checks that
+// the conversation goes on in a new agent session under the same binding:
+// the first turn tells the person (an activity, saying why) and the agent
+// (a note before the person's words), the next one neither; an
+// agentry.acp.session_afresh event says why.
+func afresh(t *testing.T, r *rig, inst *provider.Instance, binding provider.Binding, why string) {
+	t.Helper()
+	rs, err := inst.Adapter().Resume(context.Background(), provider.ResumeRequest{SessionID: "s3", WorkingDirectory: r.ws, Binding: binding})
+	if err != nil {
+		t.Fatalf("resuming a binding the agent cannot reopen: %v", err)
+	}
+	defer rs.Close(context.Background(), provider.CloseRequested)
+	if rs.Binding() != binding {
+		t.Fatalf("the session reopened afresh has binding %q, want the conversation's %q", rs.Binding(), binding)
+	}
+	outs := turn(t, rs, "t1", "blocks")
+	note := ""
+	for _, o := range outs {
+		if o.Kind == provider.OutputActivity && strings.Contains(o.Text, "memory of this conversation is new") {
+			note = o.Text
+		}
+	}
+	if !strings.Contains(note, why) || !strings.Contains(note, "transcript is kept") {
+		t.Errorf("the person is not told the agent's memory is new, and why (%q): %v", why, outs)
+	}
+	if got := said(outs); !strings.HasPrefix(got, "[note: this conversation began earlier") || !strings.HasSuffix(got, " | blocks") {
+		t.Errorf("the agent is not told: its prompt held %q", got)
+	}
+	outs = turn(t, rs, "t2", "turns")
+	if got := said(outs); got != "turns 2" {
+		t.Errorf("the next turn: the agent says %q, want turns 2 (its new session's)", got)
+	}
+	for _, o := range outs {
+		if o.Kind == provider.OutputActivity && strings.Contains(o.Text, "memory") {
+			t.Errorf("the next turn says it again: %q", o.Text)
+		}
+	}
+	found := false
+	for _, e := range r.events.of(acp.TypeSessionAfresh) {
+		found = found || strings.Contains(e.Payload.(*acp.SessionAfresh).Why, why)
+	}
+	if !found {
+		t.Errorf("no session_afresh event saying %q", why)
+	}
+}
+
+// An agent whose session/load succeeds for a session it does not know,
+// then answers "Resource not found" to the next call naming it (as
+// claude-agent-acp 0.101 does): the conversation goes on afresh.
+func TestResumeOfASessionTheAgentLoadsLazilyGoesOnAfresh(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	inst := r.instance(r.config([]string{"ACP_SCRIPTED_RESUME=lazy"}, func(c *acp.Config) { c.Mode = "plan" }))
+	afresh(t, r, inst, "scripted-forgotten", "does not know its session (JSON-RPC error -32002")
+}
+
+// An agent that offers neither session/load nor session/resume still
+// resumes a conversation: afresh, saying so.
+func TestResumeWithoutLoadOrResumeGoesOnAfresh(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	inst := r.instance(r.config([]string{"ACP_SCRIPTED_RESUME=none"}, nil))
-	if inst.Capabilities().Sessions.Resume {
-		t.Fatal("resume is declared for an agent without session/load or session/resume")
+	if !inst.Capabilities().Sessions.Resume {
+		t.Fatal("resume is not declared")
 	}
-	_, err := inst.Adapter().Resume(context.Background(), provider.ResumeRequest{SessionID: "s2", WorkingDirectory: r.ws, Binding: "scripted-x"})
-	if !provider.HasCode(err, provider.CodeInputCapabilityMismatch) {
-		t.Fatalf("resume: %v; want %s", err, provider.CodeInputCapabilityMismatch)
+	s := r.create(inst, "s1")
+	turn(t, s, "t1", "hello")
+	b := s.Binding()
+	if err := s.Close(context.Background(), provider.CloseRequested); err != nil {
+		t.Fatal(err)
 	}
+	afresh(t, r, inst, b, "offers neither session/load nor session/resume")
 }
 
 func TestModes(t *testing.T) {

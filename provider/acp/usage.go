@@ -15,8 +15,13 @@ func (s *session) noteModel(m *sdk.SessionModelState) {
 	if m == nil {
 		return
 	}
+	s.noteModelID(string(m.CurrentModelId))
+}
+
+// noteModelID keeps id as the model the session uses.
+func (s *session) noteModelID(id string) {
 	s.mu.Lock()
-	s.model = string(m.CurrentModelId)
+	s.model = id
 	s.mu.Unlock()
 }
 

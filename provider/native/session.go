@@ -100,7 +100,8 @@ type turn struct {
 	conv     agent.Conversation // input.Conversation points here
 	resume   *PendingTurn
 	decision agent.Decision
-	started  atomic.Bool // the agent began the turn (turn_start)
+	limit    func(llm.TurnUsage) string // the host's budget for a continuation
+	started  atomic.Bool                // the agent began the turn (turn_start)
 
 	// yielding serialises calls of yield; it is held while the host has
 	// an output in its hands, so nothing else takes it.
@@ -188,7 +189,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 			t.conv.Messages = append(slices.Clip(t.conv.Messages), llm.Message{Role: llm.RoleUser, Content: req.Context})
 		}
 		t.input = agent.Input{Message: req.Input, SessionID: s.id, Identity: s.identity, // the agent keeps its own copy
-			Conversation: &t.conv, Tools: s.tools, Progress: t.observe}
+			Conversation: &t.conv, Tools: s.tools, Progress: t.observe, Limit: req.Limit}
 		if s.in.turnRunIDs {
 			t.input.RunID = req.TurnID
 		}
@@ -222,7 +223,7 @@ func (s *session) Resolve(ctx context.Context, res provider.Resolution) iter.Seq
 		// dies mid-way loses the pause rather than answering it twice.
 		s.pending, s.record.Pending = nil, nil
 		t := s.newTurnLocked(ctx, res.TurnID, true, p.Checkpoint.RunID, yield)
-		t.resume, t.decision = p, agent.Decision{Approve: res.Approve, Note: res.Note}
+		t.resume, t.decision, t.limit = p, agent.Decision{Approve: res.Approve, Note: res.Note}, res.Limit
 		rec := s.record.view()
 		s.mu.Unlock()
 		if err := s.in.save(detached(ctx), s.binding, rec); err != nil {
@@ -254,7 +255,7 @@ func (t *turn) run() {
 	}()
 	a := t.s.in.agent
 	if p := t.resume; p != nil {
-		t.res, t.err = a.ResumeWith(t.ctx, p.Checkpoint, t.decision, agent.ResumeOptions{Tools: t.s.tools, SessionID: t.s.id, Progress: t.observe})
+		t.res, t.err = a.ResumeWith(t.ctx, p.Checkpoint, t.decision, agent.ResumeOptions{Tools: t.s.tools, SessionID: t.s.id, Progress: t.observe, Limit: t.limit})
 		return
 	}
 	t.res, t.err = a.Run(t.ctx, t.input)
@@ -592,8 +593,10 @@ func (t *turn) observe(e event.Event) {
 		o = t.output(provider.OutputText, p.Content)
 	case *tool.CallStart:
 		o = t.output(provider.OutputActivity, t.s.in.phrases.Calling(p.Tool))
+		o.Call = &provider.CallDetail{ID: p.ToolCallID, Tool: p.Tool, Input: p.Args}
 	case *tool.CallEnd:
 		o = t.output(provider.OutputActivity, t.s.in.phrases.Ended(p))
+		o.Call = &provider.CallDetail{ID: p.ToolCallID, Tool: p.Tool, Output: p.Content, Ended: true, IsError: p.IsError}
 	default:
 		t.mu.Unlock()
 		return

@@ -13,6 +13,9 @@
 //	                    where in its jail it finds that string: its
 //	                    environment, the processes it sees, the files it
 //	                    can read under its workspace, HOME and temp dirs
+//	edit                proposes an edit of hello.txt in its workspace (a tool
+//	                    call whose content is the diff, lines with markup in
+//	                    them), asks permission, and makes it if allowed
 package main
 
 import (
@@ -104,6 +107,8 @@ func (a *agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 	case "flood":
 		n, _ := strconv.Atoi(rest)
 		answer = a.flood(ctx, p.SessionId, cwd, n)
+	case "edit":
+		answer = a.edit(ctx, p.SessionId, cwd)
 	case "dial":
 		target, gate, _ := strings.Cut(rest, " ")
 		answer = dial(target, filepath.Join(cwd, gate))
@@ -230,4 +235,40 @@ func search(cwd, maskHex, maskedHex string) string {
 		return fmt.Sprintf("absent (%d processes, %d files searched)", len(procs), files)
 	}
 	return "found in " + strings.Join(found, ", ")
+}
+
+// The edit's old and new text: lines a console must show as text.
+const (
+	editOld = "hello\n<b>old</b>\nbye\n"
+	editNew = "hello\n<script>alert(1)</script>\nbye\n"
+)
+
+func (a *agent) edit(ctx context.Context, id sdk.SessionId, cwd string) string {
+	path := filepath.Join(cwd, "hello.txt")
+	if err := os.WriteFile(path, []byte(editOld), 0o644); err != nil {
+		return "write: " + err.Error()
+	}
+	diff := []sdk.ToolCallContent{sdk.ToolDiffContent(path, editNew, editOld)}
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: id, Update: sdk.StartToolCall("edit-1", "Edit hello.txt",
+		sdk.WithStartKind(sdk.ToolKindEdit), sdk.WithStartStatus(sdk.ToolCallStatusPending), sdk.WithStartContent(diff))})
+	resp, err := a.conn.RequestPermission(ctx, sdk.RequestPermissionRequest{SessionId: id,
+		ToolCall: sdk.ToolCallUpdate{ToolCallId: "edit-1", Title: sdk.Ptr("Edit hello.txt"), Content: diff},
+		Options: []sdk.PermissionOption{
+			{OptionId: "yes", Name: "Allow", Kind: sdk.PermissionOptionKindAllowOnce},
+			{OptionId: "no", Name: "Reject", Kind: sdk.PermissionOptionKindRejectOnce},
+		}})
+	if err != nil {
+		return "permission: " + err.Error()
+	}
+	if resp.Outcome.Selected == nil || resp.Outcome.Selected.OptionId != "yes" {
+		_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: id, Update: sdk.UpdateToolCall("edit-1", sdk.WithUpdateStatus(sdk.ToolCallStatusFailed),
+			sdk.WithUpdateContent([]sdk.ToolCallContent{sdk.ToolContent(sdk.TextBlock("not allowed"))}))})
+		return "the edit was not allowed"
+	}
+	if err := os.WriteFile(path, []byte(editNew), 0o644); err != nil {
+		return "write: " + err.Error()
+	}
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: id, Update: sdk.UpdateToolCall("edit-1", sdk.WithUpdateStatus(sdk.ToolCallStatusCompleted),
+		sdk.WithUpdateContent([]sdk.ToolCallContent{sdk.ToolContent(sdk.TextBlock("edited hello.txt"))}))})
+	return "edited hello.txt"
 }
