@@ -23,16 +23,6 @@ const (
 	Admin CallerRole = "admin"
 )
 
-// Valid indicates whether the value is a known member of the CallerRole enum.
-func (e CallerRole) Valid() bool {
-	switch e {
-	case Admin:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ErrorCode.
 const (
 	ErrorCodeAwaitingDecision        ErrorCode = "awaiting_decision"
@@ -101,159 +91,11 @@ const (
 	ErrorCodeWrongIssuer             ErrorCode = "wrong_issuer"
 )
 
-// Valid indicates whether the value is a known member of the ErrorCode enum.
-func (e ErrorCode) Valid() bool {
-	switch e {
-	case ErrorCodeAwaitingDecision:
-		return true
-	case ErrorCodeBodyTooLarge:
-		return true
-	case ErrorCodeBodyTooSlow:
-		return true
-	case ErrorCodeBudgetExhausted:
-		return true
-	case ErrorCodeCapacity:
-		return true
-	case ErrorCodeClaimInvalid:
-		return true
-	case ErrorCodeClaimMissing:
-		return true
-	case ErrorCodeCloneFailed:
-		return true
-	case ErrorCodeCloneRefused:
-		return true
-	case ErrorCodeCloneUnsupported:
-		return true
-	case ErrorCodeConflict:
-		return true
-	case ErrorCodeCredentialMissing:
-		return true
-	case ErrorCodeCredentialUnreadable:
-		return true
-	case ErrorCodeCredentialsUnavailable:
-		return true
-	case ErrorCodeForbidden:
-		return true
-	case ErrorCodeIdentityUnavailable:
-		return true
-	case ErrorCodeInternal:
-		return true
-	case ErrorCodeInvalidField:
-		return true
-	case ErrorCodeInvalidJson:
-		return true
-	case ErrorCodeInvalidToken:
-		return true
-	case ErrorCodeMethodNotAllowed:
-		return true
-	case ErrorCodeMissingField:
-		return true
-	case ErrorCodeModelNotOffered:
-		return true
-	case ErrorCodeNoPendingInteraction:
-		return true
-	case ErrorCodeNoPendingQuestion:
-		return true
-	case ErrorCodeNoTurn:
-		return true
-	case ErrorCodeNotFound:
-		return true
-	case ErrorCodeProviderMismatch:
-		return true
-	case ErrorCodeProviderUnavailable:
-		return true
-	case ErrorCodeRateLimited:
-		return true
-	case ErrorCodeReplicaUnavailable:
-		return true
-	case ErrorCodeRuleNotFound:
-		return true
-	case ErrorCodeSessionBusy:
-		return true
-	case ErrorCodeSessionClosed:
-		return true
-	case ErrorCodeSessionMoved:
-		return true
-	case ErrorCodeShuttingDown:
-		return true
-	case ErrorCodeStoreUnavailable:
-		return true
-	case ErrorCodeTokenExpired:
-		return true
-	case ErrorCodeTooManyCredentials:
-		return true
-	case ErrorCodeTooManyRequests:
-		return true
-	case ErrorCodeTooManyRules:
-		return true
-	case ErrorCodeTooManySessions:
-		return true
-	case ErrorCodeTooManyStreams:
-		return true
-	case ErrorCodeTooManyTurns:
-		return true
-	case ErrorCodeTurnCancelled:
-		return true
-	case ErrorCodeTurnCut:
-		return true
-	case ErrorCodeTurnFailed:
-		return true
-	case ErrorCodeTurnLost:
-		return true
-	case ErrorCodeTurnTimedOut:
-		return true
-	case ErrorCodeUnauthenticated:
-		return true
-	case ErrorCodeUnknownAgent:
-		return true
-	case ErrorCodeUnknownField:
-		return true
-	case ErrorCodeUnknownKey:
-		return true
-	case ErrorCodeUnsupportedMediaType:
-		return true
-	case ErrorCodeWorkspaceConflict:
-		return true
-	case ErrorCodeWorkspaceInvalidArchive:
-		return true
-	case ErrorCodeWorkspaceLinkOutside:
-		return true
-	case ErrorCodeWorkspaceSpecialFile:
-		return true
-	case ErrorCodeWorkspaceTooLarge:
-		return true
-	case ErrorCodeWorkspaceTooManyEntries:
-		return true
-	case ErrorCodeWorkspaceUnsafePath:
-		return true
-	case ErrorCodeWorkspaceUnsupported:
-		return true
-	case ErrorCodeWrongAudience:
-		return true
-	case ErrorCodeWrongIssuer:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for InteractionKind.
 const (
 	Notice   InteractionKind = "notice"
 	Question InteractionKind = "question"
 )
-
-// Valid indicates whether the value is a known member of the InteractionKind enum.
-func (e InteractionKind) Valid() bool {
-	switch e {
-	case Notice:
-		return true
-	case Question:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for MarkKind.
 const (
@@ -267,50 +109,12 @@ const (
 	MarkKindSessionStarted     MarkKind = "session_started"
 )
 
-// Valid indicates whether the value is a known member of the MarkKind enum.
-func (e MarkKind) Valid() bool {
-	switch e {
-	case MarkKindApproved:
-		return true
-	case MarkKindDeclined:
-		return true
-	case MarkKindFatal:
-		return true
-	case MarkKindPause:
-		return true
-	case MarkKindSessionCloseFailed:
-		return true
-	case MarkKindSessionClosed:
-		return true
-	case MarkKindSessionReused:
-		return true
-	case MarkKindSessionStarted:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for MessageRole.
 const (
 	Activity  MessageRole = "activity"
 	Assistant MessageRole = "assistant"
 	User      MessageRole = "user"
 )
-
-// Valid indicates whether the value is a known member of the MessageRole enum.
-func (e MessageRole) Valid() bool {
-	switch e {
-	case Activity:
-		return true
-	case Assistant:
-		return true
-	case User:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for RuleMatch.
 const (
@@ -319,37 +123,11 @@ const (
 	RuleMatchExact   RuleMatch = "exact"
 )
 
-// Valid indicates whether the value is a known member of the RuleMatch enum.
-func (e RuleMatch) Valid() bool {
-	switch e {
-	case RuleMatchAny:
-		return true
-	case RuleMatchCommand:
-		return true
-	case RuleMatchExact:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for RuleScope.
 const (
 	RuleScopeConversation RuleScope = "conversation"
 	RuleScopeEverywhere   RuleScope = "everywhere"
 )
-
-// Valid indicates whether the value is a known member of the RuleScope enum.
-func (e RuleScope) Valid() bool {
-	switch e {
-	case RuleScopeConversation:
-		return true
-	case RuleScopeEverywhere:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for RuleRequestMatch.
 const (
@@ -358,37 +136,11 @@ const (
 	RuleRequestMatchExact   RuleRequestMatch = "exact"
 )
 
-// Valid indicates whether the value is a known member of the RuleRequestMatch enum.
-func (e RuleRequestMatch) Valid() bool {
-	switch e {
-	case RuleRequestMatchAny:
-		return true
-	case RuleRequestMatchCommand:
-		return true
-	case RuleRequestMatchExact:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for RuleRequestScope.
 const (
 	RuleRequestScopeConversation RuleRequestScope = "conversation"
 	RuleRequestScopeEverywhere   RuleRequestScope = "everywhere"
 )
-
-// Valid indicates whether the value is a known member of the RuleRequestScope enum.
-func (e RuleRequestScope) Valid() bool {
-	switch e {
-	case RuleRequestScopeConversation:
-		return true
-	case RuleRequestScopeEverywhere:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for SpanKind.
 const (
@@ -398,42 +150,12 @@ const (
 	SpanKindTurn  SpanKind = "turn"
 )
 
-// Valid indicates whether the value is a known member of the SpanKind enum.
-func (e SpanKind) Valid() bool {
-	switch e {
-	case SpanKindCode:
-		return true
-	case SpanKindModel:
-		return true
-	case SpanKindTool:
-		return true
-	case SpanKindTurn:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for State.
 const (
 	StateClosed State = "closed"
 	StateOpen   State = "open"
 	StatePaused State = "paused"
 )
-
-// Valid indicates whether the value is a known member of the State enum.
-func (e State) Valid() bool {
-	switch e {
-	case StateClosed:
-		return true
-	case StateOpen:
-		return true
-	case StatePaused:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for ToolSessionReason.
 const (
@@ -445,26 +167,6 @@ const (
 	ToolSessionReasonShutdown   ToolSessionReason = "shutdown"
 )
 
-// Valid indicates whether the value is a known member of the ToolSessionReason enum.
-func (e ToolSessionReason) Valid() bool {
-	switch e {
-	case ToolSessionReasonCallEnd:
-		return true
-	case ToolSessionReasonEvicted:
-		return true
-	case ToolSessionReasonIdle:
-		return true
-	case ToolSessionReasonRunEnd:
-		return true
-	case ToolSessionReasonSessionEnd:
-		return true
-	case ToolSessionReasonShutdown:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ToolSessionScope.
 const (
 	ToolSessionScopeCall     ToolSessionScope = "call"
@@ -472,22 +174,6 @@ const (
 	ToolSessionScopeSession  ToolSessionScope = "session"
 	ToolSessionScopeShutdown ToolSessionScope = "shutdown"
 )
-
-// Valid indicates whether the value is a known member of the ToolSessionScope enum.
-func (e ToolSessionScope) Valid() bool {
-	switch e {
-	case ToolSessionScopeCall:
-		return true
-	case ToolSessionScopeRun:
-		return true
-	case ToolSessionScopeSession:
-		return true
-	case ToolSessionScopeShutdown:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for TurnOutcome.
 const (
@@ -508,44 +194,6 @@ const (
 	TurnOutcomeTimedOut      TurnOutcome = "timed_out"
 )
 
-// Valid indicates whether the value is a known member of the TurnOutcome enum.
-func (e TurnOutcome) Valid() bool {
-	switch e {
-	case TurnOutcomeAbandoned:
-		return true
-	case TurnOutcomeAnswered:
-		return true
-	case TurnOutcomeApproved:
-		return true
-	case TurnOutcomeCancelled:
-		return true
-	case TurnOutcomeCleanedUp:
-		return true
-	case TurnOutcomeCleanupFailed:
-		return true
-	case TurnOutcomeClosed:
-		return true
-	case TurnOutcomeCompleted:
-		return true
-	case TurnOutcomeCut:
-		return true
-	case TurnOutcomeFailed:
-		return true
-	case TurnOutcomeInterrupted:
-		return true
-	case TurnOutcomeLost:
-		return true
-	case TurnOutcomePaused:
-		return true
-	case TurnOutcomeTakenOver:
-		return true
-	case TurnOutcomeTimedOut:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for UsageBy.
 const (
 	UsageByConversation UsageBy = "conversation"
@@ -553,22 +201,6 @@ const (
 	UsageByModel        UsageBy = "model"
 	UsageByPrincipal    UsageBy = "principal"
 )
-
-// Valid indicates whether the value is a known member of the UsageBy enum.
-func (e UsageBy) Valid() bool {
-	switch e {
-	case UsageByConversation:
-		return true
-	case UsageByDay:
-		return true
-	case UsageByModel:
-		return true
-	case UsageByPrincipal:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for GetTenantUsageParamsBy.
 const (
@@ -578,42 +210,12 @@ const (
 	GetTenantUsageParamsByPrincipal    GetTenantUsageParamsBy = "principal"
 )
 
-// Valid indicates whether the value is a known member of the GetTenantUsageParamsBy enum.
-func (e GetTenantUsageParamsBy) Valid() bool {
-	switch e {
-	case GetTenantUsageParamsByConversation:
-		return true
-	case GetTenantUsageParamsByDay:
-		return true
-	case GetTenantUsageParamsByModel:
-		return true
-	case GetTenantUsageParamsByPrincipal:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for GetUsageParamsBy.
 const (
 	GetUsageParamsByConversation GetUsageParamsBy = "conversation"
 	GetUsageParamsByDay          GetUsageParamsBy = "day"
 	GetUsageParamsByModel        GetUsageParamsBy = "model"
 )
-
-// Valid indicates whether the value is a known member of the GetUsageParamsBy enum.
-func (e GetUsageParamsBy) Valid() bool {
-	switch e {
-	case GetUsageParamsByConversation:
-		return true
-	case GetUsageParamsByDay:
-		return true
-	case GetUsageParamsByModel:
-		return true
-	default:
-		return false
-	}
-}
 
 // Agent An agent profile a person may pick.
 type Agent struct {
