@@ -139,3 +139,60 @@ func TestServeCredentialReachesOnlyItsPersonsAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestServeProfileCredentials: an agent profile's credentials reach that
+// agent alone, through the built binary, once its person stored them.
+func TestServeProfileCredentials(t *testing.T) {
+	agentCmd := acpAgentBinary(t)
+	bin := binary(t)
+	dir, events := agentDir(t)
+	tokens, tok := principals(t, "alice")
+	alice := tok[0]
+	conf := writeFile(t, dir, "agentry.toml", fmt.Sprintf(`credentials-key-file = %q
+default-agent = "plain"
+
+[agents.plain]
+command = %q
+
+[agents.keyed]
+command = %q
+credentials = { SCRIPTED_TOKEN = "token" }
+`, credentialKeyFile(t, dir), agentCmd, agentCmd))
+	if out, err := execute(t, "config", "check", conf); err != nil {
+		t.Fatalf("config check: %v\n%s", err, out)
+	}
+	p := startServeBinary(t, bin, nil, "--config", conf, "--tokens", tokens,
+		"--workspaces", filepath.Join(dir, "workspaces"), "--store", filepath.Join(dir, "agentry.db"), "--events", events)
+
+	code, body := callAs(t, p, alice, "POST", "/v1/sessions", `{"agent":"keyed"}`)
+	if code != http.StatusPreconditionFailed || !strings.Contains(string(body), `"missing":["token"]`) {
+		t.Fatalf("open keyed without the credential: %d %s", code, body)
+	}
+	secret := "sk-alice-" + rand.Text()
+	b, _ := json.Marshal(map[string]string{"value": secret})
+	if code, body := callAs(t, p, alice, "PUT", "/v1/credentials/token", string(b)); code != http.StatusCreated {
+		t.Fatalf("storing a credential: %d %s", code, body)
+	}
+	turn := func(req, prompt string) string {
+		t.Helper()
+		code, body := callAs(t, p, alice, "POST", "/v1/sessions", req)
+		if code != http.StatusCreated {
+			t.Fatalf("open %s: %d %s", req, code, body)
+		}
+		var s struct{ SessionID string }
+		_ = json.Unmarshal(body, &s)
+		code, body = callAs(t, p, alice, "POST", "/v1/sessions/"+s.SessionID+"/turns", message(prompt))
+		if code != http.StatusOK {
+			t.Fatalf("turn %q: %d %s\n%s", prompt, code, body, p.stderr)
+		}
+		var a struct{ Output string }
+		_ = json.Unmarshal(body, &a)
+		return a.Output
+	}
+	if got := turn(`{"agent":"keyed"}`, hasEnvPrompt("SCRIPTED_TOKEN", secret)); got != "env SCRIPTED_TOKEN matches" {
+		t.Fatalf("the keyed agent: %q", got)
+	}
+	if got := turn(`{"agent":"plain"}`, hasEnvPrompt("SCRIPTED_TOKEN", secret)); got != "env SCRIPTED_TOKEN unset" {
+		t.Fatalf("the plain agent: %q", got)
+	}
+}
