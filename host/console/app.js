@@ -106,6 +106,7 @@ async function signIn(t) {
   // The feed opens first; its first event (ready) loads the list, so
   // nothing that changes between the two is missed.
   await new Promise((resolve) => startFeed(resolve));
+  await Promise.all([loadAgents(), loadRules()]);
   const id = location.hash.slice(1);
   if (/^ses_[0-9a-f]{32}$/.test(id)) await openConv(id);
 }
@@ -279,14 +280,84 @@ function renderConvs() {
 }
 
 async function newConv() {
+  const body = {};
+  if (!$("agent-choice").hidden) {
+    if ($("agent-pick").value) body.agent = $("agent-pick").value;
+    if ($("model-pick").value) body.model = $("model-pick").value;
+  }
   try {
-    const c = await api("POST", "/v1/sessions", {});
+    const c = await api("POST", "/v1/sessions", body);
     await loadConvs();
     await openConv(c.sessionId);
     $("message").focus();
   } catch (e) {
     fail(e, "conv");
   }
+}
+
+// loadAgents offers the agents and models a person may open a
+// conversation with (GET /v1/agents); one agent with one model needs no
+// choice, and the picker stays hidden.
+async function loadAgents() {
+  let res;
+  try {
+    res = await api("GET", "/v1/agents");
+  } catch (e) {
+    $("agent-choice").hidden = true;
+    return;
+  }
+  state.agents = Array.isArray(res.agents) ? res.agents : [];
+  const pick = $("agent-pick");
+  pick.replaceChildren(...state.agents.map((a) => el("option", { value: a.name }, a.name + (a.name === res.default ? " (default)" : ""))));
+  pick.value = res.default || (state.agents[0] ? state.agents[0].name : "");
+  fillModels();
+  const one = state.agents.length === 1 ? state.agents[0] : null;
+  $("agent-choice").hidden = state.agents.length === 0 || (one && (!Array.isArray(one.models) || one.models.length < 2));
+}
+
+// fillModels lists the models of the agent picked, its default first.
+function fillModels() {
+  const a = (state.agents || []).find((x) => x.name === $("agent-pick").value);
+  const models = a && Array.isArray(a.models) ? a.models : [];
+  $("model-pick").replaceChildren(el("option", { value: "" }, a && a.model ? "its default (" + a.model + ")" : "its default"),
+    ...models.filter((m) => !a || m !== a.model).map((m) => el("option", { value: m }, m)));
+  $("model-pick").disabled = models.length === 0;
+}
+
+// loadRules lists the person's standing rules (GET /v1/rules), each with
+// a Revoke button: the host answers what a rule allows without asking.
+async function loadRules() {
+  let res;
+  try {
+    res = await api("GET", "/v1/rules");
+  } catch (e) {
+    fail(e, "rules");
+    return;
+  }
+  clearError("rules");
+  const rules = Array.isArray(res.rules) ? res.rules : [];
+  $("rules-empty").hidden = rules.length > 0;
+  $("rules-list").replaceChildren(...rules.map(ruleItem));
+}
+
+function ruleItem(r) {
+  const where = r.sessionId ? "in conversation " + short(r.sessionId) : "in all your conversations";
+  const what = r.match === "command" ? "the command " + r.pattern
+    : r.match === "exact" ? "with exactly " + JSON.stringify(r.args) : "any call";
+  const b = el("button", { type: "button", class: "quiet", "aria-label": "Revoke the rule for " + r.tool + ", " + what + ", " + where }, "Revoke");
+  b.addEventListener("click", () => revokeRule(r.id));
+  return el("li", { class: "rule", "data-id": r.id }, el("span", { class: "rule-what" }, "Allow " + r.tool + ", " + what + ", " + where + " (since " + clock(r.createdAt) + ")"), b);
+}
+
+async function revokeRule(id) {
+  try {
+    await api("DELETE", "/v1/rules/" + encodeURIComponent(id));
+  } catch (e) {
+    fail(e, "rules");
+    return;
+  }
+  await loadRules();
+  focusAfter($("rules-h"));
 }
 
 async function openConv(id) {
@@ -391,6 +462,7 @@ function renderApproval(s) {
     $("approval-q").textContent = (s.pending.question || "May this call go ahead?") + (s.pending.tool ? " (tool " + s.pending.tool + ")" : "");
     $("approval-note-label").textContent = "Note for the agent (optional)";
     $("approve").textContent = "Approve";
+    $("remember-box").hidden = false;
     detail.hidden = true;
     showArgs($("approval-args"), s.pending.tool, s.pending.args, s.pending.argsCut);
   } else {
@@ -399,6 +471,7 @@ function renderApproval(s) {
     $("approval-q").textContent = String(it.message || "The agent is waiting for you.");
     $("approval-note-label").textContent = "Your answer";
     $("approve").textContent = "Answer";
+    $("remember-box").hidden = true;
     const opts = Array.isArray(it.options) ? it.options : [];
     detail.hidden = opts.length === 0;
     if (opts.length) {
@@ -744,8 +817,12 @@ async function decide(approve) {
   }
   const body = { approve };
   if (note) body.note = note;
+  const remember = $("approval-remember").value;
+  if (approve && remember) body.rule = { scope: remember };
   $("approval-note").value = "";
+  $("approval-remember").value = "";
   await runTurn("/decision", body);
+  if (body.rule) await loadRules();
   if ($("approval").hidden) focusAfter($("message"));
   focusFrom = null;
 }
@@ -1026,6 +1103,7 @@ function wire() {
     await refreshConv();
   });
   $("new-conv").addEventListener("click", newConv);
+  $("agent-pick").addEventListener("change", fillModels);
   $("close-conv").addEventListener("click", askClose);
   $("close-yes").addEventListener("click", closeConv);
   $("close-no").addEventListener("click", keepOpen);
