@@ -23,16 +23,6 @@ const (
 	Admin CallerRole = "admin"
 )
 
-// Valid indicates whether the value is a known member of the CallerRole enum.
-func (e CallerRole) Valid() bool {
-	switch e {
-	case Admin:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ErrorCode.
 const (
 	ErrorCodeAwaitingDecision        ErrorCode = "awaiting_decision"
@@ -42,7 +32,13 @@ const (
 	ErrorCodeCapacity                ErrorCode = "capacity"
 	ErrorCodeClaimInvalid            ErrorCode = "claim_invalid"
 	ErrorCodeClaimMissing            ErrorCode = "claim_missing"
+	ErrorCodeCloneFailed             ErrorCode = "clone_failed"
+	ErrorCodeCloneRefused            ErrorCode = "clone_refused"
+	ErrorCodeCloneUnsupported        ErrorCode = "clone_unsupported"
 	ErrorCodeConflict                ErrorCode = "conflict"
+	ErrorCodeCredentialMissing       ErrorCode = "credential_missing"
+	ErrorCodeCredentialUnreadable    ErrorCode = "credential_unreadable"
+	ErrorCodeCredentialsUnavailable  ErrorCode = "credentials_unavailable"
 	ErrorCodeForbidden               ErrorCode = "forbidden"
 	ErrorCodeIdentityUnavailable     ErrorCode = "identity_unavailable"
 	ErrorCodeInternal                ErrorCode = "internal"
@@ -67,6 +63,7 @@ const (
 	ErrorCodeShuttingDown            ErrorCode = "shutting_down"
 	ErrorCodeStoreUnavailable        ErrorCode = "store_unavailable"
 	ErrorCodeTokenExpired            ErrorCode = "token_expired"
+	ErrorCodeTooManyCredentials      ErrorCode = "too_many_credentials"
 	ErrorCodeTooManyRequests         ErrorCode = "too_many_requests"
 	ErrorCodeTooManyRules            ErrorCode = "too_many_rules"
 	ErrorCodeTooManySessions         ErrorCode = "too_many_sessions"
@@ -94,145 +91,11 @@ const (
 	ErrorCodeWrongIssuer             ErrorCode = "wrong_issuer"
 )
 
-// Valid indicates whether the value is a known member of the ErrorCode enum.
-func (e ErrorCode) Valid() bool {
-	switch e {
-	case ErrorCodeAwaitingDecision:
-		return true
-	case ErrorCodeBodyTooLarge:
-		return true
-	case ErrorCodeBodyTooSlow:
-		return true
-	case ErrorCodeBudgetExhausted:
-		return true
-	case ErrorCodeCapacity:
-		return true
-	case ErrorCodeClaimInvalid:
-		return true
-	case ErrorCodeClaimMissing:
-		return true
-	case ErrorCodeConflict:
-		return true
-	case ErrorCodeForbidden:
-		return true
-	case ErrorCodeIdentityUnavailable:
-		return true
-	case ErrorCodeInternal:
-		return true
-	case ErrorCodeInvalidField:
-		return true
-	case ErrorCodeInvalidJson:
-		return true
-	case ErrorCodeInvalidToken:
-		return true
-	case ErrorCodeMethodNotAllowed:
-		return true
-	case ErrorCodeMissingField:
-		return true
-	case ErrorCodeModelNotOffered:
-		return true
-	case ErrorCodeNoPendingInteraction:
-		return true
-	case ErrorCodeNoPendingQuestion:
-		return true
-	case ErrorCodeNoTurn:
-		return true
-	case ErrorCodeNotFound:
-		return true
-	case ErrorCodeProviderMismatch:
-		return true
-	case ErrorCodeProviderUnavailable:
-		return true
-	case ErrorCodeRateLimited:
-		return true
-	case ErrorCodeReplicaUnavailable:
-		return true
-	case ErrorCodeRuleNotFound:
-		return true
-	case ErrorCodeSessionBusy:
-		return true
-	case ErrorCodeSessionClosed:
-		return true
-	case ErrorCodeSessionMoved:
-		return true
-	case ErrorCodeShuttingDown:
-		return true
-	case ErrorCodeStoreUnavailable:
-		return true
-	case ErrorCodeTokenExpired:
-		return true
-	case ErrorCodeTooManyRequests:
-		return true
-	case ErrorCodeTooManyRules:
-		return true
-	case ErrorCodeTooManySessions:
-		return true
-	case ErrorCodeTooManyStreams:
-		return true
-	case ErrorCodeTooManyTurns:
-		return true
-	case ErrorCodeTurnCancelled:
-		return true
-	case ErrorCodeTurnCut:
-		return true
-	case ErrorCodeTurnFailed:
-		return true
-	case ErrorCodeTurnLost:
-		return true
-	case ErrorCodeTurnTimedOut:
-		return true
-	case ErrorCodeUnauthenticated:
-		return true
-	case ErrorCodeUnknownAgent:
-		return true
-	case ErrorCodeUnknownField:
-		return true
-	case ErrorCodeUnknownKey:
-		return true
-	case ErrorCodeUnsupportedMediaType:
-		return true
-	case ErrorCodeWorkspaceConflict:
-		return true
-	case ErrorCodeWorkspaceInvalidArchive:
-		return true
-	case ErrorCodeWorkspaceLinkOutside:
-		return true
-	case ErrorCodeWorkspaceSpecialFile:
-		return true
-	case ErrorCodeWorkspaceTooLarge:
-		return true
-	case ErrorCodeWorkspaceTooManyEntries:
-		return true
-	case ErrorCodeWorkspaceUnsafePath:
-		return true
-	case ErrorCodeWorkspaceUnsupported:
-		return true
-	case ErrorCodeWrongAudience:
-		return true
-	case ErrorCodeWrongIssuer:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for InteractionKind.
 const (
 	Notice   InteractionKind = "notice"
 	Question InteractionKind = "question"
 )
-
-// Valid indicates whether the value is a known member of the InteractionKind enum.
-func (e InteractionKind) Valid() bool {
-	switch e {
-	case Notice:
-		return true
-	case Question:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for MarkKind.
 const (
@@ -246,50 +109,12 @@ const (
 	MarkKindSessionStarted     MarkKind = "session_started"
 )
 
-// Valid indicates whether the value is a known member of the MarkKind enum.
-func (e MarkKind) Valid() bool {
-	switch e {
-	case MarkKindApproved:
-		return true
-	case MarkKindDeclined:
-		return true
-	case MarkKindFatal:
-		return true
-	case MarkKindPause:
-		return true
-	case MarkKindSessionCloseFailed:
-		return true
-	case MarkKindSessionClosed:
-		return true
-	case MarkKindSessionReused:
-		return true
-	case MarkKindSessionStarted:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for MessageRole.
 const (
 	Activity  MessageRole = "activity"
 	Assistant MessageRole = "assistant"
 	User      MessageRole = "user"
 )
-
-// Valid indicates whether the value is a known member of the MessageRole enum.
-func (e MessageRole) Valid() bool {
-	switch e {
-	case Activity:
-		return true
-	case Assistant:
-		return true
-	case User:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for RuleMatch.
 const (
@@ -298,37 +123,11 @@ const (
 	RuleMatchExact   RuleMatch = "exact"
 )
 
-// Valid indicates whether the value is a known member of the RuleMatch enum.
-func (e RuleMatch) Valid() bool {
-	switch e {
-	case RuleMatchAny:
-		return true
-	case RuleMatchCommand:
-		return true
-	case RuleMatchExact:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for RuleScope.
 const (
 	RuleScopeConversation RuleScope = "conversation"
 	RuleScopeEverywhere   RuleScope = "everywhere"
 )
-
-// Valid indicates whether the value is a known member of the RuleScope enum.
-func (e RuleScope) Valid() bool {
-	switch e {
-	case RuleScopeConversation:
-		return true
-	case RuleScopeEverywhere:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for RuleRequestMatch.
 const (
@@ -337,37 +136,11 @@ const (
 	RuleRequestMatchExact   RuleRequestMatch = "exact"
 )
 
-// Valid indicates whether the value is a known member of the RuleRequestMatch enum.
-func (e RuleRequestMatch) Valid() bool {
-	switch e {
-	case RuleRequestMatchAny:
-		return true
-	case RuleRequestMatchCommand:
-		return true
-	case RuleRequestMatchExact:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for RuleRequestScope.
 const (
 	RuleRequestScopeConversation RuleRequestScope = "conversation"
 	RuleRequestScopeEverywhere   RuleRequestScope = "everywhere"
 )
-
-// Valid indicates whether the value is a known member of the RuleRequestScope enum.
-func (e RuleRequestScope) Valid() bool {
-	switch e {
-	case RuleRequestScopeConversation:
-		return true
-	case RuleRequestScopeEverywhere:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for SpanKind.
 const (
@@ -377,42 +150,12 @@ const (
 	SpanKindTurn  SpanKind = "turn"
 )
 
-// Valid indicates whether the value is a known member of the SpanKind enum.
-func (e SpanKind) Valid() bool {
-	switch e {
-	case SpanKindCode:
-		return true
-	case SpanKindModel:
-		return true
-	case SpanKindTool:
-		return true
-	case SpanKindTurn:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for State.
 const (
 	StateClosed State = "closed"
 	StateOpen   State = "open"
 	StatePaused State = "paused"
 )
-
-// Valid indicates whether the value is a known member of the State enum.
-func (e State) Valid() bool {
-	switch e {
-	case StateClosed:
-		return true
-	case StateOpen:
-		return true
-	case StatePaused:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for ToolSessionReason.
 const (
@@ -424,26 +167,6 @@ const (
 	ToolSessionReasonShutdown   ToolSessionReason = "shutdown"
 )
 
-// Valid indicates whether the value is a known member of the ToolSessionReason enum.
-func (e ToolSessionReason) Valid() bool {
-	switch e {
-	case ToolSessionReasonCallEnd:
-		return true
-	case ToolSessionReasonEvicted:
-		return true
-	case ToolSessionReasonIdle:
-		return true
-	case ToolSessionReasonRunEnd:
-		return true
-	case ToolSessionReasonSessionEnd:
-		return true
-	case ToolSessionReasonShutdown:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ToolSessionScope.
 const (
 	ToolSessionScopeCall     ToolSessionScope = "call"
@@ -451,22 +174,6 @@ const (
 	ToolSessionScopeSession  ToolSessionScope = "session"
 	ToolSessionScopeShutdown ToolSessionScope = "shutdown"
 )
-
-// Valid indicates whether the value is a known member of the ToolSessionScope enum.
-func (e ToolSessionScope) Valid() bool {
-	switch e {
-	case ToolSessionScopeCall:
-		return true
-	case ToolSessionScopeRun:
-		return true
-	case ToolSessionScopeSession:
-		return true
-	case ToolSessionScopeShutdown:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for TurnOutcome.
 const (
@@ -487,44 +194,6 @@ const (
 	TurnOutcomeTimedOut      TurnOutcome = "timed_out"
 )
 
-// Valid indicates whether the value is a known member of the TurnOutcome enum.
-func (e TurnOutcome) Valid() bool {
-	switch e {
-	case TurnOutcomeAbandoned:
-		return true
-	case TurnOutcomeAnswered:
-		return true
-	case TurnOutcomeApproved:
-		return true
-	case TurnOutcomeCancelled:
-		return true
-	case TurnOutcomeCleanedUp:
-		return true
-	case TurnOutcomeCleanupFailed:
-		return true
-	case TurnOutcomeClosed:
-		return true
-	case TurnOutcomeCompleted:
-		return true
-	case TurnOutcomeCut:
-		return true
-	case TurnOutcomeFailed:
-		return true
-	case TurnOutcomeInterrupted:
-		return true
-	case TurnOutcomeLost:
-		return true
-	case TurnOutcomePaused:
-		return true
-	case TurnOutcomeTakenOver:
-		return true
-	case TurnOutcomeTimedOut:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for UsageBy.
 const (
 	UsageByConversation UsageBy = "conversation"
@@ -532,22 +201,6 @@ const (
 	UsageByModel        UsageBy = "model"
 	UsageByPrincipal    UsageBy = "principal"
 )
-
-// Valid indicates whether the value is a known member of the UsageBy enum.
-func (e UsageBy) Valid() bool {
-	switch e {
-	case UsageByConversation:
-		return true
-	case UsageByDay:
-		return true
-	case UsageByModel:
-		return true
-	case UsageByPrincipal:
-		return true
-	default:
-		return false
-	}
-}
 
 // Defines values for GetTenantUsageParamsBy.
 const (
@@ -557,42 +210,12 @@ const (
 	GetTenantUsageParamsByPrincipal    GetTenantUsageParamsBy = "principal"
 )
 
-// Valid indicates whether the value is a known member of the GetTenantUsageParamsBy enum.
-func (e GetTenantUsageParamsBy) Valid() bool {
-	switch e {
-	case GetTenantUsageParamsByConversation:
-		return true
-	case GetTenantUsageParamsByDay:
-		return true
-	case GetTenantUsageParamsByModel:
-		return true
-	case GetTenantUsageParamsByPrincipal:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for GetUsageParamsBy.
 const (
 	GetUsageParamsByConversation GetUsageParamsBy = "conversation"
 	GetUsageParamsByDay          GetUsageParamsBy = "day"
 	GetUsageParamsByModel        GetUsageParamsBy = "model"
 )
-
-// Valid indicates whether the value is a known member of the GetUsageParamsBy enum.
-func (e GetUsageParamsBy) Valid() bool {
-	switch e {
-	case GetUsageParamsByConversation:
-		return true
-	case GetUsageParamsByDay:
-		return true
-	case GetUsageParamsByModel:
-		return true
-	default:
-		return false
-	}
-}
 
 // Agent An agent profile a person may pick.
 type Agent struct {
@@ -665,13 +288,48 @@ type CancelAnswer struct {
 	Waiting *bool `json:"waiting,omitempty"`
 }
 
+// CloneRequest A git repository cloned into the new conversation's workspace before it opens, from a host the operator allows (--clone-allow), jailed.
+type CloneRequest struct {
+	// Credential The caller's credential (PUT /v1/credentials/{name}) git authenticates with, as the password.
+	Credential *string `json:"credential,omitempty"`
+
+	// Ref A branch or tag to check out (default the repository's own).
+	Ref *string `json:"ref,omitempty"`
+
+	// Url https:// (or http://) HOST/PATH, without a user or password.
+	Url string `json:"url"`
+}
+
 // CreateSessionRequest defines model for CreateSessionRequest.
 type CreateSessionRequest struct {
 	// Agent The agent to talk to, by name (GET /v1/agents); one the host does not offer is refused with unknown_agent, naming those it does.
 	Agent *string `json:"agent,omitempty"`
 
+	// Clone A git repository cloned into the new conversation's workspace before it opens, from a host the operator allows (--clone-allow), jailed.
+	Clone *CloneRequest `json:"clone,omitempty"`
+
 	// Model The model, among the agent's models; one it does not offer is refused with model_not_offered, naming those it does.
 	Model *string `json:"model,omitempty"`
+}
+
+// Credential A credential as listed; never its value.
+type Credential struct {
+	CreatedAt time.Time `json:"createdAt"`
+	Name      string    `json:"name"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// CredentialList defines model for CredentialList.
+type CredentialList struct {
+	// AgentNeeds The credentials this host's agents need (each agent its own, GET /v1/agents names the agents); a conversation opens only once the caller stored the ones its agent needs.
+	AgentNeeds  []string     `json:"agentNeeds"`
+	Credentials []Credential `json:"credentials"`
+}
+
+// CredentialRequest defines model for CredentialRequest.
+type CredentialRequest struct {
+	// Value The secret, 1 to 16384 bytes of UTF-8 without NUL.
+	Value string `json:"value"`
 }
 
 // DecisionRequest Either `{"approve", "note"?}` for a paused turn, or
@@ -718,6 +376,9 @@ type ErrorDetail struct {
 
 	// Message What failed and what to do; for people, never to match on.
 	Message string `json:"message"`
+
+	// Missing What the request needs and the caller has not given (credential_missing, credential_unreadable): the credentials' names.
+	Missing *[]string `json:"missing,omitempty"`
 }
 
 // FeedStream The caller's feed as server-sent events; `x-agentry-events` maps
@@ -1164,6 +825,9 @@ type WorkspaceStats struct {
 	Entries int   `json:"entries"`
 }
 
+// CredentialName defines model for CredentialName.
+type CredentialName = string
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -1261,6 +925,9 @@ type GetUsageParams struct {
 
 // GetUsageParamsBy defines parameters for GetUsage.
 type GetUsageParamsBy string
+
+// PutCredentialJSONRequestBody defines body for PutCredential for application/json ContentType.
+type PutCredentialJSONRequestBody = CredentialRequest
 
 // CreateSessionJSONRequestBody defines body for CreateSession for application/json ContentType.
 type CreateSessionJSONRequestBody = CreateSessionRequest
@@ -1445,6 +1112,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
 	ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListCredentials The caller's credentials, by name and date; never their values.
+	//
+	// Corresponds with GET /v1/credentials (the `ListCredentials` operationId).
+	ListCredentials(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteCredential Remove one of the caller's credentials.
+	//
+	// Corresponds with DELETE /v1/credentials/{name} (the `DeleteCredential` operationId).
+	DeleteCredential(ctx context.Context, name CredentialName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutCredentialWithBody Store (or replace) one of the caller's credentials, sealed at rest.
+	//
+	// The value is encrypted with the host's credentials key, bound to the
+	// caller and the name, and never returned: only the name and dates are.
+	// The host's agent gets it as the variable its operator names
+	// (docs/host.md, Credentials).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+	PutCredentialWithBody(ctx context.Context, name CredentialName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutCredential Store (or replace) one of the caller's credentials, sealed at rest.
+	//
+	// The value is encrypted with the host's credentials key, bound to the
+	// caller and the name, and never returned: only the name and dates are.
+	// The host's agent gets it as the variable its operator names
+	// (docs/host.md, Credentials).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+	PutCredential(ctx context.Context, name CredentialName, body PutCredentialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetEvents The caller's feed, as server-sent events.
 	//
@@ -1767,6 +1468,80 @@ func (c *Client) Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*htt
 // Corresponds with GET /v1/agents (the `ListAgents` operationId).
 func (c *Client) ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListAgentsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListCredentials The caller's credentials, by name and date; never their values.
+//
+// Corresponds with GET /v1/credentials (the `ListCredentials` operationId).
+func (c *Client) ListCredentials(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListCredentialsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteCredential Remove one of the caller's credentials.
+//
+// Corresponds with DELETE /v1/credentials/{name} (the `DeleteCredential` operationId).
+func (c *Client) DeleteCredential(ctx context.Context, name CredentialName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteCredentialRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutCredentialWithBody Store (or replace) one of the caller's credentials, sealed at rest.
+//
+// The value is encrypted with the host's credentials key, bound to the
+// caller and the name, and never returned: only the name and dates are.
+// The host's agent gets it as the variable its operator names
+// (docs/host.md, Credentials).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+func (c *Client) PutCredentialWithBody(ctx context.Context, name CredentialName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutCredentialRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutCredential Store (or replace) one of the caller's credentials, sealed at rest.
+//
+// The value is encrypted with the host's credentials key, bound to the
+// caller and the name, and never returned: only the name and dates are.
+// The host's agent gets it as the variable its operator names
+// (docs/host.md, Credentials).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+func (c *Client) PutCredential(ctx context.Context, name CredentialName, body PutCredentialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutCredentialRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2460,6 +2235,114 @@ func NewListAgentsRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListCredentialsRequest constructs an http.Request for the ListCredentials method
+func NewListCredentialsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/credentials")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteCredentialRequest constructs an http.Request for the DeleteCredential method
+func NewDeleteCredentialRequest(server string, name CredentialName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/credentials/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutCredentialRequest calls the generic PutCredential builder with application/json body
+func NewPutCredentialRequest(server string, name CredentialName, body PutCredentialJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutCredentialRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewPutCredentialRequestWithBody constructs an http.Request for the PutCredential method, with any body, and a specified content type
+func NewPutCredentialRequestWithBody(server string, name CredentialName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/credentials/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3656,6 +3539,44 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
 	ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
 
+	// ListCredentialsWithResponse The caller's credentials, by name and date; never their values.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/credentials (the `ListCredentials` operationId).
+	ListCredentialsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListCredentialsResponse, error)
+
+	// DeleteCredentialWithResponse Remove one of the caller's credentials.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/credentials/{name} (the `DeleteCredential` operationId).
+	DeleteCredentialWithResponse(ctx context.Context, name CredentialName, reqEditors ...RequestEditorFn) (*DeleteCredentialResponse, error)
+
+	// PutCredentialWithBodyWithResponse Store (or replace) one of the caller's credentials, sealed at rest.
+	//
+	// The value is encrypted with the host's credentials key, bound to the
+	// caller and the name, and never returned: only the name and dates are.
+	// The host's agent gets it as the variable its operator names
+	// (docs/host.md, Credentials).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+	PutCredentialWithBodyWithResponse(ctx context.Context, name CredentialName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutCredentialResponse, error)
+
+	// PutCredentialWithResponse Store (or replace) one of the caller's credentials, sealed at rest.
+	//
+	// The value is encrypted with the host's credentials key, bound to the
+	// caller and the name, and never returned: only the name and dates are.
+	// The host's agent gets it as the variable its operator names
+	// (docs/host.md, Credentials).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+	PutCredentialWithResponse(ctx context.Context, name CredentialName, body PutCredentialJSONRequestBody, reqEditors ...RequestEditorFn) (*PutCredentialResponse, error)
+
 	// GetEventsWithResponse The caller's feed, as server-sent events.
 	//
 	// What changes in any of the caller's conversations (one opens,
@@ -4227,6 +4148,150 @@ func (r ListAgentsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListAgentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListCredentialsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CredentialList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListCredentialsResponse) GetJSON200() *CredentialList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListCredentialsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListCredentialsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListCredentialsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListCredentialsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListCredentialsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteCredentialResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteCredentialResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteCredentialResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteCredentialResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteCredentialResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteCredentialResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutCredentialResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Credential
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Credential
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutCredentialResponse) GetJSON200() *Credential {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PutCredentialResponse) GetJSON201() *Credential {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutCredentialResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PutCredentialResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutCredentialResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutCredentialResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutCredentialResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5466,6 +5531,68 @@ func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, reqEdi
 	return ParseListAgentsResponse(rsp)
 }
 
+// ListCredentialsWithResponse The caller's credentials, by name and date; never their values.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/credentials (the `ListCredentials` operationId).
+func (c *ClientWithResponses) ListCredentialsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListCredentialsResponse, error) {
+	rsp, err := c.ListCredentials(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListCredentialsResponse(rsp)
+}
+
+// DeleteCredentialWithResponse Remove one of the caller's credentials.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/credentials/{name} (the `DeleteCredential` operationId).
+func (c *ClientWithResponses) DeleteCredentialWithResponse(ctx context.Context, name CredentialName, reqEditors ...RequestEditorFn) (*DeleteCredentialResponse, error) {
+	rsp, err := c.DeleteCredential(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteCredentialResponse(rsp)
+}
+
+// PutCredentialWithBodyWithResponse Store (or replace) one of the caller's credentials, sealed at rest.
+//
+// The value is encrypted with the host's credentials key, bound to the
+// caller and the name, and never returned: only the name and dates are.
+// The host's agent gets it as the variable its operator names
+// (docs/host.md, Credentials).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+func (c *ClientWithResponses) PutCredentialWithBodyWithResponse(ctx context.Context, name CredentialName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutCredentialResponse, error) {
+	rsp, err := c.PutCredentialWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutCredentialResponse(rsp)
+}
+
+// PutCredentialWithResponse Store (or replace) one of the caller's credentials, sealed at rest.
+//
+// The value is encrypted with the host's credentials key, bound to the
+// caller and the name, and never returned: only the name and dates are.
+// The host's agent gets it as the variable its operator names
+// (docs/host.md, Credentials).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/credentials/{name} (the `PutCredential` operationId).
+func (c *ClientWithResponses) PutCredentialWithResponse(ctx context.Context, name CredentialName, body PutCredentialJSONRequestBody, reqEditors ...RequestEditorFn) (*PutCredentialResponse, error) {
+	rsp, err := c.PutCredential(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutCredentialResponse(rsp)
+}
+
 // GetEventsWithResponse The caller's feed, as server-sent events.
 //
 // What changes in any of the caller's conversations (one opens,
@@ -6092,6 +6219,108 @@ func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListCredentialsResponse parses an HTTP response from a ListCredentialsWithResponse call
+func ParseListCredentialsResponse(rsp *http.Response) (*ListCredentialsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListCredentialsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CredentialList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteCredentialResponse parses an HTTP response from a DeleteCredentialWithResponse call
+func ParseDeleteCredentialResponse(rsp *http.Response) (*DeleteCredentialResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteCredentialResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutCredentialResponse parses an HTTP response from a PutCredentialWithResponse call
+func ParsePutCredentialResponse(rsp *http.Response) (*PutCredentialResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutCredentialResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Credential
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Credential
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

@@ -43,6 +43,10 @@ type Agent struct {
 	// WorkingDirectory overrides Options.WorkingDirectory for its
 	// sessions (nil: the host's).
 	WorkingDirectory func(owner tool.Identity, sessionID string) (string, error)
+	// Credentials are the person's credentials its sessions get, each as
+	// a variable (see Options.AgentCredentials, which serves a host of
+	// one agent); they need Options.Credentials and CredentialKeys.
+	Credentials []AgentCredential
 }
 
 // MaxAgentModels bounds Agent.Models.
@@ -73,6 +77,7 @@ type hostedAgent struct {
 	lent          *lending
 	sessionConfig func(owner tool.Identity, sessionID, model string) json.RawMessage
 	workingDir    func(owner tool.Identity, sessionID string) (string, error)
+	creds         []AgentCredential // the person's credentials its sessions need
 }
 
 // agentsOf makes the host's agents: Options.Agents, or the one agent of
@@ -88,8 +93,8 @@ func agentsOf(opt Options) (agents []Agent, def string, unnamed bool, err error)
 		return nil, "", false, errors.New("host: Options.Auth is nil; pass a *host.Tokens (host.LoadTokens) or another Authenticator")
 	}
 	if len(opt.Agents) > 0 {
-		if opt.Provider != nil || opt.Adapter != nil || len(opt.HostTools) > 0 {
-			return nil, "", false, errors.New("host: with Options.Agents, give each agent its Provider (or Adapter) and HostTools; leave Options.Provider, Adapter and HostTools unset")
+		if opt.Provider != nil || opt.Adapter != nil || len(opt.HostTools) > 0 || len(opt.AgentCredentials) > 0 {
+			return nil, "", false, errors.New("host: with Options.Agents, give each agent its Provider (or Adapter), HostTools and Credentials; leave Options.Provider, Adapter, HostTools and AgentCredentials unset")
 		}
 		def = opt.DefaultAgent
 		if def == "" {
@@ -100,7 +105,7 @@ func agentsOf(opt Options) (agents []Agent, def string, unnamed bool, err error)
 	if opt.DefaultAgent != "" {
 		return nil, "", false, errors.New("host: Options.DefaultAgent names one of Options.Agents, and there are none")
 	}
-	a := Agent{Provider: opt.Provider, Adapter: opt.Adapter, HostTools: opt.HostTools}
+	a := Agent{Provider: opt.Provider, Adapter: opt.Adapter, HostTools: opt.HostTools, Credentials: opt.AgentCredentials}
 	switch {
 	case opt.Provider != nil && opt.Adapter != nil:
 		return nil, "", false, errors.New("host: set Options.Provider or Options.Adapter, not both")
@@ -143,7 +148,14 @@ func (h *Host) hostAgents(agents []Agent, def string, unnamed bool) error {
 }
 
 func (h *Host) hostAgent(a Agent) (*hostedAgent, error) {
-	ha := &hostedAgent{name: a.Name, model: a.Model, sessionConfig: a.SessionConfig, workingDir: a.WorkingDirectory}
+	ha := &hostedAgent{name: a.Name, model: a.Model, sessionConfig: a.SessionConfig, workingDir: a.WorkingDirectory,
+		creds: slices.Clone(a.Credentials)}
+	if err := CheckAgentCredentials(ha.creds); err != nil {
+		return nil, err
+	}
+	if len(ha.creds) > 0 && h.creds == nil {
+		return nil, errors.New("its Credentials need Options.Credentials and Options.CredentialKeys (the store and the keys that seal them)")
+	}
 	switch {
 	case a.Provider != nil && a.Adapter != nil:
 		return nil, errors.New("set Provider or Adapter, not both")

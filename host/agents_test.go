@@ -93,7 +93,8 @@ type agentsHost struct {
 	close  func()
 }
 
-func newAgentsHost(t *testing.T, dsn string, toks map[string]string, agents func(claude, codex *provider.Instance) []host.Agent, def string) *agentsHost {
+func newAgentsHost(t *testing.T, dsn string, toks map[string]string, agents func(claude, codex *provider.Instance) []host.Agent, def string,
+	more ...func(*host.Options)) *agentsHost {
 	t.Helper()
 	drv := &configDriver{FakeDriver: conformance.NewFakeDriver(), configs: map[string][]string{}}
 	ctx := context.Background()
@@ -105,7 +106,11 @@ func newAgentsHost(t *testing.T, dsn string, toks map[string]string, agents func
 	claude, _ := reg.Instance("claude")
 	codex, _ := reg.Instance("codex")
 	auth, toks := tokensFor(t, toks)
-	h, err := host.New(host.Options{Agents: agents(claude, codex), DefaultAgent: def, Store: openStore(t, dsn), Auth: auth, EvictEvery: -1})
+	opt := host.Options{Agents: agents(claude, codex), DefaultAgent: def, Store: openStore(t, dsn), Auth: auth, EvictEvery: -1}
+	for _, m := range more {
+		m(&opt)
+	}
+	h, err := host.New(opt)
 	if err != nil {
 		_ = reg.Dispose(ctx)
 		t.Fatal(err)

@@ -117,19 +117,24 @@ func DecodeDecision(body []byte) (DecisionRequest, error) {
 type CreateRequest struct {
 	Agent string `json:"agent,omitempty"`
 	Model string `json:"model,omitempty"`
+	// Clone, when set, is a git repository cloned into the new
+	// conversation's workspace before it opens.
+	Clone *CloneSpec `json:"clone,omitempty"`
 }
 
 // DecodeCreate decodes and checks the body of POST /v1/sessions: empty,
 // or a JSON object with at most "agent" and "model", each a name (an
 // agent's 1 to 64 characters, a model's 1 to 256, no control
-// characters). Whether the host offers them is the host's to say.
+// characters), and "clone" ({"url", "ref", "credential"}, see
+// CloneSpec). Whether the host offers them is the host's to say.
 func DecodeCreate(body []byte) (CreateRequest, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return CreateRequest{}, nil
 	}
 	var raw struct {
-		Agent *string `json:"agent"`
-		Model *string `json:"model"`
+		Agent *string    `json:"agent"`
+		Model *string    `json:"model"`
+		Clone *CloneSpec `json:"clone"`
 	}
 	if err := decodeStrict(body, &raw); err != nil {
 		return CreateRequest{}, err
@@ -146,6 +151,12 @@ func DecodeCreate(body []byte) (CreateRequest, error) {
 			return CreateRequest{}, fieldError(CodeInvalidField, "model", `host: "model" is not a model's name (1 to 256 printable characters); GET /v1/agents lists each agent's`)
 		}
 		c.Model = *raw.Model
+	}
+	if raw.Clone != nil {
+		if err := checkClone(raw.Clone); err != nil {
+			return CreateRequest{}, err
+		}
+		c.Clone = raw.Clone
 	}
 	return c, nil
 }

@@ -74,6 +74,21 @@ const (
 	CodeWorkspaceConflict       Code = "workspace_conflict"         // 409: an entry collides with what the workspace holds
 )
 
+// The credentials' error codes.
+const (
+	CodeCredentialsUnavailable Code = "credentials_unavailable" // 501: the host keeps no credentials (no key)
+	CodeCredentialMissing      Code = "credential_missing"      // 412: the agent needs a credential the person has not stored
+	CodeCredentialUnreadable   Code = "credential_unreadable"   // 412: a stored credential does not open with the host's keys
+	CodeTooManyCredentials     Code = "too_many_credentials"    // 409: the person keeps as many credentials as allowed
+)
+
+// The clone's error codes (POST /v1/sessions {"clone"}).
+const (
+	CodeCloneUnsupported Code = "clone_unsupported" // 501: the host clones nothing (no --clone-allow)
+	CodeCloneRefused     Code = "clone_refused"     // 400: a URL the host will not clone (its host not allowed, not https/http, a user in it)
+	CodeCloneFailed      Code = "clone_failed"      // 422: git could not clone it
+)
+
 // The standing rules' error codes (rules.go).
 const (
 	CodeRuleNotFound Code = "rule_not_found" // 404: no such rule for this caller
@@ -82,11 +97,14 @@ const (
 
 // apiError is an error response: {"error": {"code", "message", "field"}}.
 type apiError struct {
-	status     int
-	Code       Code   `json:"code"`
-	Message    string `json:"message"`
-	Field      string `json:"field,omitempty"`
-	retryAfter int    // seconds; 0 for none
+	status  int
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	// Missing names what the request needs and the caller has not given
+	// (credential_missing: the credentials to store).
+	Missing    []string `json:"missing,omitempty"`
+	retryAfter int      // seconds; 0 for none
 }
 
 func (e *apiError) Error() string { return string(e.Code) + ": " + e.Message }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -14,7 +15,7 @@ import (
 )
 
 // apiErr is what every decoder error must be: a coded client error.
-func checkDecodeError(t *testing.T, err error) {
+func checkDecodeError(t *testing.T, err error, alsoCodes ...string) {
 	t.Helper()
 	b, mErr := json.Marshal(err)
 	if mErr != nil {
@@ -26,8 +27,9 @@ func checkDecodeError(t *testing.T, err error) {
 	if jErr := json.Unmarshal(b, &e); jErr != nil || e.Code == "" || e.Message == "" {
 		t.Fatalf("the error is not a coded API error: %s (%v)", b, err)
 	}
-	switch e.Code {
-	case "invalid_json", "missing_field", "invalid_field", "unknown_field":
+	switch {
+	case slices.Contains([]string{"invalid_json", "missing_field", "invalid_field", "unknown_field"}, e.Code):
+	case slices.Contains(alsoCodes, e.Code):
 	default:
 		t.Fatalf("unexpected code %q", e.Code)
 	}
@@ -94,13 +96,15 @@ func FuzzDecodeDecision(f *testing.F) {
 
 func FuzzDecodeCreate(f *testing.F) {
 	for _, s := range []string{``, `{}`, ` {} `, `{"x":1}`, `[]`, `null`, `{"agent":"claude"}`, `{"agent":"claude","model":"opus"}`,
-		`{"agent":"Claude"}`, `{"agent":""}`, `{"model":"a\u0000b"}`, `{"agent":1}`, `{"agent":"a","agent":"b"}`} {
+		`{"agent":"Claude"}`, `{"agent":""}`, `{"model":"a\u0000b"}`, `{"agent":1}`, `{"agent":"a","agent":"b"}`,
+		`{"clone":{"url":"https://git.example/r.git"}}`, `{"agent":"claude","clone":{"url":"https://h/r","ref":"main","credential":"gh"}}`,
+		`{"clone":{"url":"file:///etc"}}`, `{"clone":{"url":"https://u@h/r"}}`, `{"clone":{"url":"https://h/r","ref":"--upload-pack=x"}}`, `{"clone":{}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		c, err := host.DecodeCreate(body)
 		if err != nil {
-			checkDecodeError(t, err)
+			checkDecodeError(t, err, "clone_refused")
 			return
 		}
 		if c.Agent != "" && host.CheckAgentName(c.Agent) != nil {
@@ -108,6 +112,10 @@ func FuzzDecodeCreate(f *testing.F) {
 		}
 		if len(c.Model) > 256 || strings.ContainsFunc(c.Model, func(r rune) bool { return r < 0x20 }) {
 			t.Fatalf("accepted model %q", c.Model)
+		}
+		if c.Clone != nil && (!strings.HasPrefix(c.Clone.URL, "https://") && !strings.HasPrefix(c.Clone.URL, "http://") ||
+			strings.HasPrefix(c.Clone.Ref, "-") || strings.ContainsAny(c.Clone.URL, " \n")) {
+			t.Fatalf("accepted clone %+v", *c.Clone)
 		}
 	})
 }

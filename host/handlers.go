@@ -110,6 +110,10 @@ func (h *Host) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantGet))
 	mux.HandleFunc("DELETE /v1/tenants/{tenant}/sessions/{id}", h.authed(h.handleTenantClose))
 	// What turns used: the caller's own, and a tenant's for its admins.
+	mux.HandleFunc("GET /v1/credentials", h.authed(h.handleListCredentials))
+	mux.HandleFunc("PUT /v1/credentials/{name}", h.authed(h.handlePutCredential))
+	mux.HandleFunc("DELETE /v1/credentials/{name}", h.authed(h.handleDeleteCredential))
+
 	mux.HandleFunc("GET /v1/usage", h.authed(h.handleUsage))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/usage", h.authed(h.handleTenantUsage))
 	// Standing approvals the caller made while answering (rules.go).
@@ -135,6 +139,8 @@ func (h *Host) routes() http.Handler {
 		"/v1/tenants/{tenant}/sessions":      "GET, HEAD",
 		"/v1/tenants/{tenant}/sessions/{id}": "GET, HEAD, DELETE",
 		"/v1/usage":                          "GET, HEAD",
+		"/v1/credentials":                    "GET, HEAD",
+		"/v1/credentials/{name}":             "PUT, DELETE",
 		"/v1/tenants/{tenant}/usage":         "GET, HEAD",
 		"/v1/rules":                          "GET, HEAD",
 		"/v1/rules/{id}":                     "DELETE",
@@ -308,6 +314,26 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		writeError(w, h.rateLimited(o, wait))
 		return
 	}
+	id := newSessionID()
+	if req.Clone != nil {
+		// Cloned before the open bounds are taken: a clone is slow, and
+		// the bounds are checked again below.
+		if ae := h.missingCredentials(ctx, ag, o); ae != nil {
+			writeError(w, ae)
+			return
+		}
+		if ae := h.cloneInto(r, ag, o, id, req.Clone); ae != nil {
+			writeError(w, ae)
+			return
+		}
+		created := false
+		defer func() {
+			if !created && h.opt.DropWorkspace != nil {
+				_ = h.opt.DropWorkspace(o, id) // refused below: the clone goes
+			}
+		}()
+		defer func() { created = h.isLive(id) }()
+	}
 	h.createMu.Lock()
 	defer h.createMu.Unlock()
 	n, err := h.store.CountOpen(ctx, o)
@@ -320,8 +346,12 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 			fmt.Sprintf("host: you have %d open sessions, the most allowed; close one (DELETE /v1/sessions/{id}) first", n)))
 		return
 	}
+	if ae := h.missingCredentials(ctx, ag, o); ae != nil {
+		writeError(w, ae)
+		return
+	}
 	now := h.now().UTC()
-	c := Conversation{ID: newSessionID(), Owner: o, Provider: ag.key, Agent: ag.stored, Model: model, State: StateOpen, CreatedAt: now, UpdatedAt: now}
+	c := Conversation{ID: id, Owner: o, Provider: ag.key, Agent: ag.stored, Model: model, State: StateOpen, CreatedAt: now, UpdatedAt: now}
 	if err := h.store.Create(ctx, c); err != nil {
 		writeError(w, h.storeError(err))
 		return

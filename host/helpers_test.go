@@ -396,6 +396,7 @@ type config struct {
 	provider provider.Driver // another driver than native or the fake
 	agentOpt func(*agent.Options)
 	auth     host.Authenticator // beside the tokens file, in a Chain
+	credKeys *host.Keyring      // keep credentials in the fixture's store, sealed with these
 }
 
 var owners = map[string]tool.Identity{
@@ -505,6 +506,9 @@ func newFixture(t *testing.T, cfg config) *fixture {
 	opt.Provider, opt.Store, opt.Auth, opt.Bus = inst, st, auth, bus
 	if cfg.auth != nil {
 		opt.Auth = host.Chain{auth, cfg.auth}
+	}
+	if cfg.credKeys != nil {
+		opt.Credentials, opt.CredentialKeys = st, cfg.credKeys
 	}
 	if opt.EvictEvery == 0 {
 		opt.EvictEvery = -1

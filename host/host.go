@@ -156,6 +156,23 @@ type Options struct {
 	Logger *slog.Logger
 	// NoConsole leaves the web console out: / is a 404 like any unknown path.
 	NoConsole bool
+	// Credentials keeps people's credentials (PUT /v1/credentials/{name}),
+	// sealed with CredentialKeys, which it requires. Nil: the credentials
+	// endpoints answer 501 credentials_unavailable.
+	Credentials    CredentialStore
+	CredentialKeys *Keyring
+	// AgentCredentials are the person's credentials every conversation's
+	// agent gets, each as a variable: a conversation is refused at open
+	// (412 credential_missing) until the person has stored them all. It
+	// serves a host of one agent; with Options.Agents, give each agent
+	// its Credentials.
+	AgentCredentials []AgentCredential
+	// Cloner, when set, lets POST /v1/sessions clone a git repository
+	// into the new conversation's workspace (WorkingDirectory), each
+	// clone bounded by CloneTimeout (default 10m). Nil: a clone is
+	// refused (501 clone_unsupported).
+	Cloner       Cloner
+	CloneTimeout time.Duration
 	// MaxRulesPerPrincipal bounds the standing rules one person keeps
 	// (default 256).
 	MaxRulesPerPrincipal int
@@ -211,6 +228,7 @@ type Host struct {
 	cleanups *cleanups
 	rep      *replicas // nil: the only replica
 	prices   *price.Table
+	creds    *credentials // nil: no credentials kept
 	budgets  atomic.Pointer[Budgets]
 	rates    rateWindows
 	totals   usageTotals
@@ -306,6 +324,9 @@ func New(opt Options) (_ *Host, err error) {
 	if h.prices == nil {
 		h.prices = price.Default()
 	}
+	if h.creds, err = newCredentials(opt); err != nil {
+		return nil, err
+	}
 	h.budgets.Store(opt.Budgets)
 	if err := h.takeBusAndEventSink(&stack); err != nil {
 		return nil, err
@@ -356,6 +377,7 @@ func withDefaults(opt Options) (Options, error) {
 	orDefault(&opt.WorkspaceMaxEntries, DefaultWorkspaceMaxEntries)
 	orDefault(&opt.CutGrace, DefaultCutGrace)
 	orDefault(&opt.KeepAlive, DefaultKeepAlive)
+	orDefault(&opt.CloneTimeout, DefaultCloneTimeout)
 	orDefault(&opt.BodyMinRate, DefaultBodyMinRate)
 	orDefault(&opt.BodyRateWindow, DefaultBodyRateWindow)
 	orDefault(&opt.MaxRequestsPerPrincipal, DefaultMaxRequestsPerPrincipal)

@@ -271,7 +271,10 @@ func (h *Host) openSession(ctx context.Context, lc *liveConv) *apiError {
 	if model == "" {
 		model = ag.model
 	}
-	cfg := ag.sessionConfig(lc.owner, lc.id, model)
+	cfg, ae := h.withCredentials(ctx, ag, lc.owner, ag.sessionConfig(lc.owner, lc.id, model))
+	if ae != nil {
+		return ae
+	}
 	hb := ag.lent.binding(lc.owner, lc.id)
 	ask := interactions{h}
 	var vs *provider.ValidatedSession

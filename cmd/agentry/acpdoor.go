@@ -31,6 +31,7 @@ type acpFlags struct {
 	auth       string
 	model      string
 	pool       int
+	creds      []acp.Credential // serve's --agent-credential
 }
 
 func (a *acpFlags) add(f *pflag.FlagSet) {
@@ -121,7 +122,7 @@ func flagOf(ce *acp.ConfigError) string {
 	f := ce.Field
 	for _, m := range [][2]string{{"command", "--agent-cmd"}, {"env", "--agent-env"}, {"home", "--agent-home"},
 		{"mode", "--agent-mode"}, {"allowHosts", "--agent-allow-host"}, {"fs", "--agent-fs"},
-		{"authMethod", "--agent-auth"}, {"model", "--agent-model"}, {"pool", "--agent-pool"}} {
+		{"authMethod", "--agent-auth"}, {"model", "--agent-model"}, {"pool", "--agent-pool"}, {"credentials", "--agent-credential"}} {
 		if f == m[0] || strings.HasPrefix(f, m[0]+"[") {
 			return m[1] + strings.TrimPrefix(f, m[0]) + ": " + ce.Problem
 		}

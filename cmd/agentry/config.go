@@ -102,7 +102,7 @@ func parseConfig(path string, b []byte, flags *pflag.FlagSet) (*configFile, erro
 	}
 	slices.SortFunc(cf.settings, func(a, b setting) int { return cmp.Compare(a.line, b.line) })
 	if len(errs) == 0 {
-		errs = cf.checkProfiles(lines)
+		errs = cf.checkProfiles(lines, flags)
 	}
 	if len(errs) > 0 {
 		return nil, joinLineErrors(errs)
@@ -110,9 +110,10 @@ func parseConfig(path string, b []byte, flags *pflag.FlagSet) (*configFile, erro
 	return cf, nil
 }
 
-// checkProfiles checks the profiles against the rest of the file: the
-// default names one, and no top-level key says what profiles say.
-func (c *configFile) checkProfiles(lines map[string]int) []*lineError {
+// checkProfiles checks the profiles against the rest of the file (and the
+// command line's flags): the default names one, no top-level key says
+// what profiles say, and credentials have the key that seals them.
+func (c *configFile) checkProfiles(lines map[string]int, flags *pflag.FlagSet) []*lineError {
 	var errs []*lineError
 	if len(c.agents) == 0 {
 		if c.defaultAgent != "" {
@@ -131,9 +132,17 @@ func (c *configFile) checkProfiles(lines map[string]int) []*lineError {
 			msg: fmt.Sprintf("default-agent %q is not one of the profiles (%s)", c.defaultAgent, strings.Join(names, ", "))})
 	}
 	for _, s := range c.settings {
-		if s.key == "agent" || s.key == "lend" || slices.Contains(acpFlagNames, s.key) {
+		if s.key == "agent" || s.key == "lend" || s.key == "agent-credential" || slices.Contains(acpFlagNames, s.key) {
 			errs = append(errs, &lineError{path: c.path, line: s.line,
 				msg: fmt.Sprintf("%s: with [agents.NAME] profiles each profile says which agent it runs and how; move %s into the profiles, or drop the profiles", s.key, s.key)})
+		}
+	}
+	_, keyInFile := c.value("credentials-key-file")
+	keyFile := keyInFile || flags != nil && flags.Changed("credentials-key-file")
+	for _, p := range c.agents {
+		if len(p.credentials) > 0 && !keyFile {
+			errs = append(errs, &lineError{path: c.path, line: p.lines["credentials"],
+				msg: fmt.Sprintf("agents.%s.credentials: credentials need --credentials-key-file (credentials-key-file = \"FILE\" in this file): people's credentials are kept sealed, never in clear", p.name)})
 		}
 	}
 	return errs

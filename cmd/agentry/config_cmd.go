@@ -78,9 +78,15 @@ func checkServeSettings(o *serveOptions) error {
 		return err
 	}
 	if len(o.profiles) == 0 {
-		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend"); err != nil {
+		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential", "clone-allow"); err != nil {
 			return err
 		}
+	}
+	if _, _, err := o.creds.parse(); err != nil {
+		return err
+	}
+	if _, err := o.creds.keyring(); err != nil {
+		return err
 	}
 	for _, p := range o.profiles {
 		if p.kind != kindNative || p.model == "" {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -124,6 +123,7 @@ func parseProfile(path, name string, v any, lines map[string]int) (agentProfile,
 	a.allowHosts, a.fs, a.auth, a.model, a.pool = r.strs("allow-host"), r.str("fs"), r.str("auth"), r.str("model"), r.int("pool")
 	p.model, p.models, p.lend = a.model, r.strs("models"), r.strs("lend")
 	p.credentials = r.table("credentials")
+	a.creds, _ = profileCredentials(p.credentials)
 	if len(r.errs) > 0 {
 		return p, r.errs
 	}
@@ -290,10 +290,6 @@ func (r *profileReader) checkACP(p *agentProfile) {
 			r.refuse("lend", "%q: the host tool there is to lend is run_code", name)
 		}
 	}
-	if len(p.credentials) > 0 {
-		r.refuse("credentials", "credentials need --credentials-key-file, which this agentry serve does not have; "+
-			"meanwhile pass the key by name from serve's environment (env = [%q])", slices.Sorted(maps.Keys(p.credentials))[0])
-	}
 	if _, err := p.acp.raw("/"); err != nil {
 		var ce *acp.ConfigError
 		if errors.As(err, &ce) {
@@ -309,7 +305,7 @@ func (r *profileReader) checkACP(p *agentProfile) {
 // and what of it (an index) is at fault.
 func profileKeyOf(field string) (key, rest string) {
 	for _, m := range [][2]string{{"command", "command"}, {"env", "env"}, {"home", "home"}, {"mode", "mode"},
-		{"allowHosts", "allow-host"}, {"fs", "fs"}, {"authMethod", "auth"}, {"model", "model"}, {"pool", "pool"}} {
+		{"allowHosts", "allow-host"}, {"fs", "fs"}, {"authMethod", "auth"}, {"model", "model"}, {"pool", "pool"}, {"credentials", "credentials"}} {
 		if field == m[0] || strings.HasPrefix(field, m[0]+"[") {
 			if rest = strings.TrimPrefix(field, m[0]); rest != "" {
 				rest += ": "
@@ -329,7 +325,7 @@ func (a acpFlags) raw(root string) (json.RawMessage, error) {
 		return nil, &acp.ConfigError{Field: "command", Problem: err.Error()}
 	}
 	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root,
-		AuthMethod: a.auth, Model: a.model, Pool: a.pool}
+		AuthMethod: a.auth, Model: a.model, Pool: a.pool, Credentials: a.creds}
 	if a.home != "" {
 		h, err := filepath.Abs(a.home)
 		if err != nil {

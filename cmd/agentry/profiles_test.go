@@ -160,3 +160,51 @@ func TestReloadNamesChangedProfiles(t *testing.T) {
 		}
 	}
 }
+
+func TestProfileCredentials(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "creds.key")
+	if err := os.WriteFile(key, []byte("k1 "+strings.Repeat("A", 43)+"=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	profile := "[agents.claude]\ncommand = \"claude-agent-acp\"\ncredentials = { ANTHROPIC_API_KEY = \"anthropic\", GH_TOKEN = \"gh\" }\n"
+	check := func(t *testing.T, path string, args ...string) {
+		t.Helper()
+		o, f := serveFlags(t, append([]string{"--config", path}, args...)...)
+		if err := o.readConfig(f); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.takeProfiles(f); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := o.profiles[0].acp.raw(filepath.Join(dir, "ws"))
+		if err != nil || !strings.Contains(string(raw), `"credentials":[{"var":"ANTHROPIC_API_KEY","name":"anthropic"},{"var":"GH_TOKEN","name":"gh"}]`) {
+			t.Fatalf("the ACP configuration: %s, %v", raw, err)
+		}
+		_, hc := profileCredentials(o.profiles[0].credentials)
+		if len(hc) != 2 || hc[0].Name != "anthropic" || hc[0].Var != "ANTHROPIC_API_KEY" || hc[1].Name != "gh" {
+			t.Fatalf("the host's credentials: %+v", hc)
+		}
+	}
+	// The key file in the configuration file, or on the command line.
+	inFile := writeFile(t, dir, "in-file.toml", "credentials-key-file = \""+key+"\"\n"+profile)
+	check(t, inFile)
+	if out, err := execute(t, "config", "check", inFile); err != nil || !strings.Contains(out, "1 agent profiles") {
+		t.Fatalf("config check: %v\n%s", err, out)
+	}
+	check(t, writeFile(t, dir, "flag.toml", profile), "--credentials-key-file", key)
+
+	// --agent-credential beside profiles: each profile names its own.
+	path := writeFile(t, dir, "both.toml", "agent-credential = [\"X=y\"]\ncredentials-key-file = \""+key+"\"\n"+profile)
+	o, f := serveFlags(t, "--config", path)
+	if err := o.readConfig(f); err == nil || !strings.Contains(err.Error(), path+":1: agent-credential: with [agents.NAME] profiles") {
+		t.Fatalf("agent-credential beside profiles in the file: %v", err)
+	}
+	o, f = serveFlags(t, "--config", inFile, "--agent-credential", "X=y")
+	if err := o.readConfig(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.takeProfiles(f); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--agent-credential with agent profiles") {
+		t.Fatalf("--agent-credential beside profiles: %v", err)
+	}
+}

@@ -51,6 +51,8 @@ type serveOptions struct {
 	workspaces                                 string
 	lend                                       []string
 	oidc                                       oidcFlags
+	creds                                      credFlags
+	cloneAllow                                 []string
 	// profiles are the configuration file's agent profiles, served side
 	// by side instead of --agent; defaultAgent names the default one.
 	profiles     []agentProfile
@@ -118,7 +120,7 @@ settings of it) and names what needs a restart.
 				return err
 			}
 			if len(o.profiles) == 0 {
-				o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend")
+				o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential", "clone-allow")
 			}
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
@@ -141,6 +143,8 @@ settings of it) and names what needs a restart.
 	f.StringArrayVar(&o.lend, "lend", nil, "with --agent acp: lend this host tool to every agent over MCP (repeat; run_code is the one there is: agentry's interpreter on --runner)")
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	o.oidc.add(f, true)
+	o.creds.add(f)
+	f.StringArrayVar(&o.cloneAllow, "clone-allow", nil, "with --agent acp: a host (or host:port) a new conversation may clone a git repository from (POST /v1/sessions {\"clone\"}); git runs jailed, reaching that host alone (repeat)")
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.prices, "prices", "", "the price table each turn's cost is estimated with (JSON; docs/usage.md); default: the table agentry ships")
@@ -333,6 +337,13 @@ type serveDeps struct {
 	dropWorkspace func(tool.Identity, string) error
 	sessionConfig func(tool.Identity, string) json.RawMessage
 	workspaceRoot string
+
+	// keys seal people's credentials (--credentials-key-file; nil: none
+	// kept); agentCreds are the ones each agent gets.
+	keys       *host.Keyring
+	agentCreds []host.AgentCredential
+	// cloner clones repositories into new conversations (--clone-allow).
+	cloner host.Cloner
 
 	// profiles are what each agent profile runs with (a file with
 	// [agents.NAME] profiles).

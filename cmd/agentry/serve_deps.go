@@ -121,6 +121,11 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 	}
 	var cfg json.RawMessage
 	if len(o.profiles) == 0 { // profiles have a configuration each
+		ac, hc, err := o.creds.parse()
+		if err != nil {
+			return fail(err)
+		}
+		o.acp.creds, d.agentCreds = ac, hc
 		if cfg, err = o.acp.config(root); err != nil {
 			return fail(err)
 		}
@@ -175,10 +180,19 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 		}
 		return fail(err)
 	}
+	closeCloner, err := withCloner(ctx, o, &d, why, toBus)
+	if err != nil {
+		closeLauncher()
+		if closeRunner != nil {
+			closeRunner()
+		}
+		return fail(err)
+	}
 	d.close = func() {
 		if closeRunner != nil {
 			closeRunner()
 		}
+		closeCloner()
 		closeLauncher()
 	}
 	return d, nil

@@ -50,7 +50,10 @@ func (o *serveOptions) takeProfiles(flags *pflag.FlagSet) error {
 	if o.temporal != "" {
 		return usageError("temporal with agent profiles: durable turns run one agentry agent (serve --agent native); drop the [agents.NAME] profiles or temporal")
 	}
-	return nil
+	if len(o.cloneAllow) > 0 && !slices.ContainsFunc(o.profiles, func(p agentProfile) bool { return p.kind == kindACP }) {
+		return usageError("--clone-allow is for ACP agents, and none of the agent profiles is one; drop --clone-allow")
+	}
+	return o.checkProfileCredentials()
 }
 
 // buildProfileDeps is buildServeDeps for a file with agent profiles:
@@ -125,6 +128,7 @@ func (s *server) openProfiles(ctx context.Context, opts []provider.Option) error
 			reg, inst, err = openACP(ctx, d.launcher, pd.p.name, pd.acpConfig, s.bus.Export, opts...)
 			a.Models, a.Model, a.HostTools = pd.p.models, pd.p.model, pd.lent
 			a.SessionConfig, a.WorkingDirectory = modelSessionConfig, d.workingDir
+			_, a.Credentials = profileCredentials(pd.p.credentials)
 		case kindNative:
 			var nd *native.Driver
 			nd, err = native.NewDriver(native.Config{Store: native.HostStore(s.store), TurnRunIDs: true, Agent: native.Fixed(agent.Options{

@@ -157,6 +157,9 @@ func (s *server) buildDeps(ctx context.Context) error {
 	}
 	s.deps = deps
 	s.undo.PushFunc(deps.close)
+	if s.deps.keys, err = s.o.creds.keyring(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -273,12 +276,16 @@ func (s *server) newHost(context.Context) error {
 		HostTools: d.lent, WorkingDirectory: d.workingDir, SessionConfig: d.sessionConfig, DropWorkspace: d.dropWorkspace,
 		WorkspaceMaxBytes: o.wsMaxBytes, WorkspaceMaxEntries: o.wsMaxEntries,
 		Prices: s.prices, Budgets: s.budgets,
+		CredentialKeys: d.keys, AgentCredentials: d.agentCreds, Cloner: d.cloner,
+	}
+	if d.keys != nil {
+		opt.Credentials = s.store
 	}
 	if len(s.agents) > 0 {
 		// Each agent has its provider, lent tools, sessions'
 		// configuration and workspace; the host shares none of them.
 		opt.Provider, opt.Agents, opt.DefaultAgent = nil, s.agents, o.defaultAgent
-		opt.HostTools, opt.WorkingDirectory, opt.SessionConfig = nil, nil, nil
+		opt.HostTools, opt.WorkingDirectory, opt.SessionConfig, opt.AgentCredentials = nil, nil, nil, nil
 	}
 	o.door.apply(&opt)
 	h, err := host.New(opt)
@@ -304,6 +311,9 @@ func (s *server) serve(sig <-chan os.Signal, forceExit func()) error {
 	go func() { served <- srv.Serve(s.ln) }()
 
 	printServing(s.stdout, s.o, "http://"+s.ln.Addr().String(), s.leases, s.generated)
+	if d := describeCredentials(s.deps.keys, s.deps.agentCreds); d != "" {
+		fmt.Fprintf(s.stdout, "agentry serve: %s\n", d)
+	}
 
 	if err := s.await(served, sig); err != nil {
 		_ = s.host.Shutdown(context.Background())

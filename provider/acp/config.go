@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,14 @@ type Config struct {
 	// refused with the ones it does. Empty: the first env-var method whose
 	// variables env gives, if any.
 	AuthMethod string `json:"authMethod,omitempty"`
+	// Credentials are variables each session's agent gets from the
+	// person it serves rather than from the host: the session's
+	// configuration carries their values ({"credentials": {VAR: value}},
+	// which agentry's host fills from the person's stored credentials),
+	// and a session without one of them is refused. They are not given
+	// to probes, nor to terminals; with them the instance keeps no pool
+	// (a pooled agent starts before anyone's credentials are known).
+	Credentials []Credential `json:"credentials,omitempty"`
 	// Model is the model new sessions start with: the value of the
 	// agent's model option (session/set_config_option), refused with the
 	// values the agent offers when it is not one of them. A session's
@@ -83,6 +92,22 @@ type Config struct {
 	// report is taken as the turn's own.
 	UsageTotals bool `json:"usageTotals,omitempty"`
 }
+
+// Credential is one of [Config.Credentials].
+type Credential struct {
+	// Var is the variable the agent sees the credential as.
+	Var string `json:"var"`
+	// Name is the person's credential it comes from (the host's
+	// /v1/credentials/{name}); the adapter only carries it.
+	Name string `json:"name"`
+	// AuthMethod is the authentication method the credential feeds: the
+	// client asks the agent for it (authenticate) instead of
+	// Config.AuthMethod. Empty: Config.AuthMethod's choice.
+	AuthMethod string `json:"authMethod,omitempty"`
+}
+
+// MaxCredentials bounds [Config.Credentials] and a session's credentials.
+const MaxCredentials = 64
 
 // MaxPool bounds [Config.Pool].
 const MaxPool = 64
@@ -266,6 +291,9 @@ func (c *Config) check() error {
 			return bad(field, "%v", err)
 		}
 	}
+	if err := c.checkCredentials(seen); err != nil {
+		return err
+	}
 	if c.Pool < 0 || c.Pool > MaxPool {
 		return bad("pool", "it must be between 0 and %d", MaxPool)
 	}
@@ -293,6 +321,62 @@ func (c *Config) check() error {
 		return bad("workspaceRoot", "%v", err)
 	}
 	return c.Limits.normalise()
+}
+
+// checkCredentials refuses credentials with an unusable variable, one
+// env already sets, two authentication methods, or a pool.
+func (c *Config) checkCredentials(env map[string]bool) error {
+	if len(c.Credentials) == 0 {
+		c.Credentials = nil
+		return nil
+	}
+	if len(c.Credentials) > MaxCredentials {
+		return bad("credentials", "it has more than %d entries", MaxCredentials)
+	}
+	vars := map[string]bool{}
+	auth := ""
+	for i, cr := range c.Credentials {
+		field := fmt.Sprintf("credentials[%d]", i)
+		if err := checkEnvName(cr.Var); err != nil {
+			return bad(field, "%v", err)
+		}
+		switch {
+		case cr.Var == "HOME" || cr.Var == "PATH":
+			return bad(field, "%s is the launcher's; name another variable", cr.Var)
+		case env[cr.Var]:
+			return bad(field, "the variable %s is set by env too; give it one source", cr.Var)
+		case vars[cr.Var]:
+			return bad(field, "the variable %s is listed twice", cr.Var)
+		}
+		vars[cr.Var] = true
+		if err := checkText(cr.Name, 64, false); err != nil {
+			return bad(field, "the name: %v", err)
+		}
+		if cr.AuthMethod != "" {
+			if err := checkText(cr.AuthMethod, 256, false); err != nil {
+				return bad(field, "the authMethod: %v", err)
+			}
+			if auth != "" && auth != cr.AuthMethod {
+				return bad(field, "it feeds the authentication method %s and another credential %s; a session authenticates once", cr.AuthMethod, auth)
+			}
+			auth = cr.AuthMethod
+		}
+	}
+	if c.Pool > 0 {
+		return bad("pool", "it cannot be used with credentials: a pooled agent starts before anyone's credentials are known")
+	}
+	return nil
+}
+
+// sessionAuth is the authentication method a session's agent is asked
+// for: the one its credentials feed, else the definition's.
+func (c *Config) sessionAuth() string {
+	for _, cr := range c.Credentials {
+		if cr.AuthMethod != "" {
+			return cr.AuthMethod
+		}
+	}
+	return c.AuthMethod
 }
 
 func (l *Limits) normalise() error {
@@ -408,6 +492,10 @@ type SessionConfig struct {
 	Mode string `json:"mode,omitempty"`
 	// Model overrides the definition's model for this session.
 	Model string `json:"model,omitempty"`
+	// Credentials are the values of the definition's credentials
+	// (Config.Credentials), by variable: the person's own secrets. They
+	// are never logged nor echoed in an error.
+	Credentials map[string]string `json:"credentials,omitempty"`
 }
 
 // ParseSessionConfig reads a session's configuration, strictly.
@@ -435,5 +523,44 @@ func ParseSessionConfig(raw []byte) (SessionConfig, error) {
 			return SessionConfig{}, fmt.Errorf("acp: the session configuration's model is unusable: %v", err)
 		}
 	}
+	if len(c.Credentials) > MaxCredentials {
+		return SessionConfig{}, fmt.Errorf("acp: the session configuration has more than %d credentials", MaxCredentials)
+	}
+	for name, v := range c.Credentials {
+		if err := checkEnvName(name); err != nil {
+			return SessionConfig{}, fmt.Errorf("acp: the session configuration's credential variable is unusable: %v", err)
+		}
+		if v == "" || len(v) > 32<<10 || strings.IndexByte(v, 0) >= 0 {
+			return SessionConfig{}, fmt.Errorf("acp: the session configuration's credential %s is unusable: a value is 1 byte to 32 KiB with no NUL byte", name)
+		}
+	}
 	return c, nil
+}
+
+// credentialEnv is the environment a session's agent starts with: the
+// definition's, and the session's credentials, each of which the
+// definition must declare and the session must give.
+func (in *instance) credentialEnv(sc SessionConfig) ([]string, error) {
+	declared := map[string]bool{}
+	var missing []string
+	env := slices.Clone(in.env)
+	for _, cr := range in.cfg.Credentials {
+		declared[cr.Var] = true
+		v, ok := sc.Credentials[cr.Var]
+		if !ok {
+			missing = append(missing, cr.Var+" (credential "+cr.Name+")")
+			continue
+		}
+		env = append(env, cr.Var+"="+v)
+	}
+	for name := range sc.Credentials {
+		if !declared[name] {
+			return nil, fmt.Errorf("acp: the session configuration gives the credential %s, which the definition does not declare (credentials); the agent sees only declared ones", name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%w: the session's configuration does not give %s", ErrMissingCredentials, strings.Join(missing, ", "))
+	}
+	return env, nil
 }

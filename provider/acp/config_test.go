@@ -112,7 +112,8 @@ func FuzzParseConfig(f *testing.F) {
 
 // FuzzParseSessionConfig: the same, for a session's configuration.
 func FuzzParseSessionConfig(f *testing.F) {
-	for _, s := range []string{``, `{}`, `{"mode":"plan"}`, `{"mode":""}`, `{"mood":"x"}`, `[]`, `{"mode":"a\u0000"}`, `{"mode":1}`} {
+	for _, s := range []string{``, `{}`, `{"mode":"plan"}`, `{"mode":""}`, `{"mood":"x"}`, `[]`, `{"mode":"a\u0000"}`, `{"mode":1}`,
+		`{"credentials":{"OPENAI_API_KEY":"sk-1"}}`, `{"credentials":{"1X":"v"}}`, `{"credentials":{"X":""}}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
@@ -122,7 +123,7 @@ func FuzzParseSessionConfig(f *testing.F) {
 		}
 		b, _ := json.Marshal(c)
 		again, err := acp.ParseSessionConfig(b)
-		if err != nil || again != c {
+		if err != nil || !reflect.DeepEqual(again, c) {
 			t.Fatalf("round trip %+v → %+v, %v", c, again, err)
 		}
 	})

@@ -236,7 +236,7 @@ func (in *instance) probe(ctx context.Context) (provider.Readiness, sdk.Initiali
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(in.cfg.Limits.StartTimeout))
 	defer cancel()
 	label := "probe-" + toolsession.HashKey("acp-probe/"+in.id)
-	ag, err := in.launch(ctx, launchRequest{label: label, workspace: in.cfg.WorkspaceRoot, events: in.forward("")})
+	ag, err := in.launch(ctx, launchRequest{label: label, workspace: in.cfg.WorkspaceRoot, events: in.forward(""), probe: true})
 	if ag != nil {
 		defer ag.shutdown(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
 	}
@@ -308,6 +308,13 @@ type launchRequest struct {
 	expose    []Exposed
 	client    sdk.Client // nil for a probe: it answers nothing but refusals
 	guard     *guard     // nil: a guard of its own
+	// env is what the agent starts with (nil: the definition's); auth
+	// the authentication method it is asked for.
+	env  []string
+	auth string
+	// probe: the agent is started to learn what it offers, without the
+	// session credentials the definition declares.
+	probe bool
 }
 
 // newGuard is a guard with the definition's bound, the driver's host-wide
@@ -332,8 +339,12 @@ type agentProc struct {
 // launch starts an agent and brings it to where sessions can be opened.
 // When it returns an agent with an error, the caller stops it.
 func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, error) {
+	env := r.env
+	if env == nil {
+		env = in.env
+	}
 	proc, err := in.d.opt.Launcher.Launch(ctx, LaunchSpec{
-		Argv: slices.Clone(in.cfg.Command), Env: slices.Clone(in.env), Workspace: r.workspace, Home: in.cfg.Home,
+		Argv: slices.Clone(in.cfg.Command), Env: slices.Clone(env), Workspace: r.workspace, Home: in.cfg.Home,
 		AllowHosts: slices.Clone(in.cfg.AllowHosts), Label: r.label, Events: r.events, Expose: r.expose,
 	})
 	if err != nil {
@@ -355,9 +366,9 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 	conn := sdk.NewClientSideConnection(cl, input, newAgentOutput(gate, g, input))
 	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	close(gate.open)
-	ag := &agentProc{proc: proc, conn: conn, input: input, guard: g, env: in.env, watched: make(chan struct{})}
+	ag := &agentProc{proc: proc, conn: conn, input: input, guard: g, env: env, watched: make(chan struct{})}
 	go ag.watch(time.Duration(in.cfg.Limits.StopTimeout))
-	if err := ag.handshake(ctx, in); err != nil {
+	if err := ag.handshake(ctx, in, r); err != nil {
 		return ag, err
 	}
 	return ag, nil
@@ -365,7 +376,7 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 
 // handshake runs initialize and, when the agent lists an env-var method
 // the definition can satisfy, authenticate.
-func (ag *agentProc) handshake(ctx context.Context, in *instance) error {
+func (ag *agentProc) handshake(ctx context.Context, in *instance, r launchRequest) error {
 	init, err := ag.conn.Initialize(ctx, sdk.InitializeRequest{
 		ProtocolVersion: sdk.ProtocolVersionNumber,
 		ClientCapabilities: sdk.ClientCapabilities{
@@ -383,10 +394,27 @@ func (ag *agentProc) handshake(ctx context.Context, in *instance) error {
 		return fmt.Errorf("%w (it answered version %d)", ErrUnsupportedVersion, init.ProtocolVersion)
 	}
 	ag.init = init
-	method, needs, err := chooseAuth(init.AuthMethods, in.env, in.cfg.AuthMethod)
+	env, want := ag.env, in.cfg.AuthMethod
+	if r.env != nil || r.auth != "" {
+		want = r.auth
+	}
+	later := len(in.cfg.Credentials) > 0 && (r.probe || r.env == nil)
+	if later {
+		// The sessions bring these: choose as if they were here, to
+		// refuse an agent that offers no method for them, but ask for
+		// nothing.
+		want = in.cfg.sessionAuth()
+		env = slices.Clone(env)
+		for _, cr := range in.cfg.Credentials {
+			env = append(env, cr.Var+"=later")
+		}
+	}
+	method, needs, err := chooseAuth(init.AuthMethods, env, want)
 	switch {
 	case err != nil:
 		return err
+	case later && method != "":
+		return nil
 	case method != "":
 		if _, err := ag.conn.Authenticate(ctx, sdk.AuthenticateRequest{MethodId: method}); err != nil {
 			if ag.exited() {

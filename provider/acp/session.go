@@ -136,6 +136,10 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	if err := checkWorkspace(in.cfg.WorkspaceRoot, workDir); err != nil {
 		return nil, err
 	}
+	env, err := in.credentialEnv(scfg)
+	if err != nil {
+		return nil, err
+	}
 	mode, model := in.cfg.Mode, in.cfg.Model
 	if scfg.Mode != "" {
 		mode = scfg.Mode
@@ -190,7 +194,7 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		if err := s.serveHostTools(ht, pa.ag.guard, pa.ln); err != nil {
 			return fail(err)
 		}
-	} else if err := s.launch(ctx, workDir, ht); err != nil {
+	} else if err := s.launch(ctx, workDir, ht, env); err != nil {
 		return fail(err)
 	}
 	s.terms.setProcess(s.ag.proc)
@@ -260,7 +264,7 @@ func (s *session) serveHostTools(ht provider.HostTools, g *guard, ln net.Listene
 
 // launch starts the session's own agent. One guard bounds what the agent
 // asks of the client, over ACP and over the host tools' MCP server alike.
-func (s *session) launch(ctx context.Context, workDir string, ht provider.HostTools) error {
+func (s *session) launch(ctx context.Context, workDir string, ht provider.HostTools, env []string) error {
 	in := s.in
 	g := in.newGuard(s.label, in.forward(s.id))
 	if err := s.serveHostTools(ht, g, nil); err != nil {
@@ -272,7 +276,7 @@ func (s *session) launch(ctx context.Context, workDir string, ht provider.HostTo
 	}
 	var err error
 	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(s.id),
-		expose: expose, client: &client{s}, guard: g})
+		expose: expose, client: &client{s}, guard: g, env: env, auth: in.cfg.sessionAuth()})
 	return err
 }
 

@@ -7,16 +7,25 @@
 //	flood N             sends N fs/read_text_file at once, without waiting
 //	dial HOST:PORT GATE dials HOST:PORT, then waits until the test writes the
 //	                    FIFO GATE in its workspace, and says how the dial went
+//	hasenv VAR SHA256   says whether VAR is set to a value of that SHA-256
+//	                    (never the value)
+//	search MASK MASKED  unmasks MASKED (hex, XOR MASK) in memory and says
+//	                    where in its jail it finds that string: its
+//	                    environment, the processes it sees, the files it
+//	                    can read under its workspace, HOME and temp dirs
 //	edit                proposes an edit of hello.txt in its workspace (a tool
 //	                    call whose content is the diff, lines with markup in
 //	                    them), asks permission, and makes it if allowed
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -103,6 +112,12 @@ func (a *agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 	case "dial":
 		target, gate, _ := strings.Cut(rest, " ")
 		answer = dial(target, filepath.Join(cwd, gate))
+	case "hasenv":
+		name, sum, _ := strings.Cut(rest, " ")
+		answer = hasEnv(name, sum)
+	case "search":
+		mask, masked, _ := strings.Cut(rest, " ")
+		answer = search(cwd, mask, masked)
 	default:
 		answer = "hello back"
 	}
@@ -158,6 +173,68 @@ func dial(target, gate string) string {
 	_, _ = f.Read(b)
 	f.Close()
 	return "dialled " + target + ": " + result
+}
+
+func hasEnv(name, sum string) string {
+	v, ok := os.LookupEnv(name)
+	switch {
+	case !ok:
+		return "env " + name + " unset"
+	case fmt.Sprintf("%x", sha256.Sum256([]byte(v))) == sum:
+		return "env " + name + " matches"
+	}
+	return "env " + name + " differs"
+}
+
+// search looks for the unmasked string wherever this jail lets the agent
+// look, and names the places it is found ("absent" when none).
+func search(cwd, maskHex, maskedHex string) string {
+	mask, err1 := hex.DecodeString(maskHex)
+	masked, err2 := hex.DecodeString(maskedHex)
+	if err1 != nil || err2 != nil || len(mask) != len(masked) || len(mask) == 0 {
+		return "search: bad arguments"
+	}
+	needle := make([]byte, len(mask))
+	for i := range mask {
+		needle[i] = mask[i] ^ masked[i]
+	}
+	var found []string
+	for _, kv := range os.Environ() {
+		if bytes.Contains([]byte(kv), needle) {
+			found = append(found, "own environment")
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"environ", "cmdline"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, needle) {
+				found = append(found, p+"/"+f)
+			}
+		}
+	}
+	files := 0
+	for _, root := range []string{cwd, os.Getenv("HOME"), "/tmp", "/var/tmp", "/dev/shm", "/run"} {
+		if root == "" {
+			continue
+		}
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !d.Type().IsRegular() {
+				return nil
+			}
+			if info, err := d.Info(); err != nil || info.Size() > 8<<20 {
+				return nil
+			}
+			files++
+			if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, needle) {
+				found = append(found, path)
+			}
+			return nil
+		})
+	}
+	if len(found) == 0 {
+		return fmt.Sprintf("absent (%d processes, %d files searched)", len(procs), files)
+	}
+	return "found in " + strings.Join(found, ", ")
 }
 
 // The edit's old and new text: lines a console must show as text.

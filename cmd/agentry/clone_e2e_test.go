@@ -1,0 +1,161 @@
+//go:build linux
+
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gitServer serves the bare repositories under a directory over git's
+// smart HTTP (git http-backend), asking for password when it is set.
+func gitServer(t *testing.T, password string) (*httptest.Server, string) {
+	t.Helper()
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("git is not installed: %v", err)
+		}
+		t.Skipf("git is not installed: %v", err)
+	}
+	root := t.TempDir()
+	work := t.TempDir()
+	run := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(gitBin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	run(root, "init", "-q", "--bare", "-b", "main", "repo.git")
+	run(work, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(work, "README.md"), []byte("cloned into the jail\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(work, "add", "README.md")
+	run(work, "commit", "-q", "-m", "first")
+	run(work, "branch", "feature")
+	run(work, "push", "-q", filepath.Join(root, "repo.git"), "main", "feature")
+	backend := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
+		Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if password != "" {
+			if _, p, ok := r.BasicAuth(); !ok || p != password {
+				w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+				http.Error(w, "who are you", http.StatusUnauthorized)
+				return
+			}
+		}
+		backend.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	u, _ := url.Parse(s.URL)
+	return s, u.Host
+}
+
+// workspaceFile reads one file of a conversation's workspace through the
+// API.
+func workspaceFile(t *testing.T, p *process, token, id, path string) string {
+	t.Helper()
+	code, body := callAs(t, p, token, "GET", "/v1/sessions/"+id+"/workspace?path="+path, "")
+	if code != http.StatusOK {
+		t.Fatalf("download %s: %d %s", path, code, body)
+	}
+	tr := tar.NewReader(bytes.NewReader(body))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s is not in the download: %v", path, err)
+		}
+		if h.Name == path {
+			b, _ := io.ReadAll(tr)
+			return string(b)
+		}
+	}
+}
+
+// Opening a conversation with {"clone"} clones from an allowed host into
+// its workspace, jailed, with the person's credential as git's password
+// (never in an argument or the URL); other hosts, other schemes and
+// option-shaped URLs are refused.
+func TestServeClonesAtOpen(t *testing.T) {
+	agentCmd := acpAgentBinary(t)
+	const password = "git-token-5150"
+	srv, hostport := gitServer(t, password)
+	bin := binary(t)
+	dir, events := agentDir(t)
+	tokens, tok := principals(t, "alice")
+	alice := tok[0]
+	db := filepath.Join(dir, "agentry.db")
+	p := startServeBinary(t, bin, nil, "--agent", "acp", "--agent-cmd", agentCmd, "--tokens", tokens,
+		"--workspaces", filepath.Join(dir, "workspaces"), "--store", db, "--events", events,
+		"--credentials-key-file", credentialKeyFile(t, dir), "--clone-allow", hostport)
+	b, _ := json.Marshal(map[string]string{"value": password})
+	if code, body := callAs(t, p, alice, "PUT", "/v1/credentials/git", string(b)); code != http.StatusCreated {
+		t.Fatalf("storing the credential: %d %s", code, body)
+	}
+	open := func(clone map[string]string) (int, []byte) {
+		b, _ := json.Marshal(map[string]any{"clone": clone})
+		return callAs(t, p, alice, "POST", "/v1/sessions", string(b))
+	}
+	repo := srv.URL + "/repo.git"
+
+	code, body := open(map[string]string{"url": repo, "ref": "feature", "credential": "git"})
+	if code != http.StatusCreated {
+		t.Fatalf("a clone: %d %s\n%s", code, body, p.stderr)
+	}
+	var s struct{ SessionID string }
+	_ = json.Unmarshal(body, &s)
+	if got := workspaceFile(t, p, alice, s.SessionID, "README.md"); got != "cloned into the jail\n" {
+		t.Fatalf("the cloned README: %q", got)
+	}
+
+	// Without the credential the server refuses git: nothing opens.
+	if code, body := open(map[string]string{"url": repo}); code != http.StatusUnprocessableEntity || !strings.Contains(string(body), "clone_failed") {
+		t.Fatalf("a clone without the credential: %d %s", code, body)
+	}
+	if code, body := open(map[string]string{"url": repo, "credential": "nope"}); code != http.StatusPreconditionFailed || !strings.Contains(string(body), "credential_missing") {
+		t.Fatalf("a clone with a credential not stored: %d %s", code, body)
+	}
+	for _, u := range []string{
+		"https://example.com/repo.git",                     // not allowed
+		"http://127.0.0.1:1/repo.git",                      // another port
+		"file:///etc",                                      // a local path
+		"ext::sh -c touch% /tmp/pwned",                     // a transport helper
+		"--upload-pack=touch /tmp/pwned",                   // an option
+		"http://user:pw@" + hostport + "/repo.git",         // a password in the URL
+		"http://" + hostport + "/repo.git --upload-pack=x", // whitespace
+	} {
+		code, body := open(map[string]string{"url": u})
+		if code != http.StatusBadRequest || !strings.Contains(string(body), "clone_refused") {
+			t.Errorf("clone %q: %d %s", u, code, body)
+		}
+	}
+	if code, body := open(map[string]string{"url": repo, "ref": "--upload-pack=x"}); code != http.StatusBadRequest {
+		t.Errorf("an option as the ref: %d %s", code, body)
+	}
+	code, body = callAs(t, p, alice, "GET", "/v1/sessions", "")
+	if code != http.StatusOK || strings.Count(string(body), `"sessionId"`) != 1 {
+		t.Fatalf("only the one clone opened a conversation: %d %s", code, body)
+	}
+	ps, _ := exec.Command("ps", "-e", "-ww", "-o", "args=").CombinedOutput()
+	if bytes.Contains(ps, []byte(password)) {
+		t.Fatal("ps shows the credential")
+	}
+	if bytes.Contains([]byte(p.stderr.String()), []byte(password)) {
+		t.Fatal("serve's log holds the credential")
+	}
+}
