@@ -30,8 +30,10 @@ type pooled struct {
 	// pre is the session opened ahead in the slot, without MCP servers:
 	// a conversation that lends no host tools takes it as its own.
 	pre    sdk.NewSessionResponse
-	slot   string       // its workspace, empty until taken
-	ln     net.Listener // exposed to it as hostToolsName
+	label  string        // the launcher's name for it
+	took   time.Duration // from its launch to its session opened
+	slot   string        // its workspace, empty until taken
+	ln     net.Listener  // exposed to it as hostToolsName
 	late   *lateClient
 	events *lateEvents
 }
@@ -71,7 +73,9 @@ func (p *agentPool) first(ctx context.Context) (provider.Readiness, sdk.Initiali
 	}
 	p.mu.Lock()
 	p.ready = append(p.ready, pa)
+	n := len(p.ready)
 	p.mu.Unlock()
+	p.pooled(pa, n)
 	p.start()
 	return provider.Ready, pa.ag.init, nil
 }
@@ -105,18 +109,28 @@ func (p *agentPool) fill() {
 		pa, err := p.launch(ctx)
 		cancel()
 		p.mu.Lock()
+		n := 0
 		if err != nil {
 			p.failed = err
 		} else if p.closed {
 			err = ErrDisposed
 		} else {
 			p.ready = append(p.ready, pa)
+			n = len(p.ready)
 		}
 		p.mu.Unlock()
 		if pa != nil && err != nil {
 			pa.discard(context.Background(), time.Duration(p.in.cfg.Limits.StopTimeout))
+		} else if err == nil {
+			p.pooled(pa, n)
 		}
 	}
+}
+
+// pooled reports an agent that joined the pool, n waiting with it.
+func (p *agentPool) pooled(pa *pooled, n int) {
+	p.in.emit("", TypeAgentPooled, &AgentPooled{Label: pa.label, Waiting: n,
+		TookMs: float64(pa.took.Microseconds()) / 1000})
 }
 
 // take hands out a ready agent, nil when none is, and wakes the filler.
@@ -164,6 +178,7 @@ func (p *agentPool) close(ctx context.Context) error {
 // launch starts one pooled agent in a fresh slot.
 func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 	in := p.in
+	begun := time.Now()
 	slot, err := os.MkdirTemp(in.cfg.WorkspaceRoot, "pool-")
 	if err != nil {
 		return nil, fmt.Errorf("acp: making a pooled agent's workspace: %w", err)
@@ -177,8 +192,8 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 		_ = os.Remove(slot)
 		return nil, fmt.Errorf("acp: listening for a pooled agent's host tools: %w", err)
 	}
-	pa := &pooled{slot: slot, ln: ln, late: &lateClient{}, events: &lateEvents{in: in}}
 	label := "pool-" + toolsession.HashKey("acp-pool/"+slot)
+	pa := &pooled{label: label, slot: slot, ln: ln, late: &lateClient{}, events: &lateEvents{in: in}}
 	g := in.newGuard(label, pa.events.emit)
 	pa.ag, err = in.launch(ctx, launchRequest{label: label, workspace: slot, events: pa.events.emit,
 		expose: []Exposed{{Name: hostToolsName, Listener: ln}}, client: pa.late, guard: g})
@@ -192,6 +207,7 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 		pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
 		return nil, err
 	}
+	pa.took = time.Since(begun)
 	return pa, nil
 }
 

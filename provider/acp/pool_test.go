@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,14 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 			t.Errorf("an agent started that is not the pool's: %s", l)
 		}
 	}
+	// Each is reported ready to be taken once its session is open.
+	pooled := r.events.await(ctx, acp.TypeAgentPooled, 2)
+	for i, e := range pooled {
+		p := e.Payload.(*acp.AgentPooled)
+		if !slices.Contains(startedLabels(r), p.Label) || p.TookMs <= 0 || p.Waiting != i+1 || e.Meta.SessionID != "" {
+			t.Errorf("agent_pooled %d: %+v (session %q)", i, p, e.Meta.SessionID)
+		}
+	}
 
 	conv := filepath.Join(r.root, "conversation")
 	if err := os.Mkdir(conv, 0o700); err != nil {
@@ -79,6 +88,9 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 	// not among those waiting.
 	if got := len(r.events.await(ctx, acp.TypeAgentStarted, 3)); got != 3 {
 		t.Fatalf("the pool did not refill: %d started", got)
+	}
+	if refill := r.events.await(ctx, acp.TypeAgentPooled, 3); refill[2].Payload.(*acp.AgentPooled).Waiting != 2 {
+		t.Fatalf("the refilled pool reports %+v", refill[2].Payload)
 	}
 
 	// A directory that already holds files starts its own agent.
