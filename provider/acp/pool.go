@@ -36,6 +36,8 @@ type pooled struct {
 	ln     net.Listener  // exposed to it as hostToolsName
 	late   *lateClient
 	events *lateEvents
+	// release lets the pool refill this agent's place (set by take).
+	release func()
 }
 
 // agentPool keeps up to size pooled agents. One goroutine fills it, one
@@ -133,7 +135,12 @@ func (p *agentPool) pooled(pa *pooled, n int) {
 		TookMs: float64(pa.took.Microseconds()) / 1000})
 }
 
-// take hands out a ready agent, nil when none is, and wakes the filler.
+// take hands out a ready agent, nil when none is (then the filler is
+// woken at once). The refill of a taken agent waits for its release:
+// launching its successor would compete for the CPU with the first turn
+// of the person who took it, so the conversation releases it when that
+// turn has ended, or when it closes, and the pool's start timeout
+// releases it when neither came.
 func (p *agentPool) take() *pooled {
 	p.mu.Lock()
 	var pa *pooled
@@ -141,11 +148,27 @@ func (p *agentPool) take() *pooled {
 		pa, p.ready = p.ready[0], p.ready[1:]
 	}
 	p.mu.Unlock()
+	if pa == nil {
+		p.wake()
+		return nil
+	}
+	var once sync.Once
+	t := time.AfterFunc(time.Duration(p.in.cfg.Limits.StartTimeout), func() { once.Do(p.wake) })
+	pa.release = func() {
+		once.Do(func() {
+			t.Stop()
+			p.wake()
+		})
+	}
+	return pa
+}
+
+// wake wakes the filler.
+func (p *agentPool) wake() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	return pa
 }
 
 // size reports how many agents wait in the pool.
@@ -214,6 +237,9 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 // discard stops an agent no session took and removes its workspace.
 func (pa *pooled) discard(ctx context.Context, grace time.Duration) error {
 	var err error
+	if pa.release != nil {
+		pa.release()
+	}
 	if pa.ag != nil {
 		err = pa.ag.shutdown(ctx, grace)
 	}

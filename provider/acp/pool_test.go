@@ -24,7 +24,8 @@ func startedLabels(r *rig) []string {
 // With a pool, agents are started and initialised ahead of need — the
 // first in place of the probe — each in an empty workspace of its own; a
 // new conversation takes one (its workspace becomes the conversation's,
-// its events the conversation's), the pool refills, a taken agent is
+// its events the conversation's), the pool refills once that
+// conversation's first turn ended, a taken agent is
 // never handed out again, a conversation whose directory already holds
 // files starts cold, the conversation resumes in the same workspace, and
 // disposal stops the agents left waiting and removes their workspaces.
@@ -69,6 +70,11 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "warm", WorkingDirectory: conv})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Its place is refilled only once its first turn has ended: no launch
+	// competes with that turn.
+	if got := len(r.events.of(acp.TypeAgentStarted)); got != 2 {
+		t.Fatalf("%d agents started before the taken agent's first turn; want the pool's 2", got)
 	}
 	if got := said(turn(t, s, "t1", "writecwd a.txt pooled")); !strings.Contains(got, "wrote") {
 		t.Fatalf("the pooled agent said %q", got)
