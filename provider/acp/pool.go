@@ -54,6 +54,7 @@ type agentPool struct {
 
 	mu     sync.Mutex
 	ready  []*pooled
+	held   int // agents taken whose place is not released yet
 	closed bool
 	failed error // the last launch that failed; the filler waits for a take
 }
@@ -94,7 +95,7 @@ func (p *agentPool) fill() {
 	defer close(p.done)
 	for {
 		p.mu.Lock()
-		want := !p.closed && p.failed == nil && len(p.ready) < p.size
+		want := !p.closed && p.failed == nil && len(p.ready)+p.held < p.size
 		p.mu.Unlock()
 		if !want {
 			select {
@@ -146,6 +147,7 @@ func (p *agentPool) take() *pooled {
 	var pa *pooled
 	if n := len(p.ready); n > 0 && !p.closed {
 		pa, p.ready = p.ready[0], p.ready[1:]
+		p.held++
 	}
 	p.mu.Unlock()
 	if pa == nil {
@@ -153,11 +155,17 @@ func (p *agentPool) take() *pooled {
 		return nil
 	}
 	var once sync.Once
-	t := time.AfterFunc(time.Duration(p.in.cfg.Limits.StartTimeout), func() { once.Do(p.wake) })
+	free := func() {
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
+		p.wake()
+	}
+	t := time.AfterFunc(time.Duration(p.in.cfg.Limits.StartTimeout), func() { once.Do(free) })
 	pa.release = func() {
 		once.Do(func() {
 			t.Stop()
-			p.wake()
+			free()
 		})
 	}
 	return pa

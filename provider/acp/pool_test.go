@@ -141,3 +141,33 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 		t.Fatalf("%d agents started, %d stopped", started, stopped)
 	}
 }
+
+// A conversation that takes a pooled agent and sends no turn does not
+// hold the pool short for ever: the start timeout releases its place.
+func TestPoolRefillsAfterTheStartTimeoutWithoutATurn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	inst := r.instance(r.config(nil, func(c *acp.Config) {
+		c.Pool = 1
+		c.Limits.StartTimeout = acp.Duration(8 * time.Second) // it bounds the refill's launch too
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.events.await(ctx, acp.TypeAgentPooled, 1)
+	conv := filepath.Join(r.root, "idle")
+	if err := os.Mkdir(conv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "idle", WorkingDirectory: conv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background(), provider.CloseRequested)
+	if got := len(r.events.await(ctx, acp.TypeAgentPooled, 2)); got != 2 {
+		t.Fatalf("the pool did not refill: %d pooled", got)
+	}
+	if waited := time.Since(began); waited < 8*time.Second {
+		t.Fatalf("the pool refilled after %v, before the start timeout, with no turn ended", waited)
+	}
+}
