@@ -89,7 +89,7 @@ func (p *agentPool) start() {
 }
 
 // fill keeps the pool at its size until the pool closes. A launch that
-// fails is not retried until a take wakes the filler: a broken agent
+// fails is not retried until a take or a release wakes the filler: a broken agent
 // does not spin.
 func (p *agentPool) fill() {
 	defer close(p.done)
