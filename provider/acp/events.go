@@ -21,6 +21,9 @@ const (
 	// could not resume its session: a new agent session took its place,
 	// the agent's memory new, the conversation's transcript kept.
 	TypeSessionAfresh event.Type = "agentry.acp.session_afresh"
+	// An agent of the warm pool (Config.Pool) that is ready to be taken:
+	// started, initialised, authenticated and its session opened.
+	TypeAgentPooled event.Type = "agentry.acp.agent_pooled"
 )
 
 func init() {
@@ -31,6 +34,7 @@ func init() {
 	event.Register(TypeElicitation, func() any { return new(ElicitationEvent) })
 	event.Register(TypeAgentCutOff, func() any { return new(AgentCutOff) })
 	event.Register(TypeSessionAfresh, func() any { return new(SessionAfresh) })
+	event.Register(TypeAgentPooled, func() any { return new(AgentPooled) })
 }
 
 // SessionAfresh is the payload of [TypeSessionAfresh].
@@ -38,6 +42,18 @@ type SessionAfresh struct {
 	// Why the agent could not resume: it offers neither session/load nor
 	// session/resume, or it refused to reopen the session (its error).
 	Why string `json:"why"`
+}
+
+// AgentPooled is the payload of [TypeAgentPooled].
+type AgentPooled struct {
+	// Label is the launcher's name for the process, as in its
+	// [AgentStarted].
+	Label string `json:"label"`
+	// TookMs is how long its preparation took, from the launch to its
+	// session opened: what a conversation that takes it does not wait.
+	TookMs float64 `json:"tookMs"`
+	// Waiting is how many agents the pool holds with this one.
+	Waiting int `json:"waiting"`
 }
 
 // AgentStarted reports an agent process a launcher started for one

@@ -30,10 +30,14 @@ type pooled struct {
 	// pre is the session opened ahead in the slot, without MCP servers:
 	// a conversation that lends no host tools takes it as its own.
 	pre    sdk.NewSessionResponse
-	slot   string       // its workspace, empty until taken
-	ln     net.Listener // exposed to it as hostToolsName
+	label  string        // the launcher's name for it
+	took   time.Duration // from its launch to its session opened
+	slot   string        // its workspace, empty until taken
+	ln     net.Listener  // exposed to it as hostToolsName
 	late   *lateClient
 	events *lateEvents
+	// release lets the pool refill this agent's place (set by take).
+	release func()
 }
 
 // agentPool keeps up to size pooled agents. One goroutine fills it, one
@@ -50,6 +54,7 @@ type agentPool struct {
 
 	mu     sync.Mutex
 	ready  []*pooled
+	held   int // agents taken whose place is not released yet
 	closed bool
 	failed error // the last launch that failed; the filler waits for a take
 }
@@ -71,7 +76,9 @@ func (p *agentPool) first(ctx context.Context) (provider.Readiness, sdk.Initiali
 	}
 	p.mu.Lock()
 	p.ready = append(p.ready, pa)
+	n := len(p.ready)
 	p.mu.Unlock()
+	p.pooled(pa, n)
 	p.start()
 	return provider.Ready, pa.ag.init, nil
 }
@@ -82,13 +89,13 @@ func (p *agentPool) start() {
 }
 
 // fill keeps the pool at its size until the pool closes. A launch that
-// fails is not retried until a take wakes the filler: a broken agent
+// fails is not retried until a take or a release wakes the filler: a broken agent
 // does not spin.
 func (p *agentPool) fill() {
 	defer close(p.done)
 	for {
 		p.mu.Lock()
-		want := !p.closed && p.failed == nil && len(p.ready) < p.size
+		want := !p.closed && p.failed == nil && len(p.ready)+p.held < p.size
 		p.mu.Unlock()
 		if !want {
 			select {
@@ -105,33 +112,71 @@ func (p *agentPool) fill() {
 		pa, err := p.launch(ctx)
 		cancel()
 		p.mu.Lock()
+		n := 0
 		if err != nil {
 			p.failed = err
 		} else if p.closed {
 			err = ErrDisposed
 		} else {
 			p.ready = append(p.ready, pa)
+			n = len(p.ready)
 		}
 		p.mu.Unlock()
 		if pa != nil && err != nil {
 			pa.discard(context.Background(), time.Duration(p.in.cfg.Limits.StopTimeout))
+		} else if err == nil {
+			p.pooled(pa, n)
 		}
 	}
 }
 
-// take hands out a ready agent, nil when none is, and wakes the filler.
+// pooled reports an agent that joined the pool, n waiting with it.
+func (p *agentPool) pooled(pa *pooled, n int) {
+	p.in.emit("", TypeAgentPooled, &AgentPooled{Label: pa.label, Waiting: n,
+		TookMs: float64(pa.took.Microseconds()) / 1000})
+}
+
+// take hands out a ready agent, nil when none is (then the filler is
+// woken at once). The refill of a taken agent waits for its release:
+// launching its successor would compete for the CPU with the first turn
+// of the person who took it, so the conversation releases it when that
+// turn has ended, or when it closes, and the pool's start timeout
+// releases it when neither came.
 func (p *agentPool) take() *pooled {
 	p.mu.Lock()
 	var pa *pooled
 	if n := len(p.ready); n > 0 && !p.closed {
 		pa, p.ready = p.ready[0], p.ready[1:]
+		p.held++
 	}
 	p.mu.Unlock()
+	if pa == nil {
+		p.wake()
+		return nil
+	}
+	var once sync.Once
+	free := func() {
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
+		p.wake()
+	}
+	t := time.AfterFunc(time.Duration(p.in.cfg.Limits.StartTimeout), func() { once.Do(free) })
+	pa.release = func() {
+		once.Do(func() {
+			t.Stop()
+			free()
+		})
+	}
+	return pa
+}
+
+// wake wakes the filler.
+func (p *agentPool) wake() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	return pa
 }
 
 // size reports how many agents wait in the pool.
@@ -164,6 +209,7 @@ func (p *agentPool) close(ctx context.Context) error {
 // launch starts one pooled agent in a fresh slot.
 func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 	in := p.in
+	begun := time.Now()
 	slot, err := os.MkdirTemp(in.cfg.WorkspaceRoot, "pool-")
 	if err != nil {
 		return nil, fmt.Errorf("acp: making a pooled agent's workspace: %w", err)
@@ -177,8 +223,8 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 		_ = os.Remove(slot)
 		return nil, fmt.Errorf("acp: listening for a pooled agent's host tools: %w", err)
 	}
-	pa := &pooled{slot: slot, ln: ln, late: &lateClient{}, events: &lateEvents{in: in}}
 	label := "pool-" + toolsession.HashKey("acp-pool/"+slot)
+	pa := &pooled{label: label, slot: slot, ln: ln, late: &lateClient{}, events: &lateEvents{in: in}}
 	g := in.newGuard(label, pa.events.emit)
 	pa.ag, err = in.launch(ctx, launchRequest{label: label, workspace: slot, events: pa.events.emit,
 		expose: []Exposed{{Name: hostToolsName, Listener: ln}}, client: pa.late, guard: g})
@@ -192,12 +238,16 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 		pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
 		return nil, err
 	}
+	pa.took = time.Since(begun)
 	return pa, nil
 }
 
 // discard stops an agent no session took and removes its workspace.
 func (pa *pooled) discard(ctx context.Context, grace time.Duration) error {
 	var err error
+	if pa.release != nil {
+		pa.release()
+	}
 	if pa.ag != nil {
 		err = pa.ag.shutdown(ctx, grace)
 	}

@@ -37,11 +37,12 @@ func realClaude(b *testing.B) string {
 // from a real agent (claude-agent-acp from npm, jailed, answering through
 // a local Messages-API server), cold against taken from a warm pool, in
 // the same run; the pool's refill is not timed (each pooled iteration waits, off
-// the clock, until the pool holds an agent again). It also reports the
+// the clock, for the pool's agent_pooled event: an agent ready to be
+// taken), and every pooled iteration must have run in a pool workspace. It also reports the
 // resident memory of one live agent (its process tree, found by its
 // working directory), as rss-mib-per-agent.
 //
-//	go test -run '^$' -bench PoolFirstAnswer -benchtime 5x ./provider/acp/
+//	go test -run '^$' -bench PoolFirstAnswer -benchtime 4x ./provider/acp/
 func BenchmarkPoolFirstAnswer(b *testing.B) {
 	bin := realClaude(b)
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-bench", Script: func(modelwire.Turn) modelwire.Reply {
@@ -67,7 +68,7 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				if pool > 0 {
 					b.StopTimer()
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					r.events.await(ctx, acp.TypeAgentStarted, n)
+					r.events.await(ctx, acp.TypeAgentPooled, n)
 					cancel()
 					b.StartTimer()
 				}
@@ -95,6 +96,9 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				}
 				total += time.Since(start)
 				b.StopTimer()
+				if real, _ := filepath.EvalSymlinks(ws); (pool > 0) != strings.HasPrefix(filepath.Base(real), "pool-") {
+					b.Fatalf("conversation %d ran in %s: pooled is %v", n, real, pool > 0)
+				}
 				if n == 1 {
 					real, _ := filepath.EvalSymlinks(ws)
 					b.ReportMetric(rssUnder(real)/(1<<20), "rss-mib-per-agent")

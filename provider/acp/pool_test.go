@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ func startedLabels(r *rig) []string {
 // With a pool, agents are started and initialised ahead of need — the
 // first in place of the probe — each in an empty workspace of its own; a
 // new conversation takes one (its workspace becomes the conversation's,
-// its events the conversation's), the pool refills, a taken agent is
+// its events the conversation's), the pool refills once that
+// conversation's first turn ended, a taken agent is
 // never handed out again, a conversation whose directory already holds
 // files starts cold, the conversation resumes in the same workspace, and
 // disposal stops the agents left waiting and removes their workspaces.
@@ -52,6 +54,14 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 			t.Errorf("an agent started that is not the pool's: %s", l)
 		}
 	}
+	// Each is reported ready to be taken once its session is open.
+	pooled := r.events.await(ctx, acp.TypeAgentPooled, 2)
+	for i, e := range pooled {
+		p := e.Payload.(*acp.AgentPooled)
+		if !slices.Contains(startedLabels(r), p.Label) || p.TookMs <= 0 || p.Waiting != i+1 || e.Meta.SessionID != "" {
+			t.Errorf("agent_pooled %d: %+v (session %q)", i, p, e.Meta.SessionID)
+		}
+	}
 
 	conv := filepath.Join(r.root, "conversation")
 	if err := os.Mkdir(conv, 0o700); err != nil {
@@ -60,6 +70,11 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "warm", WorkingDirectory: conv})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Its place is refilled only once its first turn has ended: no launch
+	// competes with that turn.
+	if got := len(r.events.of(acp.TypeAgentStarted)); got != 2 {
+		t.Fatalf("%d agents started before the taken agent's first turn; want the pool's 2", got)
 	}
 	if got := said(turn(t, s, "t1", "writecwd a.txt pooled")); !strings.Contains(got, "wrote") {
 		t.Fatalf("the pooled agent said %q", got)
@@ -79,6 +94,9 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 	// not among those waiting.
 	if got := len(r.events.await(ctx, acp.TypeAgentStarted, 3)); got != 3 {
 		t.Fatalf("the pool did not refill: %d started", got)
+	}
+	if refill := r.events.await(ctx, acp.TypeAgentPooled, 3); refill[2].Payload.(*acp.AgentPooled).Waiting != 2 {
+		t.Fatalf("the refilled pool reports %+v", refill[2].Payload)
 	}
 
 	// A directory that already holds files starts its own agent.
@@ -121,5 +139,35 @@ func TestPoolTakesAWarmAgent(t *testing.T) {
 	}
 	if started, stopped := len(r.events.of(acp.TypeAgentStarted)), len(r.events.of(acp.TypeAgentStopped)); started != stopped {
 		t.Fatalf("%d agents started, %d stopped", started, stopped)
+	}
+}
+
+// A conversation that takes a pooled agent and sends no turn does not
+// hold the pool short for ever: the start timeout releases its place.
+func TestPoolRefillsAfterTheStartTimeoutWithoutATurn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	inst := r.instance(r.config(nil, func(c *acp.Config) {
+		c.Pool = 1
+		c.Limits.StartTimeout = acp.Duration(8 * time.Second) // it bounds the refill's launch too
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.events.await(ctx, acp.TypeAgentPooled, 1)
+	conv := filepath.Join(r.root, "idle")
+	if err := os.Mkdir(conv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "idle", WorkingDirectory: conv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background(), provider.CloseRequested)
+	if got := len(r.events.await(ctx, acp.TypeAgentPooled, 2)); got != 2 {
+		t.Fatalf("the pool did not refill: %d pooled", got)
+	}
+	if waited := time.Since(began); waited < 8*time.Second {
+		t.Fatalf("the pool refilled after %v, before the start timeout, with no turn ended", waited)
 	}
 }

@@ -79,8 +79,11 @@ type session struct {
 	agentSID string
 	// fresh, set in a session reopened afresh, says why: the next turn
 	// tells the person, and the agent, that the agent's memory is new.
-	fresh   string
-	instr   string // host-binding instructions, for the next prompt
+	fresh string
+	instr string // host-binding instructions, for the next prompt
+	// release, for a session that took a pooled agent, lets the pool
+	// refill: called once its first turn ended, or at teardown.
+	release func()
 	turn    *turn
 	reqN    int
 	elicitN int
@@ -189,6 +192,7 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	}
 	if pa != nil {
 		s.ag = pa.ag
+		s.release = pa.release
 		pa.events.bind(sessionID)
 		pa.late.bind(&client{s})
 		if err := s.serveHostTools(ht, pa.ag.guard, pa.ln); err != nil {
@@ -647,6 +651,7 @@ func (s *session) RunTurn(ctx context.Context, req provider.TurnRequest) iter.Se
 		go func() {
 			defer close(t.done)
 			t.resp, t.err = s.ag.conn.Prompt(s.life, sdk.PromptRequest{SessionId: sdk.SessionId(binding), Prompt: blocks, Meta: traceMeta(ctx)})
+			s.releasePool()
 		}()
 		// turn.started once the prompt is on its way: an interrupt from
 		// here on reaches the agent after it.
@@ -900,6 +905,14 @@ func (s *session) Close(ctx context.Context, _ provider.CloseReason) error {
 	return nil
 }
 
+// releasePool lets the pool refill the place of the pooled agent this
+// session took (a no-op for one started cold, and after the first call).
+func (s *session) releasePool() {
+	if s.release != nil {
+		s.release()
+	}
+}
+
 // teardown frees what the session holds; it is safe on a session whose
 // opening failed half way, and to call again after it failed.
 func (s *session) teardown(ctx context.Context) error {
@@ -907,6 +920,7 @@ func (s *session) teardown(ctx context.Context) error {
 	if err := s.terms.closeAll(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	s.releasePool()
 	grace := time.Duration(s.in.cfg.Limits.StopTimeout)
 	if s.ag != nil {
 		if b := s.boundTo(); s.closeDeclared && !s.ag.exited() && b != "" {
