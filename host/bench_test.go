@@ -50,7 +50,8 @@ func benchHostWith(b *testing.B, n, steps int, budgets *host.Budgets) (url, toke
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
 	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1, RetentionEvery: -1,
-		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1, Budgets: budgets})
+		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1, Budgets: budgets,
+		MaxCreatesPerMinute: -1}) // the bench opens its sessions at once
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -156,8 +156,12 @@ func TestReplicaForwardGivesUpOnAHolderThatStoppedAnswering(t *testing.T) {
 	if r.header.Get("Retry-After") == "" {
 		t.Fatalf("no Retry-After: %v", r.header)
 	}
-	if took > testForward {
-		t.Fatalf("answered %s after it was sent, past the %s forward timeout", took, testForward)
+	// The bound is the forward timeout; the slack is for a loaded machine's
+	// scheduling (a test run at load 16 answered 905 ms against 900 ms).
+	// Without the bound the request would wait for the holder, past the
+	// lease and far past this.
+	if slack := time.Second; took > testForward+slack {
+		t.Fatalf("answered %s after it was sent, past the %s forward timeout (+%s slack)", took, testForward, slack)
 	}
 	t.Logf("a holder that stopped answering: 503 after %s (forward timeout %s)", took.Round(time.Millisecond), testForward)
 

@@ -104,8 +104,8 @@ text(r.content.map(c => c.text).join(""));`)
 	home := filepath.Join(dir, "home")
 	writeTemplate(t, home, ".codex/config.toml", codexHome(model.URL+"/v1"))
 
-	p := startBinary(t, agentry, "--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "OPENAI_API_KEY="+key, "--agent-env", "PATH", "--agent-auth", "api-key",
+	p := startServeBinary(t, agentry, []string{"OPENAI_API_KEY=" + key}, "--agent", "acp", "--agent-cmd", agentCmd,
+		"--agent-env", "OPENAI_API_KEY", "--agent-env", "PATH", "--agent-auth", "api-key",
 		"--agent-home", home, "--agent-mode", "read-only",
 		"--agent-allow-host", u.Host, "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),
@@ -194,9 +194,10 @@ func TestRunCodexPrintsRefusedEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(agentry, "run", "--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "OPENAI_API_KEY="+key, "--agent-env", "PATH", "--agent-auth", "api-key",
+		"--agent-env", "OPENAI_API_KEY", "--agent-env", "PATH", "--agent-auth", "api-key",
 		"--agent-home", home, "--agent-mode", "read-only", "--agent-allow-host", u.Host,
 		"--workspace", ws, "--events", events, "Say hello.")
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY="+key)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "All done.") {
 		t.Fatalf("agentry run: %v\n%s", err, out)

@@ -98,9 +98,7 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	u, _ := url.Parse(model.URL)
 
 	// serve passes the agent its own values, named by --agent-env NAME.
-	agentEnv := []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline",
-		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
-	p := startServeBinary(t, bin, agentEnv, "--agent", "acp", "--agent-cmd", agentCmd,
+	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), "--agent", "acp", "--agent-cmd", agentCmd,
 		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
 		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
 		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
@@ -376,4 +374,12 @@ func stopAndCheckEvents(t *testing.T, p *process, bin, events string) {
 	if out, err := exec.Command(bin, "events", "audit", events).CombinedOutput(); err != nil {
 		t.Errorf("agentry events audit: %v\n%s", err, out)
 	}
+}
+
+// claudeOfflineEnv is the environment serve passes a jailed Claude agent
+// (each named by --agent-env NAME, never given as a value on the command
+// line): the local model server, its key, and no traffic of its own.
+func claudeOfflineEnv(modelURL string) []string {
+	return []string{"ANTHROPIC_BASE_URL=" + modelURL, "ANTHROPIC_API_KEY=sk-ant-offline",
+		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
 }

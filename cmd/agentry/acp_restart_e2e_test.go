@@ -45,14 +45,14 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 	args := []string{"--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "ANTHROPIC_BASE_URL=" + model.URL, "--agent-env", "ANTHROPIC_API_KEY=sk-ant-offline",
-		"--agent-env", "DISABLE_TELEMETRY=1", "--agent-env", "DISABLE_AUTOUPDATER=1",
-		"--agent-env", "DISABLE_ERROR_REPORTING=1", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
+		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
+		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 		"--agent-allow-host", u.Host, "--agent-mode", "default",
 		"--workspaces", filepath.Join(dir, "workspaces"),
 		"--store", filepath.Join(dir, "agentry.db"), "--events", events}
 
-	p := startBinary(t, bin, args...)
+	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), args...)
 	code, body := p.call(t, "POST", "/v1/sessions", "")
 	if code != 201 {
 		t.Fatalf("open: %d %s\n%s", code, body, p.stderr)
@@ -77,7 +77,7 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 		t.Fatalf("serve did not stop cleanly: %v\n%s", err, p.stderr)
 	}
 
-	p2 := startBinary(t, bin, args...)
+	p2 := startServeBinary(t, bin, claudeOfflineEnv(model.URL), args...)
 	if got := say(p2, "second turn"); !strings.Contains(got, "Answered: second turn") {
 		t.Fatalf("second turn, after the restart: %s\n%s", got, p2.stderr)
 	}

@@ -26,10 +26,10 @@ func TestServeClaudeAgentACPRecordsUsage(t *testing.T) {
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 	store := filepath.Join(dir, "agentry.db")
-	p := startBinary(t, bin, "--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "ANTHROPIC_BASE_URL="+model.URL, "--agent-env", "ANTHROPIC_API_KEY=sk-ant-offline",
-		"--agent-env", "DISABLE_TELEMETRY=1", "--agent-env", "DISABLE_AUTOUPDATER=1",
-		"--agent-env", "DISABLE_ERROR_REPORTING=1", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), "--agent", "acp", "--agent-cmd", agentCmd,
+		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
+		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
+		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 		"--agent-allow-host", u.Host, "--agent-mode", "default",
 		"--workspaces", filepath.Join(dir, "workspaces"), "--store", store, "--events", events)
 	body, _ := approvedTurn(t, p, "Say hello.")
