@@ -71,6 +71,9 @@ func jsString(s string) string {
 // the turn's usage is structured data in GET /v1/usage; the events file
 // audits clean.
 func TestServeCodexACP(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	bin := npmAgent(t, codexACPEnv, defaultCodexACP, "codex-acp", codexACPPackage)
 	agentCmd := "node " + filepath.Join(filepath.Dir(filepath.Dir(bin)), "@agentclientprotocol", "codex-acp", "dist", "index.js")
 	agentry := binary(t)
@@ -177,6 +180,9 @@ func checkUsage(t *testing.T, p *process) {
 // github.com and chatgpt.com at start; each refusal is a line on stderr
 // naming the flag that would allow it, and the turn still answers.
 func TestRunCodexPrintsRefusedEgress(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	bin := npmAgent(t, codexACPEnv, defaultCodexACP, "codex-acp", codexACPPackage)
 	agentCmd := "node " + filepath.Join(filepath.Dir(filepath.Dir(bin)), "@agentclientprotocol", "codex-acp", "dist", "index.js")
 	agentry := binary(t)

@@ -27,6 +27,9 @@ import (
 // both turns. (Resuming the agent's own memory across a restart needs its
 // HOME to outlive the jail: not done.)
 func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
 	dir, events := agentDir(t)

@@ -18,6 +18,9 @@ import (
 // agent's wall time as its sandbox time; GET /v1/usage and agentry usage
 // agree with it.
 func TestServeClaudeAgentACPRecordsUsage(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
 	dir, events := agentDir(t)

@@ -92,6 +92,9 @@ func workspaceFile(t *testing.T, p *process, token, id, path string) string {
 // (never in an argument or the URL); other hosts, other schemes and
 // option-shaped URLs are refused.
 func TestServeClonesAtOpen(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	agentCmd := acpAgentBinary(t)
 	const password = "git-token-5150"
 	srv, hostport := gitServer(t, password)

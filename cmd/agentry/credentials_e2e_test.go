@@ -52,6 +52,9 @@ func hasEnvPrompt(name, secret string) string {
 // see), every line serve logs, every event, `ps` and the database file
 // are searched for it.
 func TestServeCredentialReachesOnlyItsPersonsAgent(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	agentCmd := acpAgentBinary(t)
 	bin := binary(t)
 	dir, events := agentDir(t)
@@ -143,6 +146,9 @@ func TestServeCredentialReachesOnlyItsPersonsAgent(t *testing.T) {
 // TestServeProfileCredentials: an agent profile's credentials reach that
 // agent alone, through the built binary, once its person stored them.
 func TestServeProfileCredentials(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	agentCmd := acpAgentBinary(t)
 	bin := binary(t)
 	dir, events := agentDir(t)

@@ -18,6 +18,9 @@ import (
 // agentry's own agent answer a turn each, side by side, and a person
 // picks the agent and the model when opening a conversation.
 func TestServeTwoAgentProfiles(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
 	dir, events := agentDir(t)

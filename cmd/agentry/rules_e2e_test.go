@@ -20,6 +20,9 @@ import (
 // request is answered by the host (the agent's allow_once, a turn-log
 // entry naming the rule); once revoked, the question comes back.
 func TestServeClaudeAgentACPRule(t *testing.T) {
+	// Parallel: its own serve, directories and ports; the package's
+	// built-binary tests take most of CI's time one after another.
+	t.Parallel()
 	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
 	dir, events := agentDir(t)

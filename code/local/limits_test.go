@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentry-dev/agentry/code"
 	"github.com/agentry-dev/agentry/code/local"
@@ -72,7 +73,12 @@ func TestJailSeccompRefusesDangerousSystemCalls(t *testing.T) {
 
 func TestJailSessionMemoryCapHoldsForAllProcesses(t *testing.T) {
 	t.Parallel()
-	r := local.NewInterpreter(jailed(t, options(t)))
+	// Four children filling 1.5 GiB each against the cap take the kernel
+	// 25–30 s to settle on this class of machine, near the default 30 s
+	// execution timeout; a loaded machine went past it.
+	o := options(t)
+	o.Timeout = 2 * time.Minute
+	r := local.NewInterpreter(jailed(t, o))
 	requireNoGaps(t, r)
 	s := start(t, r, "python")
 	children := func(mib int) string {
