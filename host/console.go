@@ -186,16 +186,11 @@ func (h *Host) consoleRoutes(mux *http.ServeMux) {
 // The records are the caller's since the conversation opened, bounded as
 // every usage read is (Truncated says the bound was reached).
 func (h *Host) handleConversationUsage(w http.ResponseWriter, r *http.Request, o tool.Identity) {
-	id := r.PathValue("id")
-	if !validSessionID(id) {
-		writeError(w, notFound())
+	c, ok := h.callersConversation(w, r, o)
+	if !ok {
 		return
 	}
-	c, err := h.store.Info(r.Context(), o, id)
-	if err != nil {
-		writeError(w, h.storeError(err))
-		return
-	}
+	id := c.ID
 	recs, err := h.store.UsageRecords(r.Context(), UsageQuery{Tenant: o.Tenant, Principal: o.Principal, Since: c.CreatedAt})
 	if err != nil {
 		writeError(w, h.storeError(err))
@@ -216,16 +211,25 @@ func (h *Host) handleConversationUsage(w http.ResponseWriter, r *http.Request, o
 // ownConversation answers 404 unless the path's conversation is the
 // caller's, as every other read of the API does; the store decides.
 func (h *Host) ownConversation(w http.ResponseWriter, r *http.Request, o tool.Identity) (string, bool) {
+	c, ok := h.callersConversation(w, r, o)
+	return c.ID, ok
+}
+
+// callersConversation is the path's conversation (without its transcript)
+// when it is the caller's; otherwise it answers 404 (or the store's
+// failure) and reports false.
+func (h *Host) callersConversation(w http.ResponseWriter, r *http.Request, o tool.Identity) (Conversation, bool) {
 	id := r.PathValue("id")
 	if !validSessionID(id) {
 		writeError(w, notFound())
-		return "", false
+		return Conversation{}, false
 	}
-	if _, err := h.store.Info(r.Context(), o, id); err != nil {
+	c, err := h.store.Info(r.Context(), o, id)
+	if err != nil {
 		writeError(w, h.storeError(err))
-		return "", false
+		return Conversation{}, false
 	}
-	return id, true
+	return c, true
 }
 
 func orEmpty[T any](s []T) []T {

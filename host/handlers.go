@@ -397,18 +397,12 @@ func (h *Host) handleList(w http.ResponseWriter, r *http.Request, o tool.Identit
 }
 
 func (h *Host) handleGet(w http.ResponseWriter, r *http.Request, o tool.Identity) {
-	id := r.PathValue("id")
-	if !validSessionID(id) {
-		writeError(w, notFound())
-		return
-	}
-	c, err := h.store.Info(r.Context(), o, id)
-	if err != nil {
-		writeError(w, h.storeError(err))
+	c, ok := h.callersConversation(w, r, o)
+	if !ok {
 		return
 	}
 	v := viewOf(c)
-	if qs := h.askingViews(id); len(qs) > 0 {
+	if qs := h.askingViews(c.ID); len(qs) > 0 {
 		v.Interaction, v.Interactions = &qs[0], qs
 	}
 	writeJSON(w, http.StatusOK, v)
