@@ -50,7 +50,7 @@ func benchHostWith(b *testing.B, n, steps int, budgets *host.Budgets) (url, toke
 	tok, line, _ := host.GenerateToken(alice)
 	auth, _ := host.ParseTokens(strings.NewReader(line))
 	h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EventSink: router, EvictEvery: -1, RetentionEvery: -1,
-		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1, Budgets: budgets})
+		MaxTurns: 1024, MaxTurnsPerPrincipal: 1024, MaxConversationsPerPrincipal: n + 1, MaxCreatesPerMinute: -1, Budgets: budgets})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,6 +70,9 @@ func benchHostWith(b *testing.B, n, steps int, budgets *host.Budgets) (url, toke
 		var v struct{ SessionID string }
 		_ = json.NewDecoder(res.Body).Decode(&v)
 		res.Body.Close()
+		if res.StatusCode != 201 || v.SessionID == "" {
+			b.Fatalf("opening a session: status %d", res.StatusCode)
+		}
 		ids = append(ids, v.SessionID)
 	}
 	return srv.URL, tok, ids
@@ -83,10 +86,10 @@ func post(b *testing.B, c *http.Client, url, token string, body []byte) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, res.Body)
+	body2, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 {
-		b.Fatalf("status %d", res.StatusCode)
+		b.Fatalf("status %d %s %s", res.StatusCode, url, body2)
 	}
 }
 
