@@ -71,6 +71,9 @@ func benchHostWith(b *testing.B, n, steps int, budgets *host.Budgets) (url, toke
 		var v struct{ SessionID string }
 		_ = json.NewDecoder(res.Body).Decode(&v)
 		res.Body.Close()
+		if res.StatusCode != 201 || v.SessionID == "" {
+			b.Fatalf("opening a session: status %d", res.StatusCode)
+		}
 		ids = append(ids, v.SessionID)
 	}
 	return srv.URL, tok, ids
@@ -84,10 +87,10 @@ func post(b *testing.B, c *http.Client, url, token string, body []byte) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, res.Body)
+	body2, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 {
-		b.Fatalf("status %d", res.StatusCode)
+		b.Fatalf("status %d %s %s", res.StatusCode, url, body2)
 	}
 }
 

@@ -17,8 +17,9 @@ var v8 = []string{
 
 // SweepClosed removes up to limit conversations closed and unchanged
 // since before: their messages, turn log, lease row and provider record,
-// then the conversation, in one transaction. Usage records (agentry_usage)
-// are kept: they are what was billed, and budgets sum them.
+// then the conversation, in one transaction. The turn-log rows that carry
+// usage are kept (their error text and rule blanked): they are what was
+// billed, and budgets sum them.
 func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -58,7 +59,9 @@ func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) (i
 			return 0, s.fail("sweeping closed conversations", err)
 		}
 	}
-	byID := []string{`DELETE FROM agentry_messages WHERE conversation_id = ?`, `DELETE FROM agentry_turns WHERE conversation_id = ?`}
+	byID := []string{`DELETE FROM agentry_messages WHERE conversation_id = ?`,
+		`DELETE FROM agentry_turns WHERE conversation_id = ? AND tenant IS NULL`,
+		`UPDATE agentry_turns SET error = '', rule = '' WHERE conversation_id = ?`}
 	if leases {
 		byID = append(byID, `DELETE FROM agentry_leases WHERE conversation_id = ?`)
 	}

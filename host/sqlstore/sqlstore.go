@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 9
+const SchemaVersion = 10
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -62,7 +62,7 @@ type Store struct {
 		save, head, insertTurn, insertMsg  *sql.Stmt
 		insertMsgs, recordAdds, fence      *sql.Stmt
 		recordCount, recordSave, recordAdd *sql.Stmt
-		recordAddMark, insertUsage         *sql.Stmt
+		recordAddMark                      *sql.Stmt
 	}
 
 	saves      chan *saveReq
@@ -87,7 +87,7 @@ type queries struct {
 	recordEntries, recordMarks, recordCount, recordAdd, recordAddMark, recordClear string
 	recordClearMarks, recordMarked, fence, begin, beginForward, void, fenceState   string
 	tenantInfo                                                                     string // a tenant's admins' read
-	insertUsage, usageTotal, usageTotalOne                                         string
+	usageTotal, usageTotalOne                                                      string
 }
 
 // v1 is the first schema; migrations take it to SchemaVersion. A new
@@ -260,7 +260,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: upgrading the %s store to schema 3: %w", kind, err)
 		}
 	}
-	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7, 8: v8, 9: v9} {
+	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7, 8: v8, 9: v9, 10: v10(kind)} {
 		if n <= 3 || version >= n {
 			continue
 		}
@@ -283,7 +283,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	}{{&s.stmt.save, s.q.save}, {&s.stmt.head, s.q.head}, {&s.stmt.insertTurn, s.q.insertTurn}, {&s.stmt.insertMsg, s.q.insertMsg},
 		{&s.stmt.insertMsgs, s.q.insertMsgs}, {&s.stmt.recordAdds, s.q.recordAdds}, {&s.stmt.fence, s.q.fence},
 		{&s.stmt.recordCount, s.q.recordCount}, {&s.stmt.recordSave, s.q.recordSave}, {&s.stmt.recordAdd, s.q.recordAdd},
-		{&s.stmt.recordAddMark, s.q.recordAddMark}, {&s.stmt.insertUsage, s.q.insertUsage}} {
+		{&s.stmt.recordAddMark, s.q.recordAddMark}} {
 		st, err := s.write.PrepareContext(ctx, p.q)
 		if err != nil {
 			return fmt.Errorf("sqlstore: preparing the %s store's statements: %w", kind, err)
@@ -313,8 +313,9 @@ func (s *Store) prepareQueries() {
 			RETURNING turn_seq`),
 		lockRow:    s.rebind(`UPDATE agentry_conversations SET turn_seq = turn_seq + 1` + owned),
 		appendTurn: s.rebind(`SELECT turn_seq FROM agentry_conversations` + owned),
-		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us, rule)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		insertTurn: s.rebind(`INSERT INTO agentry_turns (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us, rule,
+			tenant, principal, provider, tokens, sandbox_us, cost_nusd, price_version, detail)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		tenantInfo: s.rebind(`SELECT ` + cols + ` FROM agentry_conversations WHERE id = ? AND tenant = ?`),
 		countOpen:  s.rebind(`SELECT COUNT(*) FROM agentry_conversations WHERE tenant = ? AND principal = ? AND state <> 'closed'`),
 		turns: s.rebind(`SELECT t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us, t.rule
@@ -342,12 +343,10 @@ func (s *Store) prepareQueries() {
 		recordClear:      s.rebind(`DELETE FROM agentry_native_messages WHERE binding = ?`),
 		recordClearMarks: s.rebind(`DELETE FROM agentry_native_turns WHERE binding = ?`),
 
-		insertUsage: s.rebind(`INSERT INTO agentry_usage (conversation_id, seq, tenant, principal, run_id, kind, provider, outcome, started_us, ended_us,
-			model_calls, tokens, sandbox_us, cost_nusd, price_version, basis, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		usageTotal: s.rebind(`SELECT COALESCE(SUM(CASE WHEN kind = 'message' THEN 1 ELSE 0 END), 0), SUM(tokens), SUM(cost_nusd), COUNT(*) - COUNT(cost_nusd), SUM(sandbox_us)
-			FROM agentry_usage WHERE tenant = ? AND ended_us >= ?`),
+			FROM agentry_turns WHERE tenant = ? AND ended_us >= ?`),
 		usageTotalOne: s.rebind(`SELECT COALESCE(SUM(CASE WHEN kind = 'message' THEN 1 ELSE 0 END), 0), SUM(tokens), SUM(cost_nusd), COUNT(*) - COUNT(cost_nusd), SUM(sandbox_us)
-			FROM agentry_usage WHERE tenant = ? AND principal = ? AND ended_us >= ?`),
+			FROM agentry_turns WHERE tenant = ? AND principal = ? AND ended_us >= ?`),
 	}
 }
 
@@ -682,12 +681,15 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, one, two *sql.Stmt, 
 }
 
 func (s *Store) insertTurn(ctx context.Context, tx *sql.Tx, id string, seq int64, t *host.Turn) error {
-	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended), t.Rule); err != nil {
-		return s.fail("recording a turn", err)
-	}
 	if t.Usage != nil {
 		t.Usage.Seq = seq
-		return s.insertUsage(ctx, tx, id, seq, t.Usage)
+	}
+	args, err := s.usageArgs(t.Usage, []any{id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended), t.Rule})
+	if err != nil {
+		return err
+	}
+	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, args...); err != nil {
+		return s.fail("recording a turn", err)
 	}
 	return nil
 }

@@ -12,9 +12,8 @@ import (
 	"github.com/agentry-dev/agentry/llm"
 )
 
-// v5 keeps what each turn used: one row per turn-log entry of a message
-// or decision, written with the entry. The counts budgets sum are columns;
-// the per-model tokens and per-tool calls are a JSON detail.
+// v5 kept what each turn used in a table of its own, one row per
+// turn-log entry of a message or decision (v10 folds it into the turn log).
 var v5 = []string{
 	`CREATE TABLE IF NOT EXISTS agentry_usage (
 		conversation_id    TEXT NOT NULL,
@@ -40,7 +39,61 @@ var v5 = []string{
 	`CREATE INDEX IF NOT EXISTS agentry_usage_ended ON agentry_usage (ended_us)`,
 }
 
-// usageDetail is the JSON detail of a usage row: the turn's usage as the
+// v10 folds each turn's usage into its turn-log row: one INSERT a turn
+// instead of two, and one index for the budgets' period sums and the
+// usage reads (tenant, principal, ended). The table is rebuilt without its
+// reference to the conversations, so that the retention sweep can remove
+// a conversation and keep its rows of usage (what was billed). The counts
+// budgets sum are columns; the rest (per-model tokens, per-tool calls,
+// model calls, the basis) is the JSON detail. A row with no usage (a
+// turn-log entry that is neither a message nor a decision) has a NULL
+// tenant. SQLite keeps the rows clustered on their key (WITHOUT ROWID).
+func v10(kind string) []string {
+	clustered := ""
+	if kind == "sqlite" {
+		clustered = " WITHOUT ROWID"
+	}
+	return []string{
+		`CREATE TABLE agentry_turns_v10 (
+		conversation_id TEXT NOT NULL,
+		seq             BIGINT NOT NULL,
+		run_id          TEXT NOT NULL,
+		kind            TEXT NOT NULL,
+		outcome         TEXT NOT NULL,
+		error           TEXT NOT NULL,
+		started_us      BIGINT NOT NULL,
+		ended_us        BIGINT NOT NULL,
+		rule            TEXT NOT NULL DEFAULT '',
+		tenant          TEXT,
+		principal       TEXT,
+		provider        TEXT,
+		tokens          BIGINT,
+		sandbox_us      BIGINT,
+		cost_nusd       BIGINT,
+		price_version   TEXT,
+		detail          TEXT,
+		PRIMARY KEY (conversation_id, seq)
+	)` + clustered,
+		`INSERT INTO agentry_turns_v10 (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us, rule,
+		tenant, principal, provider, tokens, sandbox_us, cost_nusd, price_version, detail)
+	SELECT t.conversation_id, t.seq, t.run_id, t.kind, t.outcome, t.error, t.started_us, t.ended_us, t.rule,
+		u.tenant, u.principal, u.provider, u.tokens, u.sandbox_us, u.cost_nusd, u.price_version, u.detail
+	FROM agentry_turns t LEFT JOIN agentry_usage u ON u.conversation_id = t.conversation_id AND u.seq = t.seq`,
+		// Usage whose turn log the retention sweep removed (schema 8 kept
+		// the usage alone).
+		`INSERT INTO agentry_turns_v10 (conversation_id, seq, run_id, kind, outcome, error, started_us, ended_us, rule,
+		tenant, principal, provider, tokens, sandbox_us, cost_nusd, price_version, detail)
+	SELECT u.conversation_id, u.seq, u.run_id, u.kind, u.outcome, '', u.started_us, u.ended_us, '',
+		u.tenant, u.principal, u.provider, u.tokens, u.sandbox_us, u.cost_nusd, u.price_version, u.detail
+	FROM agentry_usage u WHERE NOT EXISTS (SELECT 1 FROM agentry_turns t WHERE t.conversation_id = u.conversation_id AND t.seq = u.seq)`,
+		`DROP TABLE agentry_usage`,
+		`DROP TABLE agentry_turns`,
+		`ALTER TABLE agentry_turns_v10 RENAME TO agentry_turns`,
+		`CREATE INDEX agentry_turns_usage ON agentry_turns (tenant, principal, ended_us)`,
+	}
+}
+
+// usageDetail is the JSON detail of a turn's usage: the usage as the
 // provider reported it, and the cost per model.
 type usageDetail struct {
 	llm.TurnUsage
@@ -49,32 +102,29 @@ type usageDetail struct {
 
 const usageCols = `conversation_id, seq, tenant, principal, run_id, kind, provider, outcome, started_us, ended_us, cost_nusd, price_version, detail`
 
-func (s *Store) insertUsage(ctx context.Context, tx *sql.Tx, id string, seq int64, u *host.UsageRecord) error {
+// usageArgs are the usage columns of a turn-log row (tenant, principal,
+// provider, tokens, sandbox_us, cost_nusd, price_version, detail): NULLs
+// for a turn without usage.
+func (s *Store) usageArgs(u *host.UsageRecord, args []any) ([]any, error) {
+	if u == nil {
+		return append(args, nil, nil, nil, nil, nil, nil, nil, nil), nil
+	}
 	detail, err := json.Marshal(usageDetail{u.Usage, u.ModelCost})
 	if err != nil {
-		return s.fail("recording a turn's usage", err)
+		return nil, s.fail("recording a turn's usage", err)
 	}
 	tok := u.Usage.Tokens()
 	var cost sql.NullInt64
 	if u.CostKnown {
 		cost = sql.NullInt64{Int64: int64(u.Cost), Valid: true}
 	}
-	basis := u.Usage.Basis
-	if basis == "" {
-		basis = llm.BasisCounted
-	}
-	_, err = tx.StmtContext(ctx, s.stmt.insertUsage).ExecContext(ctx, id, seq, u.Tenant, u.Principal, u.RunID, u.Kind, u.Provider, u.Outcome,
-		micros(u.Started), micros(u.Ended), u.Usage.ModelCalls, tok.InputTokens+tok.OutputTokens,
-		(u.Usage.SandboxCPU + u.Usage.AgentWall).Microseconds(), cost, u.PriceVersion, string(basis), string(detail))
-	if err != nil {
-		return s.fail("recording a turn's usage", err)
-	}
-	return nil
+	return append(args, u.Tenant, u.Principal, u.Provider, tok.InputTokens+tok.OutputTokens,
+		(u.Usage.SandboxCPU + u.Usage.AgentWall).Microseconds(), cost, u.PriceVersion, string(detail)), nil
 }
 
 // UsageRecords returns the usage records q selects, oldest first.
 func (s *Store) UsageRecords(ctx context.Context, q host.UsageQuery) ([]host.UsageRecord, error) {
-	where, args := "1 = 1", []any{}
+	where, args := "tenant IS NOT NULL", []any{}
 	if q.Tenant != "" {
 		where += " AND tenant = ?"
 		args = append(args, q.Tenant)
@@ -96,7 +146,7 @@ func (s *Store) UsageRecords(ctx context.Context, q host.UsageQuery) ([]host.Usa
 		limit = host.MaxUsageRecords
 	}
 	args = append(args, limit)
-	rows, err := s.read.QueryContext(ctx, s.rebind(`SELECT `+usageCols+` FROM agentry_usage WHERE `+where+` ORDER BY ended_us, conversation_id, seq LIMIT ?`), args...)
+	rows, err := s.read.QueryContext(ctx, s.rebind(`SELECT `+usageCols+` FROM agentry_turns WHERE `+where+` ORDER BY ended_us, conversation_id, seq LIMIT ?`), args...)
 	if err != nil {
 		return nil, s.fail("reading usage", err)
 	}
