@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,12 +46,18 @@ func realClaude(b *testing.B) string {
 //	go test -run '^$' -bench PoolFirstAnswer -benchtime 4x ./provider/acp/
 func BenchmarkPoolFirstAnswer(b *testing.B) {
 	bin := realClaude(b)
-	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-bench", Script: func(modelwire.Turn) modelwire.Reply {
+	home := claudeHome(b, bin)
+	var tl timeline
+	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-bench", Script: func(t modelwire.Turn) modelwire.Reply {
+		what := "model request (the answer)"
+		if len(t.Tools) == 0 {
+			what = "model request (the session title)"
+		}
+		tl.mark(what)
 		return modelwire.Reply{Text: "ready"}
 	}})
 	defer model.Close()
-	env := []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-bench", "PATH=/usr/local/bin:/usr/bin:/bin",
-		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+	env := append([]string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-bench", "PATH=/usr/local/bin:/usr/bin:/bin"}, claudeRecipeEnv...)
 	for _, pool := range []int{0, 1} {
 		name := "cold"
 		if pool > 0 {
@@ -58,10 +65,11 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			r, _ := jailedRigTB(b)
-			cfg := acp.Config{Command: []string{bin}, Env: env, WorkspaceRoot: r.root, Pool: pool,
+			cfg := acp.Config{Command: []string{bin}, Env: env, Home: home, Mode: "default", WorkspaceRoot: r.root, Pool: pool,
 				AllowHosts: []string{strings.TrimPrefix(model.URL, "http://")}}
 			inst := r.instance(mustJSON(b, cfg))
 			var total time.Duration
+			var waitingRSS float64
 			n := 0
 			for b.Loop() {
 				n++
@@ -70,22 +78,27 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 					r.events.await(ctx, acp.TypeAgentPooled, n)
 					cancel()
+					if n == 1 {
+						waitingRSS = rssOfWaiting(b, r.root)
+					}
 					b.StartTimer()
 				}
 				ws := filepath.Join(r.root, fmt.Sprintf("c%d", n))
 				if err := os.Mkdir(ws, 0o700); err != nil {
 					b.Fatal(err)
 				}
-				start := time.Now()
+				start := tl.begin()
 				s, err := inst.Adapter().Create(context.Background(), provider.CreateRequest{SessionID: fmt.Sprintf("c%d", n), WorkingDirectory: ws})
 				if err != nil {
 					b.Fatal(err)
 				}
+				tl.mark("Create returned; prompt sent")
 				answered := false
 				for o, err := range s.RunTurn(context.Background(), provider.TurnRequest{TurnID: "t1", Input: "Say ready."}) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					tl.mark("output " + string(o.Kind))
 					if o.Kind == provider.OutputText {
 						answered = true
 						break
@@ -96,6 +109,7 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				}
 				total += time.Since(start)
 				b.StopTimer()
+				b.Logf("%s conversation %d, from Create:\n%s", name, n, tl.end())
 				if real, _ := filepath.EvalSymlinks(ws); (pool > 0) != strings.HasPrefix(filepath.Base(real), "pool-") {
 					b.Fatalf("conversation %d ran in %s: pooled is %v", n, real, pool > 0)
 				}
@@ -107,8 +121,89 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(total.Microseconds())/1000/float64(n), "first-answer-ms")
+			if pool > 0 {
+				b.ReportMetric(waitingRSS/(1<<20), "rss-mib-waiting")
+			}
 		})
 	}
+}
+
+// claudeRecipeEnv is the environment docs/acp.md's Claude Code recipe
+// gives the agent beside its key and model server: no traffic to
+// Anthropic's own services, and the CLI of claudeHome (the adapter's
+// identity probe answered without a second CLI).
+var claudeRecipeEnv = []string{"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1",
+	"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "CLAUDE_CODE_EXECUTABLE=/home/agent/bin/claude"}
+
+// claudeHome writes the recipe's HOME template (docs/acp.md): bin/claude,
+// which answers claude-agent-acp's per-prompt `claude auth status --json`
+// for a key given in ANTHROPIC_API_KEY and runs the bundled CLI for
+// everything else.
+func claudeHome(b testing.TB, adapter string) string {
+	cli := filepath.Join(filepath.Dir(filepath.Dir(adapter)), "@anthropic-ai", "claude-agent-sdk-linux-x64", "claude")
+	if _, err := os.Stat(cli); err != nil {
+		b.Fatalf("the Claude CLI claude-agent-acp bundles is missing: %v", err)
+	}
+	home := b.TempDir()
+	if err := os.Mkdir(filepath.Join(home, "bin"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "bin", "claude"), []byte(fmt.Sprintf(claudeShim, cli)), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return home
+}
+
+// claudeShim is the recipe's bin/claude (docs/acp.md), %s the CLI.
+const claudeShim = `#!/bin/sh
+if [ "$*" = "auth status --json" ] && [ -n "$ANTHROPIC_API_KEY" ]; then
+  echo '{"loggedIn":true,"authMethod":"api_key","apiProvider":"firstParty","apiKeySource":"ANTHROPIC_API_KEY"}'
+  exit 0
+fi
+exec %s "$@"
+`
+
+// rssOfWaiting is the resident memory (bytes) of the one agent waiting
+// in the pool under root: the processes working in its pool workspace.
+func rssOfWaiting(b testing.TB, root string) float64 {
+	slots, _ := filepath.Glob(filepath.Join(root, "pool-*"))
+	if len(slots) != 1 {
+		b.Fatalf("want one agent waiting, found the workspaces %v", slots)
+	}
+	return rssUnder(slots[0])
+}
+
+// timeline records when the steps of one iteration happened, from its
+// start: the benchmark logs it (go test -v) to show where a first
+// answer's time goes.
+type timeline struct {
+	mu    sync.Mutex
+	start time.Time
+	marks []string
+}
+
+func (t *timeline) begin() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.start, t.marks = time.Now(), nil
+	return t.start
+}
+
+// mark notes what happened now; nothing outside an iteration.
+func (t *timeline) mark(what string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.start.IsZero() {
+		t.marks = append(t.marks, fmt.Sprintf("%7.0f ms  %s", float64(time.Since(t.start).Microseconds())/1000, what))
+	}
+}
+
+func (t *timeline) end() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := strings.Join(t.marks, "\n")
+	t.start, t.marks = time.Time{}, nil
+	return out
 }
 
 // rssUnder sums the resident memory (bytes) of every process whose
