@@ -38,7 +38,8 @@ package acp_test
 // A workspace holding a file named slow-new makes session/new send one
 // fs/write_text_file, wait until the client abandons it
 // ($/cancel_request), then write new-cancelled there; the agent ignores
-// SIGTERM meanwhile.
+// SIGTERM meanwhile. session/set_mode and session/set_config_option
+// append what they set to .scripted/sets in the session's workspace.
 //
 // Knobs (environment): ACP_SCRIPTED_RESUME=load|resume|none (default
 // load), ACP_SCRIPTED_AUTH=env (an env-var method needing SCRIPTED_KEY)
@@ -262,7 +263,7 @@ func (a *scripted) SetSessionMode(_ context.Context, p sdk.SetSessionModeRequest
 	a.mu.Lock()
 	s.mode = string(p.ModeId)
 	a.mu.Unlock()
-	return sdk.SetSessionModeResponse{}, nil
+	return sdk.SetSessionModeResponse{}, noteSet(s.cwd, "set_mode "+string(p.ModeId))
 }
 
 func (a *scripted) CloseSession(_ context.Context, p sdk.CloseSessionRequest) (sdk.CloseSessionResponse, error) {
@@ -301,7 +302,18 @@ func (a *scripted) SetSessionConfigOption(_ context.Context, p sdk.SetSessionCon
 	a.mu.Lock()
 	s.model = string(v.Value)
 	a.mu.Unlock()
-	return sdk.SetSessionConfigOptionResponse{ConfigOptions: modelOptions(string(v.Value))}, nil
+	return sdk.SetSessionConfigOptionResponse{ConfigOptions: modelOptions(string(v.Value))}, noteSet(s.cwd, "set_config_option "+string(v.Value))
+}
+
+// noteSet appends what a mode or model change asked to .scripted/sets in
+// the session's workspace: a test reads when, and how often, it came.
+func noteSet(cwd, what string) error {
+	f, err := os.OpenFile(filepath.Join(cwd, ".scripted", "sets"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, what)
+	return errors.Join(err, f.Close())
 }
 
 func (a *scripted) say(ctx context.Context, id sdk.SessionId, u sdk.SessionUpdate) {

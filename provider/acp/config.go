@@ -81,8 +81,9 @@ type Config struct {
 	Model string `json:"model,omitempty"`
 	// Pool is how many agents the instance keeps started and initialised
 	// ahead of need, each in a fresh confinement with an empty workspace
-	// of its own, bound to a session only when one opens and never reused
-	// (0, the default: none; at most MaxPool).
+	// of its own and its session opened there with Mode and Model, bound
+	// to a session only when one opens and never reused (0, the default:
+	// none; at most MaxPool).
 	Pool int `json:"pool,omitempty"`
 	// Limits bound what one session may do.
 	Limits Limits `json:"limits,omitzero"`

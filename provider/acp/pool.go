@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,8 +22,8 @@ import (
 // pooled is an agent started ahead of need (Config.Pool): launched by
 // the instance's launcher in a slot of its own — an empty workspace under
 // the workspace root — initialised, authenticated, its session opened
-// there (session/new, without MCP servers), with a host-tools listener
-// exposed to it. A session that takes it binds
+// there (session/new, without MCP servers) and set to the instance's mode
+// and model, with a host-tools listener exposed to it. A session that takes it binds
 // it: its client, its events, its host tools, its workspace. It is never
 // given to a second session.
 type pooled struct {
@@ -232,6 +233,8 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 		pa.pre, err = pa.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: slot, McpServers: []sdk.McpServer{}})
 		if err != nil {
 			err = pa.ag.failure("session/new", err)
+		} else {
+			err = pa.configureAhead(ctx, in.cfg.Mode, in.cfg.Model)
 		}
 	}
 	if err != nil {
@@ -240,6 +243,49 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 	}
 	pa.took = time.Since(begun)
 	return pa, nil
+}
+
+// configureAhead applies the instance's mode and model to the session
+// opened ahead, so that a conversation keeping them pays no round trip
+// when it takes the agent (claude-agent-acp answers each only after its
+// own start-up work, a few hundred milliseconds). Neither is about a
+// person. A value the agent does not offer is left for Create to refuse
+// by name.
+func (pa *pooled) configureAhead(ctx context.Context, mode, model string) error {
+	sid := pa.pre.SessionId
+	if m := pa.pre.Modes; mode != "" && m != nil && string(m.CurrentModeId) != mode &&
+		slices.ContainsFunc(m.AvailableModes, func(o sdk.SessionMode) bool { return string(o.Id) == mode }) {
+		if _, err := pa.ag.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: sid, ModeId: sdk.SessionModeId(mode)}); err != nil {
+			return pa.ag.failure("session/set_mode", err)
+		}
+		set := *m
+		set.CurrentModeId = sdk.SessionModeId(mode)
+		pa.pre.Modes = &set
+	}
+	sel := modelOption(pa.pre.ConfigOptions)
+	if model == "" || sel == nil || string(sel.CurrentValue) == model || !slices.Contains(selectValues(sel), model) {
+		return nil
+	}
+	resp, err := pa.ag.conn.SetSessionConfigOption(ctx, sdk.SetSessionConfigOptionRequest{ValueId: &sdk.SetSessionConfigOptionValueId{
+		SessionId: sid, ConfigId: sel.Id, Value: sdk.SessionConfigValueId(model)}})
+	if err != nil {
+		return pa.ag.failure("session/set_config_option", err)
+	}
+	if modelOption(resp.ConfigOptions) != nil {
+		pa.pre.ConfigOptions = resp.ConfigOptions
+		return nil
+	}
+	// An answer without the options: the session's, the model changed.
+	opts := slices.Clone(pa.pre.ConfigOptions)
+	for i, o := range opts {
+		if o.Select != nil && o.Select.Id == sel.Id {
+			c := *o.Select
+			c.CurrentValue = sdk.SessionConfigValueId(model)
+			opts[i].Select = &c
+		}
+	}
+	pa.pre.ConfigOptions = opts
+	return nil
 }
 
 // discard stops an agent no session took and removes its workspace.

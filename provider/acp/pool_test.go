@@ -171,3 +171,45 @@ func TestPoolRefillsAfterTheStartTimeoutWithoutATurn(t *testing.T) {
 		t.Fatalf("the pool refilled after %v, before the start timeout, with no turn ended", waited)
 	}
 }
+
+// A pooled agent's session gets the instance's mode and model while it
+// waits: the conversation that takes it runs with them, and taking it
+// sends neither again.
+func TestPoolConfiguresModeAndModelAhead(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	inst := r.instance(r.config(nil, func(c *acp.Config) {
+		c.Pool = 1
+		c.Mode, c.Model = "plan", "large"
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.events.await(ctx, acp.TypeAgentPooled, 1)
+	slots, _ := filepath.Glob(filepath.Join(r.root, "pool-*"))
+	if len(slots) != 1 {
+		t.Fatalf("pool workspaces %v; want one", slots)
+	}
+	const want = "set_mode plan\nset_config_option large\n"
+	sets := filepath.Join(slots[0], ".scripted", "sets")
+	if b, _ := os.ReadFile(sets); string(b) != want {
+		t.Fatalf("while waiting, the pooled session was set %q; want %q", b, want)
+	}
+	conv := filepath.Join(r.root, "conversation")
+	if err := os.Mkdir(conv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "warm", WorkingDirectory: conv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background(), provider.CloseRequested)
+	if got := said(turn(t, s, "t1", "mode")); got != "mode plan" {
+		t.Fatalf("the conversation's agent said %q", got)
+	}
+	if got := said(turn(t, s, "t2", "model")); got != "model large" {
+		t.Fatalf("the conversation's agent said %q", got)
+	}
+	if b, _ := os.ReadFile(sets); string(b) != want {
+		t.Fatalf("after the take, the session was set %q; want only %q, from while it waited", b, want)
+	}
+}
