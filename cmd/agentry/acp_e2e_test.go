@@ -97,12 +97,14 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 
-	// serve passes the agent its own values, named by --agent-env NAME.
-	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), "--agent", "acp", "--agent-cmd", agentCmd,
+	// serve passes the agent its own values, named by --agent-env NAME;
+	// the recipe's HOME holds the CLI the adapter runs (docs/acp.md).
+	p := startServeBinary(t, bin, append(claudeOfflineEnv(model.URL), "CLAUDE_CODE_EXECUTABLE="+claudeRecipeCLI),
+		"--agent", "acp", "--agent-cmd", agentCmd, "--agent-home", claudeHome(t, agentCmd),
 		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
 		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
 		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-		"--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
+		"--agent-env", "CLAUDE_CODE_EXECUTABLE", "--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
 		"--workspaces", filepath.Join(dir, "workspaces"),
 		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
 	pu, _ := url.Parse(p.url)
@@ -374,6 +376,35 @@ func stopAndCheckEvents(t *testing.T, p *process, bin, events string) {
 	if out, err := exec.Command(bin, "events", "audit", events).CombinedOutput(); err != nil {
 		t.Errorf("agentry events audit: %v\n%s", err, out)
 	}
+}
+
+// claudeRecipeCLI is where the recipe's HOME puts the CLI claude-agent-acp
+// runs (CLAUDE_CODE_EXECUTABLE): in the jail, HOME is /home/agent.
+const claudeRecipeCLI = "/home/agent/bin/claude"
+
+// claudeHome writes docs/acp.md's HOME template for Claude Code: bin/claude
+// answers the adapter's per-prompt `claude auth status --json` for a key
+// in ANTHROPIC_API_KEY and runs the CLI the adapter bundles for the rest.
+func claudeHome(t *testing.T, agentCmd string) string {
+	t.Helper()
+	cli := filepath.Join(filepath.Dir(filepath.Dir(agentCmd)), "@anthropic-ai", "claude-agent-sdk-linux-x64", "claude")
+	if _, err := os.Stat(cli); err != nil {
+		t.Fatalf("the Claude CLI claude-agent-acp bundles is missing: %v", err)
+	}
+	home := t.TempDir()
+	if err := os.Mkdir(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shim := "#!/bin/sh\n" +
+		"if [ \"$*\" = \"auth status --json\" ] && [ -n \"$ANTHROPIC_API_KEY\" ]; then\n" +
+		"  echo '{\"loggedIn\":true,\"authMethod\":\"api_key\",\"apiProvider\":\"firstParty\",\"apiKeySource\":\"ANTHROPIC_API_KEY\"}'\n" +
+		"  exit 0\n" +
+		"fi\n" +
+		"exec " + cli + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(home, "bin", "claude"), []byte(shim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return home
 }
 
 // claudeOfflineEnv is the environment serve passes a jailed Claude agent
