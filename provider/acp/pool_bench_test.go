@@ -37,7 +37,9 @@ func realClaude(b *testing.B) string {
 // BenchmarkPoolFirstAnswer measures a new conversation's first answer
 // from a real agent (claude-agent-acp from npm, jailed, answering through
 // a local Messages-API server), cold against taken from a warm pool, in
-// the same run; the pool's refill is not timed (each pooled iteration waits, off
+// the same run, and taken from the pool by a conversation the host lends a
+// tool (pooled-lending: its session is reopened with the host-tools MCP
+// server); the pool's refill is not timed (each pooled iteration waits, off
 // the clock, for the pool's agent_pooled event: an agent ready to be
 // taken), and every pooled iteration must have run in a pool workspace. It also reports the
 // resident memory of one live agent (its process tree, found by its
@@ -58,11 +60,12 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 	}})
 	defer model.Close()
 	env := append([]string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-bench", "PATH=/usr/local/bin:/usr/bin:/bin"}, claudeRecipeEnv...)
-	for _, pool := range []int{0, 1} {
-		name := "cold"
-		if pool > 0 {
-			name = "pooled"
-		}
+	for _, v := range []struct {
+		name string
+		pool int
+		lend bool
+	}{{"cold", 0, false}, {"pooled", 1, false}, {"pooled-lending", 1, true}} {
+		name, pool := v.name, v.pool
 		b.Run(name, func(b *testing.B) {
 			r, _ := jailedRigTB(b)
 			cfg := acp.Config{Command: []string{bin}, Env: env, Home: home, Mode: "default", WorkspaceRoot: r.root, Pool: pool,
@@ -88,7 +91,11 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 					b.Fatal(err)
 				}
 				start := tl.begin()
-				s, err := inst.Adapter().Create(context.Background(), provider.CreateRequest{SessionID: fmt.Sprintf("c%d", n), WorkingDirectory: ws})
+				req := provider.CreateRequest{SessionID: fmt.Sprintf("c%d", n), WorkingDirectory: ws}
+				if v.lend {
+					req.HostBinding = lentEcho()
+				}
+				s, err := inst.Adapter().Create(context.Background(), req)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -125,6 +132,18 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				b.ReportMetric(waitingRSS/(1<<20), "rss-mib-waiting")
 			}
 		})
+	}
+}
+
+// lentEcho lends one host tool, as a host lending run_code does: the
+// agent's session is then opened with the host-tools MCP server.
+func lentEcho() *provider.HostBinding {
+	return &provider.HostBinding{
+		Tools: []provider.HostTool{{Name: "echo", Description: "says its arguments back",
+			Invoke: func(_ context.Context, inv provider.HostInvocation) (provider.HostToolResult, error) {
+				return provider.HostToolResult{Output: inv.Arguments}, nil
+			}}},
+		Release: func(context.Context) error { return nil },
 	}
 }
 
