@@ -93,8 +93,23 @@ func (f *feed) principal(o tool.Identity) *principalFeed {
 	return p
 }
 
+// heard reports whether o's notices are kept: o has opened a stream
+// since its feed was last forgotten. Notices for anyone else are not made
+// (making one is a JSON encoding on every turn of every caller, with no
+// stream to send it to); the id such a notice would have had is still
+// taken, so that a reconnect from before it is told of the gap.
+func (f *feed) heard(o tool.Identity) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.of[o] != nil {
+		return true
+	}
+	f.seq++
+	return false
+}
+
 // publish numbers v as notice name for principal o and wakes o's streams.
-// It never blocks on a stream.
+// It never blocks on a stream. Callers skip it when !f.heard(o).
 func (f *feed) publish(o tool.Identity, name string, v any, now time.Time) {
 	data, err := json.Marshal(v)
 	if err != nil || len(data) > feedNoticeMax {
@@ -266,6 +281,9 @@ type feedView struct {
 // tellConversation puts lc's state on its owner's feed. The caller holds
 // lc (busy) or lc is not shared.
 func (h *Host) tellConversation(lc *liveConv, running bool) {
+	if !h.feed.heard(lc.owner) {
+		return
+	}
 	v := feedView{sessionView: viewOf(lc.conv), Running: running}
 	if qs := h.askingViews(lc.id); len(qs) > 0 {
 		v.Interaction, v.Interactions = &qs[0], qs
@@ -276,6 +294,9 @@ func (h *Host) tellConversation(lc *liveConv, running bool) {
 // tellInteractions puts the questions conversation id waits on on its
 // owner's feed.
 func (h *Host) tellInteractions(o tool.Identity, id string) {
+	if !h.feed.heard(o) {
+		return
+	}
 	qs := h.askingViews(id)
 	if qs == nil {
 		qs = []InteractionView{}

@@ -78,3 +78,46 @@ func TestFeedForgetsColdPrincipals(t *testing.T) {
 		t.Fatal("a forgotten principal's reconnect was not told of the gap")
 	}
 }
+
+// Notices of a principal that has no stream open, and had none since its
+// feed was forgotten, are not made; a reconnect from before them is told
+// of the gap, and a principal with a stream hears every notice.
+func TestFeedKeepsOnlyHeardPrincipals(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	f := newFeed(now)
+	alice, bob := tool.Identity{Tenant: "acme", Principal: "alice"}, tool.Identity{Tenant: "acme", Principal: "bob"}
+	if f.heard(bob) {
+		t.Fatal("a principal that never opened a stream is heard")
+	}
+	if len(f.of) != 0 {
+		t.Fatalf("%d feeds kept for principals without a stream", len(f.of))
+	}
+	if !f.open(alice) {
+		t.Fatal("open refused")
+	}
+	_, _, start, _ := f.since(alice, 0)
+	if !f.heard(alice) {
+		t.Fatal("a principal with a stream open is not heard")
+	}
+	f.publish(alice, FeedConversation, map[string]int{"n": 1}, now)
+	f.close(alice)
+	// alice's stream is closed but her feed is kept: she hears what she
+	// missed on reconnecting.
+	if !f.heard(alice) {
+		t.Fatal("a principal whose stream closed is no longer heard")
+	}
+	f.publish(alice, FeedConversation, map[string]int{"n": 2}, now)
+	if ns, gap, _, _ := f.since(alice, start); gap || len(ns) != 2 || string(ns[1].data) != `{"n":2}` {
+		t.Fatalf("reconnecting: %d notices, gap %v", len(ns), gap)
+	}
+	// Once forgotten, a notice of hers is not made, and her reconnect is a gap.
+	_, _, last, _ := f.since(alice, 0)
+	delete(f.of, alice)
+	if f.heard(alice) {
+		t.Fatal("a forgotten principal is heard")
+	}
+	f.open(alice)
+	if _, gap, _, _ := f.since(alice, last); !gap {
+		t.Fatal("a reconnect past a notice that was not made was not told of the gap")
+	}
+}

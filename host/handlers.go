@@ -361,7 +361,9 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	h.mu.Unlock()
 	h.metrics.opened.Inc()
 	h.emit(TypeConversationOpened, &ConversationEvent{}, c.ID, o)
-	h.feed.publish(o, FeedConversation, feedView{sessionView: viewOf(c)}, now)
+	if h.feed.heard(o) {
+		h.feed.publish(o, FeedConversation, feedView{sessionView: viewOf(c)}, now)
+	}
 	w.Header().Set("Location", "/v1/sessions/"+c.ID)
 	writeJSON(w, http.StatusCreated, viewOf(c))
 }
