@@ -684,10 +684,7 @@ func (s *Store) insertTurn(ctx context.Context, tx *sql.Tx, id string, seq int64
 	if t.Usage != nil {
 		t.Usage.Seq = seq
 	}
-	args, err := s.usageArgs(t.Usage, []any{id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended), t.Rule})
-	if err != nil {
-		return err
-	}
+	args := s.usageArgs(t.Usage, []any{id, seq, t.RunID, t.Kind, t.Outcome, t.Error, micros(t.Started), micros(t.Ended), t.Rule})
 	if _, err := tx.StmtContext(ctx, s.stmt.insertTurn).ExecContext(ctx, args...); err != nil {
 		return s.fail("recording a turn", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/agentry-dev/agentry/host"
@@ -100,26 +102,114 @@ type usageDetail struct {
 	ModelCost map[string]price.Nano `json:"modelCost,omitempty"`
 }
 
+// appendUsageDetail appends the JSON of usageDetail{u, cost} to b, as
+// json.Marshal would write it (fields in order, empty ones left out, map
+// keys sorted), without reflection: it is written on every turn.
+func appendUsageDetail(b []byte, u llm.TurnUsage, cost map[string]price.Nano) []byte {
+	b = append(b, `{"modelCalls":`...)
+	b = strconv.AppendInt(b, int64(u.ModelCalls), 10)
+	if len(u.Models) > 0 {
+		b = append(b, `,"models":{`...)
+		for i, m := range sortedKeys(u.Models) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, m)
+			b = appendTokens(append(b, ':'), u.Models[m])
+		}
+		b = append(b, '}')
+	}
+	if len(u.ToolCalls) > 0 {
+		b = append(b, `,"toolCalls":{`...)
+		for i, t := range sortedKeys(u.ToolCalls) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(append(appendJSONString(b, t), ':'), int64(u.ToolCalls[t]), 10)
+		}
+		b = append(b, '}')
+	}
+	b = strconv.AppendInt(append(b, `,"duration":`...), int64(u.Duration), 10)
+	b = appendNonZero(b, `,"sandboxCpu":`, int64(u.SandboxCPU))
+	b = appendNonZero(b, `,"sandboxPeakMemory":`, u.SandboxPeakMemory)
+	b = appendNonZero(b, `,"agentWall":`, int64(u.AgentWall))
+	if u.Basis != "" {
+		b = appendJSONString(append(b, `,"basis":`...), string(u.Basis))
+	}
+	if len(cost) > 0 {
+		b = append(b, `,"modelCost":{`...)
+		for i, m := range sortedKeys(cost) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(append(appendJSONString(b, m), ':'), int64(cost[m]), 10)
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendTokens appends the JSON of an llm.Usage.
+func appendTokens(b []byte, t llm.Usage) []byte {
+	b = strconv.AppendInt(append(b, `{"inputTokens":`...), int64(t.InputTokens), 10)
+	b = strconv.AppendInt(append(b, `,"outputTokens":`...), int64(t.OutputTokens), 10)
+	b = appendNonZero(b, `,"cacheReadTokens":`, int64(t.CacheReadTokens))
+	b = appendNonZero(b, `,"cacheWriteTokens":`, int64(t.CacheWriteTokens))
+	return append(b, '}')
+}
+
+func appendNonZero(b []byte, key string, n int64) []byte {
+	if n == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(b, key...), n, 10)
+}
+
+// appendJSONString appends s as a JSON string: as it is when it holds
+// only printable ASCII that needs no escape (a model's or tool's name),
+// else as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// sortedKeys returns m's keys in order (one, the common case, without
+// sorting).
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	if len(keys) > 1 {
+		slices.Sort(keys)
+	}
+	return keys
+}
+
 const usageCols = `conversation_id, seq, tenant, principal, run_id, kind, provider, outcome, started_us, ended_us, cost_nusd, price_version, detail`
 
 // usageArgs are the usage columns of a turn-log row (tenant, principal,
 // provider, tokens, sandbox_us, cost_nusd, price_version, detail): NULLs
 // for a turn without usage.
-func (s *Store) usageArgs(u *host.UsageRecord, args []any) ([]any, error) {
+func (s *Store) usageArgs(u *host.UsageRecord, args []any) []any {
 	if u == nil {
-		return append(args, nil, nil, nil, nil, nil, nil, nil, nil), nil
+		return append(args, nil, nil, nil, nil, nil, nil, nil, nil)
 	}
-	detail, err := json.Marshal(usageDetail{u.Usage, u.ModelCost})
-	if err != nil {
-		return nil, s.fail("recording a turn's usage", err)
-	}
+	detail := appendUsageDetail(make([]byte, 0, 256), u.Usage, u.ModelCost)
 	tok := u.Usage.Tokens()
 	var cost sql.NullInt64
 	if u.CostKnown {
 		cost = sql.NullInt64{Int64: int64(u.Cost), Valid: true}
 	}
 	return append(args, u.Tenant, u.Principal, u.Provider, tok.InputTokens+tok.OutputTokens,
-		(u.Usage.SandboxCPU + u.Usage.AgentWall).Microseconds(), cost, u.PriceVersion, string(detail)), nil
+		(u.Usage.SandboxCPU + u.Usage.AgentWall).Microseconds(), cost, u.PriceVersion, string(detail))
 }
 
 // UsageRecords returns the usage records q selects, oldest first.
