@@ -15,6 +15,14 @@ var v8 = []string{
 	`CREATE INDEX IF NOT EXISTS agentry_conversations_closed ON agentry_conversations (state, updated_us)`,
 }
 
+// v11 keeps only closed conversations in the sweep's index: a turn
+// rewrites its open conversation's state and updated time, and with every
+// conversation in it each turn moved an entry of this index too.
+var v11 = []string{
+	`DROP INDEX agentry_conversations_closed`,
+	`CREATE INDEX agentry_conversations_closed ON agentry_conversations (updated_us) WHERE state = 'closed'`,
+}
+
 // SweepClosed removes up to limit conversations closed and unchanged
 // since before: their messages, turn log, lease row and provider record,
 // then the conversation, in one transaction. The turn-log rows that carry

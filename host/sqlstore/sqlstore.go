@@ -32,7 +32,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this build writes.
-const SchemaVersion = 10
+const SchemaVersion = 11
 
 // Dialect is what differs between databases.
 type Dialect struct {
@@ -260,7 +260,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: upgrading the %s store to schema 3: %w", kind, err)
 		}
 	}
-	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7, 8: v8, 9: v9, 10: v10(kind)} {
+	for n, step := range [][]string{4: v4, 5: v5, 6: v6, 7: v7, 8: v8, 9: v9, 10: v10(kind), 11: v11} {
 		if n <= 3 || version >= n {
 			continue
 		}

@@ -1,0 +1,105 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentry-dev/agentry/host/sqlstore"
+	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
+	"github.com/agentry-dev/agentry/host/sqlstore/sqlite"
+	"github.com/agentry-dev/agentry/internal/pgtest"
+)
+
+// schema10Sweep turns a fresh store back into schema 10's: the sweep's
+// index holds every conversation; one conversation is closed and old, one
+// open and old.
+var schema10Sweep = []string{
+	`DROP INDEX agentry_conversations_closed`,
+	`CREATE INDEX agentry_conversations_closed ON agentry_conversations (state, updated_us)`,
+	`INSERT INTO agentry_conversations (id, tenant, principal, state, turns, messages, last_run_id, created_us, updated_us, version)
+		VALUES ('ses_closed', 'acme', 'alice', 'closed', 1, 0, 'run-1', 1000000, 2000000, 1)`,
+	`INSERT INTO agentry_conversations (id, tenant, principal, state, turns, messages, last_run_id, created_us, updated_us, version)
+		VALUES ('ses_open', 'acme', 'alice', 'open', 1, 0, 'run-2', 1000000, 2000000, 1)`,
+	`UPDATE agentry_meta SET value = '10' WHERE key = 'schema'`,
+}
+
+// A schema-10 store's sweep index becomes one of closed conversations
+// only (a turn on an open conversation no longer moves an entry of it),
+// and the sweep finds by it what it found before.
+func TestSchema10SweepIndexUpgrades(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "agentry.db")
+		checkSweepIndexUpgrade(t, "sqlite", path, `SELECT sql FROM sqlite_master WHERE name = 'agentry_conversations_closed'`,
+			func() (*sqlstore.Store, error) { return sqlite.Open(context.Background(), path) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.DSN(t)
+		checkSweepIndexUpgrade(t, "pgx", dsn, `SELECT indexdef FROM pg_indexes WHERE indexname = 'agentry_conversations_closed'`,
+			func() (*sqlstore.Store, error) { return postgres.Open(context.Background(), dsn) })
+	})
+}
+
+func checkSweepIndexUpgrade(t *testing.T, driver, dsn, indexDef string, open func() (*sqlstore.Store, error)) {
+	ctx := context.Background()
+	s, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range schema10Sweep {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s, err = open()
+	if err != nil {
+		t.Fatalf("opening a schema-10 store: %v", err)
+	}
+	defer s.Close()
+	var def string
+	if err := db.QueryRow(indexDef).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.ToLower(def), "where") || !strings.Contains(def, "closed") || strings.Contains(def, "(state,") {
+		t.Fatalf("the upgraded sweep index: %s", def)
+	}
+	if driver == "sqlite" {
+		var plan strings.Builder
+		rows, err := db.Query(`EXPLAIN QUERY PLAN SELECT id, binding FROM agentry_conversations
+			WHERE state = 'closed' AND updated_us < ? ORDER BY updated_us LIMIT ?`, 5000000, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(detail + "; ")
+		}
+		rows.Close()
+		if !strings.Contains(plan.String(), "agentry_conversations_closed") {
+			t.Fatalf("the sweep's query does not use its index: %s", plan.String())
+		}
+	}
+	n, err := s.SweepClosed(ctx, time.UnixMicro(5000000), 10)
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d conversations (%v), want the closed one", n, err)
+	}
+	var left string
+	if err := db.QueryRow(`SELECT id FROM agentry_conversations WHERE id IN ('ses_closed', 'ses_open')`).Scan(&left); err != nil || left != "ses_open" {
+		t.Fatalf("left %q (%v), want the open conversation", left, err)
+	}
+}
