@@ -71,9 +71,12 @@ func (u *usageTotals) add(r *UsageRecord) {
 	if r == nil {
 		return
 	}
-	tok := r.Usage.Tokens()
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if len(u.m) == 0 { // no budgets, or none read yet
+		return
+	}
+	tok := r.Usage.Tokens()
 	day, _ := periodOf(PeriodDay, r.Ended)
 	month, _ := periodOf(PeriodMonth, r.Ended)
 	for _, k := range [...]totalKey{{r.Tenant, r.Principal, day}, {r.Tenant, r.Principal, month}, {r.Tenant, "", day}, {r.Tenant, "", month}} {

@@ -91,7 +91,13 @@ func (h *Host) usageRecord(lc *liveConv, t *turnRun, turn *Turn) *UsageRecord {
 type usageMetrics struct {
 	turns, tokens, cost, unknown, sandbox *prometheus.CounterVec // tenant
 	mu                                    sync.Mutex
-	tenants                               map[string]bool
+	tenants                               map[string]*tenantUsage
+}
+
+// tenantUsage is one tenant label's counters, looked up once: a turn
+// adds to them without hashing its label five times.
+type tenantUsage struct {
+	turns, tokens, cost, unknown, sandbox prometheus.Counter
 }
 
 // maxMetricTenants bounds the tenant label: past it, further tenants
@@ -108,7 +114,7 @@ func newUsageMetrics() *usageMetrics {
 		cost:    c("agentry_usage_cost_usd_total", "Estimated cost of the turns in US dollars, by tenant (turns of unknown cost are not in it)."),
 		unknown: c("agentry_usage_unknown_cost_turns_total", "Turns whose cost is unknown (a model the price table lacks), by tenant."),
 		sandbox: c("agentry_usage_sandbox_seconds_total", "Sandbox CPU and agent wall time the turns used, by tenant."),
-		tenants: map[string]bool{},
+		tenants: map[string]*tenantUsage{},
 	}
 }
 
@@ -116,16 +122,25 @@ func (u *usageMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{u.turns, u.tokens, u.cost, u.unknown, u.sandbox}
 }
 
-func (u *usageMetrics) label(tenant string) string {
+// of returns the counters of tenant's label: its own among the first
+// maxMetricTenants tenants seen, else "other".
+func (u *usageMetrics) of(tenant string) *tenantUsage {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if !u.tenants[tenant] {
-		if len(u.tenants) >= maxMetricTenants {
-			return "other"
-		}
-		u.tenants[tenant] = true
+	if c := u.tenants[tenant]; c != nil {
+		return c
 	}
-	return tenant
+	l := tenant
+	if len(u.tenants) >= maxMetricTenants {
+		l = "other"
+		if c := u.tenants[l]; c != nil {
+			return c
+		}
+	}
+	c := &tenantUsage{turns: u.turns.WithLabelValues(l), tokens: u.tokens.WithLabelValues(l), cost: u.cost.WithLabelValues(l),
+		unknown: u.unknown.WithLabelValues(l), sandbox: u.sandbox.WithLabelValues(l)}
+	u.tenants[l] = c
+	return c
 }
 
 // countUsage counts a record once it is stored.
@@ -133,15 +148,14 @@ func (m *metrics) countUsage(r *UsageRecord) {
 	if r == nil {
 		return
 	}
-	u := m.usage
-	l := u.label(r.Tenant)
+	c := m.usage.of(r.Tenant)
 	tok := r.Usage.Tokens()
-	u.turns.WithLabelValues(l).Inc()
-	u.tokens.WithLabelValues(l).Add(float64(tok.InputTokens + tok.OutputTokens))
+	c.turns.Inc()
+	c.tokens.Add(float64(tok.InputTokens + tok.OutputTokens))
 	if r.CostKnown {
-		u.cost.WithLabelValues(l).Add(r.Cost.USD())
+		c.cost.Add(r.Cost.USD())
 	} else {
-		u.unknown.WithLabelValues(l).Inc()
+		c.unknown.Inc()
 	}
-	u.sandbox.WithLabelValues(l).Add((r.Usage.SandboxCPU + r.Usage.AgentWall).Seconds())
+	c.sandbox.Add((r.Usage.SandboxCPU + r.Usage.AgentWall).Seconds())
 }

@@ -204,9 +204,9 @@ func (s *Store) usageArgs(u *host.UsageRecord, args []any) []any {
 	}
 	detail := appendUsageDetail(make([]byte, 0, 256), u.Usage, u.ModelCost)
 	tok := u.Usage.Tokens()
-	var cost sql.NullInt64
+	var cost any // NULL: unknown (a plain int64 binds without the driver.Valuer look-up)
 	if u.CostKnown {
-		cost = sql.NullInt64{Int64: int64(u.Cost), Valid: true}
+		cost = int64(u.Cost)
 	}
 	return append(args, u.Tenant, u.Principal, u.Provider, tok.InputTokens+tok.OutputTokens,
 		(u.Usage.SandboxCPU + u.Usage.AgentWall).Microseconds(), cost, u.PriceVersion, string(detail))
