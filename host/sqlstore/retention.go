@@ -15,10 +15,14 @@ var v8 = []string{
 	`CREATE INDEX IF NOT EXISTS agentry_conversations_closed ON agentry_conversations (state, updated_us)`,
 }
 
-// v11 keeps only closed conversations in the sweep's index: a turn
-// rewrites its open conversation's state and updated time, and with every
-// conversation in it each turn moved an entry of this index too.
+// v11 takes out of two indexes what every turn moved in them: a turn
+// rewrites its open conversation's state and updated time. The sweep's
+// index keeps only closed conversations; the first schema's owner index
+// (tenant, principal, state, updated_us) goes: listings walk v8's
+// creation indexes, and counting a principal's open conversations walks
+// the same index's (tenant, principal) prefix.
 var v11 = []string{
+	`DROP INDEX IF EXISTS agentry_conversations_owner`,
 	`DROP INDEX agentry_conversations_closed`,
 	`CREATE INDEX agentry_conversations_closed ON agentry_conversations (updated_us) WHERE state = 'closed'`,
 }

@@ -113,8 +113,6 @@ var v1 = []string{
 		updated_us       BIGINT NOT NULL,
 		version          BIGINT NOT NULL
 	)`,
-	`CREATE INDEX IF NOT EXISTS agentry_conversations_owner
-		ON agentry_conversations (tenant, principal, state, updated_us)`,
 	`CREATE TABLE IF NOT EXISTS agentry_messages (
 		conversation_id TEXT NOT NULL REFERENCES agentry_conversations (id),
 		idx             BIGINT NOT NULL,
