@@ -18,7 +18,8 @@ var v8 = []string{
 // v11 takes out of two indexes what every turn moved in them: a turn
 // rewrites its open conversation's state and updated time. The sweep's
 // index keeps only closed conversations; the first schema's owner index
-// (tenant, principal, state, updated_us) goes: listings walk v8's
+// (tenant, principal, state, updated_us) goes, and v1, which runs on every
+// open, no longer makes it: listings walk v8's
 // creation indexes, and counting a principal's open conversations walks
 // the same index's (tenant, principal) prefix.
 var v11 = []string{
