@@ -95,18 +95,12 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	}}
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: agent.script})
 	defer model.Close()
-	u, _ := url.Parse(model.URL)
 
 	// serve passes the agent its own values, named by --agent-env NAME;
 	// the recipe's HOME holds the CLI the adapter runs (docs/acp.md).
 	p := startServeBinary(t, bin, append(claudeOfflineEnv(model.URL), "CLAUDE_CODE_EXECUTABLE="+claudeRecipeCLI),
-		"--agent", "acp", "--agent-cmd", agentCmd, "--agent-home", claudeHome(t, agentCmd),
-		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
-		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
-		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-		"--agent-env", "CLAUDE_CODE_EXECUTABLE", "--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
-		"--workspaces", filepath.Join(dir, "workspaces"),
-		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
+		claudeServeArgs(agentCmd, model.URL, dir, "--agent-home", claudeHome(t, agentCmd), "--agent-env", "CLAUDE_CODE_EXECUTABLE",
+			"--lend", "run_code", "--runner", "jail", "--store", filepath.Join(dir, "agentry.db"), "--events", events)...)
 	pu, _ := url.Parse(p.url)
 	hostPort.set(pu.Port())
 
@@ -413,4 +407,22 @@ func claudeHome(t *testing.T, agentCmd string) string {
 func claudeOfflineEnv(modelURL string) []string {
 	return []string{"ANTHROPIC_BASE_URL=" + modelURL, "ANTHROPIC_API_KEY=sk-ant-offline",
 		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+}
+
+// claudeServeArgs are serve's arguments for a jailed claude-agent-acp
+// (agentCmd) on the local model server at modelURL: each variable of
+// claudeOfflineEnv passed by name, the server's host let through the
+// jail, the agent's own permission mode, workspaces under dir; then more.
+func claudeServeArgs(agentCmd, modelURL, dir string, more ...string) []string {
+	u, err := url.Parse(modelURL)
+	if err != nil {
+		panic(err) // a test server's URL
+	}
+	args := []string{"--agent", "acp", "--agent-cmd", agentCmd}
+	for _, kv := range claudeOfflineEnv(modelURL) {
+		name, _, _ := strings.Cut(kv, "=")
+		args = append(args, "--agent-env", name)
+	}
+	args = append(args, "--agent-allow-host", u.Host, "--agent-mode", "default", "--workspaces", filepath.Join(dir, "workspaces"))
+	return append(args, more...)
 }
