@@ -38,7 +38,8 @@ func programsModel(t *testing.T) *modelwire.Server {
 // programsMessage is a turn's body whose message programsModel runs as
 // one run_code call a program.
 func programsMessage(programs ...string) string {
-	return message(strings.Join(programs, programsSep))
+	b, _ := json.Marshal(map[string]string{"message": strings.Join(programs, programsSep)})
+	return string(b)
 }
 
 // anthropicOfflineEnv is the environment of a serve whose model is the
