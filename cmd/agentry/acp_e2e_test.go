@@ -55,14 +55,40 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 	if _, err := os.Stat(path); err != nil {
 		skip("%s is not installed at %s (.ci/run installs it: npm install --prefix %s %s): %v", bin, dir, dir, pkg, err)
 	}
+	needAgentJail(t)
+	return path
+}
+
+// needAgentJail fails the test under CI=true, and skips it elsewhere,
+// when this machine cannot jail an agent.
+func needAgentJail(t *testing.T) {
+	t.Helper()
 	a, err := jail.NewAgent(jail.AgentOptions{})
 	if err == nil {
 		err = a.Check(context.Background())
 	}
 	if err != nil {
-		skip("cannot jail the agent here: %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot jail the agent here: %v", err)
+		}
+		t.Skipf("cannot jail the agent here: %v", err)
 	}
-	return path
+}
+
+// agentInstallDir is a directory of its own (named from prefix, removed
+// with the test) where the jail's user can run an agent: mode 0755, and
+// outside /tmp, which the jail's private /tmp would hide.
+func agentInstallDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // The bar: a real Claude Code, through claude-agent-acp, served by
