@@ -203,8 +203,9 @@ type Options struct {
 	// RetainClosed is how long a closed conversation is kept (default 30
 	// days; negative: forever). Past it the sweep, every RetentionEvery
 	// (default 1h; negative: never in the background, call
-	// SweepClosed), removes it with its transcript and turn log; its
-	// usage records stay (they are what was billed).
+	// SweepClosed), removes it with its transcript, turn log and the
+	// rules scoped to it; its usage records stay (they are what was
+	// billed), and so do rules that hold everywhere.
 	RetainClosed, RetentionEvery time.Duration
 }
 

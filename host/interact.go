@@ -121,22 +121,21 @@ func (h *Host) dropAsking(lc *liveConv) {
 // answered while a turn runs.
 func (h *Host) answerInteraction(w http.ResponseWriter, r *http.Request, o tool.Identity, dec DecisionRequest) {
 	id := r.PathValue("id")
-	if !validSessionID(id) {
-		writeError(w, notFound())
-		return
-	}
 	none := newError(http.StatusConflict, CodeNoPendingInteraction, "host: this session waits for no interaction with that id")
 	h.mu.Lock()
 	lc := h.live[id]
 	if lc == nil || lc.owner != o {
 		h.mu.Unlock()
-		// Not live here: it does not exist for this caller, or it waits
-		// on nothing. The store says which, so others still get 404.
-		if _, err := h.store.Info(r.Context(), o, id); err != nil {
-			writeError(w, h.storeError(err))
-			return
+		switch {
+		case lc != nil: // live here, and someone else's
+			writeError(w, notFound())
+		default:
+			// Not live here: it does not exist for this caller, or it
+			// waits on nothing. The store says which, so others get 404.
+			if _, ok := h.callersConversation(w, r, o); ok {
+				writeError(w, none)
+			}
 		}
-		writeError(w, none)
 		return
 	}
 	a := lc.asking[dec.Interaction]

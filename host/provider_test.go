@@ -311,6 +311,11 @@ func TestSessionInteractions(t *testing.T) {
 	d := conformance.NewFakeDriver()
 	f := newFixture(t, config{provider: d})
 	id := f.open("alice")
+	// Not live on the host yet: the store tells the owner's (nothing
+	// waits) from another's or a missing one (404).
+	want(t, f.do("POST", "/v1/sessions/"+id+"/decision", "alice", `{"interaction":"int-0","answer":"x"}`), 409, "no_pending_interaction")
+	want(t, f.do("POST", "/v1/sessions/"+id+"/decision", "bob", `{"interaction":"int-0","answer":"x"}`), 404, "not_found")
+	want(t, f.do("POST", "/v1/sessions/not-a-session-id/decision", "alice", `{"interaction":"int-0","answer":"x"}`), 404, "not_found")
 	want(t, f.say("alice", id, "hello"), 200, "") // the session is open now
 
 	ask := func(iid string) chan provider.InteractionReply {
@@ -377,6 +382,8 @@ func TestSessionInteractions(t *testing.T) {
 	if rep := <-got; !rep.Declined && !strings.HasPrefix(rep.Answer, "error:") {
 		t.Fatalf("an interaction left at close reached the provider as %+v", rep)
 	}
+	want(t, decide("alice", `{"interaction":"int-3","answer":"prod"}`), 409, "no_pending_interaction")
+	want(t, decide("bob", `{"interaction":"int-3","answer":"prod"}`), 404, "not_found")
 }
 
 // An interaction raised inside a turn is sent on the turn's stream, and

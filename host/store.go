@@ -82,8 +82,9 @@ type Store interface {
 	// another owner's, is [ErrRuleNotFound].
 	DeleteRule(ctx context.Context, owner tool.Identity, id string) error
 	// SweepClosed removes up to limit conversations closed and unchanged
-	// since before, with their transcripts, turn logs and provider
-	// records, and returns how many it removed. Their usage records stay.
+	// since before, with their transcripts, turn logs, provider records
+	// and the rules scoped to them (a rule that holds everywhere stays),
+	// and returns how many it removed. Their usage records stay.
 	SweepClosed(ctx context.Context, before time.Time, limit int) (int, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -337,6 +338,15 @@ var storeCases = []struct {
 				t.Fatal(err)
 			}
 		}
+		// Standing rules: one scoped to each conversation, and one that
+		// holds everywhere; the swept conversation's rule goes with it.
+		for i, conv := range []string{"old", "recent", "open", ""} {
+			r := host.Rule{ID: fmt.Sprintf("rul_%032x", i), Owner: alice, Tool: "Bash", Conversation: conv,
+				Match: host.MatchCommand, Pattern: "git status", CreatedAt: t0.Add(time.Duration(i) * time.Second)}
+			if err := s.AddRule(ctx, r, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for _, x := range []struct {
 			id    string
 			state host.State
@@ -365,6 +375,14 @@ var storeCases = []struct {
 		us, err := s.UsageRecords(ctx, host.UsageQuery{Tenant: alice.Tenant})
 		if err != nil || len(us) != 3 {
 			t.Fatalf("usage after the sweep: %d records, %v; the swept conversation's record must stay", len(us), err)
+		}
+		rules, err := s.Rules(ctx, alice)
+		var scopes []string
+		for _, r := range rules {
+			scopes = append(scopes, cmp.Or(r.Conversation, "everywhere"))
+		}
+		if err != nil || strings.Join(scopes, " ") != "recent open everywhere" {
+			t.Fatalf("rules after the sweep: %v, %v; want the swept conversation's rule gone and the others kept", scopes, err)
 		}
 		if n, err := s.SweepClosed(ctx, t0.Add(2*time.Hour), 10); err != nil || n != 0 {
 			t.Fatalf("a second sweep: %d %v", n, err)

@@ -55,14 +55,40 @@ func npmAgent(t *testing.T, env, def, bin, pkg string) string {
 	if _, err := os.Stat(path); err != nil {
 		skip("%s is not installed at %s (.ci/run installs it: npm install --prefix %s %s): %v", bin, dir, dir, pkg, err)
 	}
+	needAgentJail(t)
+	return path
+}
+
+// needAgentJail fails the test under CI=true, and skips it elsewhere,
+// when this machine cannot jail an agent.
+func needAgentJail(t *testing.T) {
+	t.Helper()
 	a, err := jail.NewAgent(jail.AgentOptions{})
 	if err == nil {
 		err = a.Check(context.Background())
 	}
 	if err != nil {
-		skip("cannot jail the agent here: %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot jail the agent here: %v", err)
+		}
+		t.Skipf("cannot jail the agent here: %v", err)
 	}
-	return path
+}
+
+// agentInstallDir is a directory of its own (named from prefix, removed
+// with the test) where the jail's user can run an agent: mode 0755, and
+// outside /tmp, which the jail's private /tmp would hide.
+func agentInstallDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // The bar: a real Claude Code, through claude-agent-acp, served by
@@ -95,18 +121,12 @@ func TestServeClaudeAgentACP(t *testing.T) {
 	}}
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: agent.script})
 	defer model.Close()
-	u, _ := url.Parse(model.URL)
 
 	// serve passes the agent its own values, named by --agent-env NAME;
 	// the recipe's HOME holds the CLI the adapter runs (docs/acp.md).
 	p := startServeBinary(t, bin, append(claudeOfflineEnv(model.URL), "CLAUDE_CODE_EXECUTABLE="+claudeRecipeCLI),
-		"--agent", "acp", "--agent-cmd", agentCmd, "--agent-home", claudeHome(t, agentCmd),
-		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
-		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
-		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-		"--agent-env", "CLAUDE_CODE_EXECUTABLE", "--agent-allow-host", u.Host, "--agent-mode", "default", "--lend", "run_code", "--runner", "jail",
-		"--workspaces", filepath.Join(dir, "workspaces"),
-		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
+		claudeServeArgs(agentCmd, model.URL, dir, "--agent-home", claudeHome(t, agentCmd), "--agent-env", "CLAUDE_CODE_EXECUTABLE",
+			"--lend", "run_code", "--runner", "jail", "--store", filepath.Join(dir, "agentry.db"), "--events", events)...)
 	pu, _ := url.Parse(p.url)
 	hostPort.set(pu.Port())
 
@@ -413,4 +433,22 @@ func claudeHome(t *testing.T, agentCmd string) string {
 func claudeOfflineEnv(modelURL string) []string {
 	return []string{"ANTHROPIC_BASE_URL=" + modelURL, "ANTHROPIC_API_KEY=sk-ant-offline",
 		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+}
+
+// claudeServeArgs are serve's arguments for a jailed claude-agent-acp
+// (agentCmd) on the local model server at modelURL: each variable of
+// claudeOfflineEnv passed by name, the server's host let through the
+// jail, the agent's own permission mode, workspaces under dir; then more.
+func claudeServeArgs(agentCmd, modelURL, dir string, more ...string) []string {
+	u, err := url.Parse(modelURL)
+	if err != nil {
+		panic(err) // a test server's URL
+	}
+	args := []string{"--agent", "acp", "--agent-cmd", agentCmd}
+	for _, kv := range claudeOfflineEnv(modelURL) {
+		name, _, _ := strings.Cut(kv, "=")
+		args = append(args, "--agent-env", name)
+	}
+	args = append(args, "--agent-allow-host", u.Host, "--agent-mode", "default", "--workspaces", filepath.Join(dir, "workspaces"))
+	return append(args, more...)
 }

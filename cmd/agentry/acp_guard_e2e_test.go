@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -20,7 +19,6 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/host"
-	"github.com/agentry-dev/agentry/jail"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -30,24 +28,8 @@ import (
 // CI=true and skips elsewhere when this machine cannot jail.
 func acpAgentBinary(t *testing.T) string {
 	t.Helper()
-	a, err := jail.NewAgent(jail.AgentOptions{})
-	if err == nil {
-		err = a.Check(context.Background())
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cannot jail the agent here: %v", err)
-		}
-		t.Skipf("cannot jail the agent here: %v", err)
-	}
-	dir, err := os.MkdirTemp("/var/tmp", "agentry-acpagent-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	needAgentJail(t)
+	dir := agentInstallDir(t, "agentry-acpagent-")
 	bin := filepath.Join(dir, "acpagent")
 	cmd := exec.Command("go", "build", "-o", bin, "./testdata/acpagent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -4,7 +4,6 @@ package main
 
 import (
 	"encoding/json"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,14 +45,7 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 		return modelwire.Reply{Text: "Answered: " + turn.AskedParts[len(turn.AskedParts)-1]}
 	}})
 	defer model.Close()
-	u, _ := url.Parse(model.URL)
-	args := []string{"--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
-		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
-		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-		"--agent-allow-host", u.Host, "--agent-mode", "default",
-		"--workspaces", filepath.Join(dir, "workspaces"),
-		"--store", filepath.Join(dir, "agentry.db"), "--events", events}
+	args := claudeServeArgs(agentCmd, model.URL, dir, "--store", filepath.Join(dir, "agentry.db"), "--events", events)
 
 	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), args...)
 	code, body := p.call(t, "POST", "/v1/sessions", "")

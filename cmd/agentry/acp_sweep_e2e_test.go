@@ -55,14 +55,7 @@ func TestServeSweepsWhatAKilledServeLeft(t *testing.T) {
 	}
 	// The agent's install directory is mounted at its own path in the
 	// jail, where the jail's private /tmp would hide anything under /tmp.
-	agentBin, err := os.MkdirTemp("/var/tmp", "agentry-sweep-agent-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(agentBin) })
-	if err := os.Chmod(agentBin, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	agentBin := agentInstallDir(t, "agentry-sweep-agent-")
 	agentCmd := filepath.Join(agentBin, "agent.py")
 	if err := os.WriteFile(agentCmd, []byte(scriptedACPAgent), 0o755); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
+//go:build linux
+
 package main
 
 import (
 	"encoding/json"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,14 +28,8 @@ func TestServeClaudeAgentACPRecordsUsage(t *testing.T) {
 	agent := &scriptedAgent{marker: "Write"}
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: agent.script})
 	defer model.Close()
-	u, _ := url.Parse(model.URL)
 	store := filepath.Join(dir, "agentry.db")
-	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), "--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
-		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
-		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-		"--agent-allow-host", u.Host, "--agent-mode", "default",
-		"--workspaces", filepath.Join(dir, "workspaces"), "--store", store, "--events", events)
+	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), claudeServeArgs(agentCmd, model.URL, dir, "--store", store, "--events", events)...)
 	body, _ := approvedTurn(t, p, "Say hello.")
 	if !strings.Contains(string(body), "All done.") {
 		t.Fatalf("the turn did not end with the model's answer: %s\n%s", body, p.stderr)

@@ -70,7 +70,7 @@ func budgetServe(t *testing.T, bin, dir, dsn string) {
 		return modelwire.Reply{Text: "it printed " + strings.Join(tr.ToolResults, " ")}
 	}})
 	defer model.Close()
-	p := startServeBinary(t, bin, []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline"},
+	p := startServeBinary(t, bin, anthropicOfflineEnv(model.URL),
 		"--store", dsn, "--tokens", tokens, "--budgets", budgets, "--events", "",
 		"--model", "anthropic:claude-sonnet-4-5", "--pool", "0", "--drain", "10s")
 	as := func(who string) *process { q := *p; q.token = toks[who]; return &q }

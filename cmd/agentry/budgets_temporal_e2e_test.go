@@ -52,7 +52,7 @@ func TestServeTemporalBudgetCrossedMidTurn(t *testing.T) {
 		return modelwire.Reply{Calls: []modelwire.Call{{Name: modelwire.ToolName, Args: args}}}
 	}})
 	defer model.Close()
-	p := startServeBinary(t, bin, []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline"},
+	p := startServeBinary(t, bin, anthropicOfflineEnv(model.URL),
 		"--store", filepath.Join(dir, "agentry.db"), "--tokens", tokens, "--budgets", budgets, "--events", events,
 		"--runner", "process", "--model", "anthropic:claude-sonnet-4-5", "--drain", "10s",
 		"--temporal", addr, "--temporal-task-queue", fmt.Sprintf("durable-budget-%d", time.Now().UnixNano()),

@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/agentry-dev/agentry/host"
-	"github.com/agentry-dev/agentry/jail"
 )
 
 // neverAnswers is an ACP agent whose model cannot be reached: it takes a
@@ -56,24 +54,8 @@ for line in sys.stdin:
 // of its own (the jail mounts the command's directory read-only).
 func writeNeverAnswers(t *testing.T) string {
 	t.Helper()
-	a, err := jail.NewAgent(jail.AgentOptions{})
-	if err == nil {
-		err = a.Check(context.Background())
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cannot jail the agent here: %v", err)
-		}
-		t.Skipf("cannot jail the agent here: %v", err)
-	}
-	dir, err := os.MkdirTemp("/var/tmp", "agentry-never-answers-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	needAgentJail(t)
+	dir := agentInstallDir(t, "agentry-never-answers-")
 	p := filepath.Join(dir, "never-answers")
 	if err := os.WriteFile(p, []byte(neverAnswers), 0o755); err != nil {
 		t.Fatal(err)

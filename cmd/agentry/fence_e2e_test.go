@@ -34,25 +34,9 @@ func TestReplicasFenceAFrozenOwner(t *testing.T) {
 	dir := t.TempDir()
 	tokens, toks := writeTokens(t, "alice")
 	const lease, forward = 3 * time.Second, 2 * time.Second
-	// A model on Anthropic's wire that runs, one call after another, the
-	// programs of the person's message (split at "# next call"). The
-	// person's words are the message's last text part: a note the host
-	// sends as context comes as a part of its own before them.
-	model := modelwire.NewAnthropic(modelwire.Options{Script: func(tr modelwire.Turn) modelwire.Reply {
-		asked := ""
-		if n := len(tr.AskedParts); n > 0 {
-			asked = tr.AskedParts[n-1]
-		}
-		steps := strings.Split(asked, "\n# next call\n")
-		if tr.ToolErrors || tr.Answered >= len(steps) {
-			return modelwire.Reply{Text: strings.TrimSpace(strings.Join(tr.ToolResults, "\n"))}
-		}
-		args, _ := json.Marshal(map[string]string{"code": steps[tr.Answered]})
-		return modelwire.Reply{Calls: []modelwire.Call{{Name: modelwire.ToolName, Args: args}}}
-	}})
-	defer model.Close()
+	model := programsModel(t)
 	serve := func(name string) *process {
-		p := startServeBinary(t, bin, []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline"},
+		p := startServeBinary(t, bin, anthropicOfflineEnv(model.URL),
 			"--store", dsn, "--tokens", tokens, "--events", filepath.Join(dir, name+".ndjson"),
 			"--runner", "process", "--model", "anthropic:claude-offline",
 			"--lease", lease.String(), "--forward-timeout", forward.String(), "--drain", "20s")
@@ -60,17 +44,9 @@ func TestReplicasFenceAFrozenOwner(t *testing.T) {
 		return p
 	}
 	a, b := serve("a"), serve("b")
-	message := func(programs ...string) string {
-		m, _ := json.Marshal(map[string]string{"message": strings.Join(programs, "\n# next call\n")})
-		return string(m)
-	}
-	code, body := a.call(t, "POST", "/v1/sessions", "")
-	if code != 201 {
-		t.Fatalf("open: %d %s", code, body)
-	}
-	var s struct{ SessionID string }
-	_ = json.Unmarshal(body, &s)
-	turns := "/v1/sessions/" + s.SessionID + "/turns"
+	message := programsMessage
+	id := openAs(t, a, a.token)
+	turns := "/v1/sessions/" + id + "/turns"
 	if code, body := a.call(t, "POST", turns, message("print('warm')")); code != 200 {
 		t.Fatalf("a first turn on A: %d %s", code, body)
 	}
@@ -180,7 +156,7 @@ func TestReplicasFenceAFrozenOwner(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"outcome":"lost"`) || !strings.Contains(string(body), `"kind":"takeover"`) {
 		t.Fatalf("the turn log: %d %s", code, body)
 	}
-	code, body = b.call(t, "GET", "/v1/sessions/"+s.SessionID+"/messages", "")
+	code, body = b.call(t, "GET", "/v1/sessions/"+id+"/messages", "")
 	if code != 200 || !strings.Contains(string(body), "may have run in part") || !strings.Contains(string(body), "A 0") {
 		t.Fatalf("the transcript: %d %s", code, body)
 	}

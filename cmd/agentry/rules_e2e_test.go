@@ -4,7 +4,6 @@ package main
 
 import (
 	"encoding/json"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,14 +33,8 @@ func TestServeClaudeAgentACPRule(t *testing.T) {
 	}}
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: agent.script})
 	defer model.Close()
-	u, _ := url.Parse(model.URL)
-	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), "--agent", "acp", "--agent-cmd", agentCmd,
-		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
-		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
-		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-		"--agent-allow-host", u.Host, "--agent-mode", "default",
-		"--workspaces", filepath.Join(dir, "workspaces"),
-		"--store", filepath.Join(dir, "agentry.db"), "--events", events)
+	p := startServeBinary(t, bin, claudeOfflineEnv(model.URL), claudeServeArgs(agentCmd, model.URL, dir,
+		"--store", filepath.Join(dir, "agentry.db"), "--events", events)...)
 
 	code, body := p.call(t, "POST", "/v1/sessions", "")
 	if code != 201 {

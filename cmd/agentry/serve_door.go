@@ -24,7 +24,7 @@ func (d *doorFlags) add(f *pflag.FlagSet) {
 	f.DurationVar(&d.bodyRateWindow, "body-rate-window", host.DefaultBodyRateWindow, "the window --body-min-rate is judged over")
 	f.IntVar(&d.maxRequests, "max-requests-per-principal", host.DefaultMaxRequestsPerPrincipal, "requests one principal may have in flight at once; past it 429 too_many_requests (-1: no bound)")
 	f.IntVar(&d.maxNewConversations, "max-new-conversations-per-minute", host.DefaultMaxCreatesPerMinute, "conversations one principal may open a minute (a burst of that many, then that rate); past it 429 rate_limited with Retry-After (-1: no bound)")
-	f.DurationVar(&d.retainClosed, "retain-closed", host.DefaultRetainClosed, "how long a closed conversation is kept before the hourly sweep removes it with its transcript and turn log (usage records stay: they are what was billed); a negative duration keeps them forever")
+	f.DurationVar(&d.retainClosed, "retain-closed", host.DefaultRetainClosed, "how long a closed conversation is kept before the hourly sweep removes it with its transcript, turn log and the standing rules scoped to it (rules that hold everywhere and usage records stay: they are what was billed); a negative duration keeps them forever")
 }
 
 // apply sets the host's options from the flags.

@@ -23,7 +23,6 @@ import (
 	"github.com/agentry-dev/agentry/event/audit"
 	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/host/sqlstore/postgres"
-	"github.com/agentry-dev/agentry/internal/modelwire"
 	"github.com/agentry-dev/agentry/internal/pgtest"
 	"github.com/agentry-dev/agentry/internal/temporaltest"
 	"github.com/agentry-dev/agentry/llm"
@@ -101,28 +100,10 @@ func TestServeTemporalKilledMidTurn(t *testing.T) {
 	tok := toks["alice"]
 	const lease = 5 * time.Second
 	queue := fmt.Sprintf("killed-mid-turn-%d", time.Now().UnixNano())
-	// A model on Anthropic's wire format that runs, one call after
-	// another, the programs a message holds (split at "# next call"),
-	// then answers with the last result — or with a failed call's.
-	model := modelwire.NewAnthropic(modelwire.Options{Script: func(tr modelwire.Turn) modelwire.Reply {
-		asked := tr.Asked
-		if n := len(tr.AskedParts); n > 1 { // the host's note after a takeover: a part of its own, before the message
-			asked = tr.AskedParts[n-1]
-		}
-		steps := strings.Split(asked, "\n# next call\n")
-		if tr.ToolErrors || tr.Answered >= len(steps) {
-			return modelwire.Reply{Text: strings.TrimSpace(strings.Join(tr.ToolResults, "\n"))}
-		}
-		args, _ := json.Marshal(map[string]string{"code": steps[tr.Answered]})
-		return modelwire.Reply{Calls: []modelwire.Call{{Name: modelwire.ToolName, Args: args}}}
-	}})
-	defer model.Close()
-	message := func(programs ...string) string {
-		b, _ := json.Marshal(map[string]string{"message": strings.Join(programs, "\n# next call\n")})
-		return string(b)
-	}
+	model := programsModel(t)
+	message := programsMessage
 	serve := func(replica, events string) *process {
-		p := startServeBinary(t, bin, []string{"ANTHROPIC_BASE_URL=" + model.URL, "ANTHROPIC_API_KEY=sk-ant-offline"},
+		p := startServeBinary(t, bin, anthropicOfflineEnv(model.URL),
 			"--store", dsn, "--tokens", tokens, "--events", events,
 			"--runner", "process", "--model", "anthropic:claude-offline", "--lease", lease.String(), "--drain", "20s",
 			"--temporal", addr, "--temporal-task-queue", queue, "--temporal-replica", replica)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/agentry-dev/agentry/tool"
 )
 
 // v8 orders listings by creation (a keyset cursor walks them: created_us
@@ -29,7 +31,8 @@ var v11 = []string{
 }
 
 // SweepClosed removes up to limit conversations closed and unchanged
-// since before: their messages, turn log, lease row and provider record,
+// since before: their messages, turn log, lease row, provider record and
+// the standing rules scoped to them (a rule that holds everywhere stays),
 // then the conversation, in one transaction. The turn-log rows that carry
 // usage are kept (their error text and rule blanked): they are what was
 // billed, and budgets sum them.
@@ -42,19 +45,22 @@ func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) (i
 		return 0, s.fail("sweeping closed conversations", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	rows, err := tx.QueryContext(ctx, s.rebind(`SELECT id, binding FROM agentry_conversations
+	rows, err := tx.QueryContext(ctx, s.rebind(`SELECT id, tenant, principal, binding FROM agentry_conversations
 		WHERE state = 'closed' AND updated_us < ? ORDER BY updated_us LIMIT ?`), micros(before), limit)
 	if err != nil {
 		return 0, s.fail("sweeping closed conversations", err)
 	}
 	var ids, bindings []string
+	var owners []tool.Identity
 	for rows.Next() {
 		var id, binding string
-		if err := rows.Scan(&id, &binding); err != nil {
+		var o tool.Identity
+		if err := rows.Scan(&id, &o.Tenant, &o.Principal, &binding); err != nil {
 			rows.Close()
 			return 0, s.fail("sweeping closed conversations", err)
 		}
 		ids = append(ids, id)
+		owners = append(owners, o)
 		if binding != "" {
 			bindings = append(bindings, binding)
 		}
@@ -85,6 +91,14 @@ func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) (i
 	}
 	if err := s.deleteEach(ctx, tx, byBinding, bindings); err != nil {
 		return 0, err
+	}
+	// A rule's conversation is one of its owner's: the owner index finds
+	// the few rows, where conversation_id alone would scan them all.
+	rules := s.rebind(`DELETE FROM agentry_rules WHERE tenant = ? AND principal = ? AND conversation_id = ?`)
+	for i, id := range ids {
+		if _, err := tx.ExecContext(ctx, rules, owners[i].Tenant, owners[i].Principal, id); err != nil {
+			return 0, s.fail("sweeping closed conversations", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, s.fail("sweeping closed conversations", err)

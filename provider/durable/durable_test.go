@@ -28,11 +28,7 @@ func TestTurnWithToolCall(t *testing.T) {
 	r := openReplica(t, c, durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: model,
 		Tools: []tool.Tool{touchTool(file, false, nil)}, Store: store})
 	ctx := context.Background()
-	s, err := r.inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "s1", WorkingDirectory: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx, provider.CloseRequested)
+	s := openS1(t, r)
 
 	outs := collect(t, s.RunTurn(ctx, provider.TurnRequest{TurnID: "t1", Input: "touch a,b"}))
 	if got := last(outs); got.Kind != provider.OutputTurnCompleted || got.Outcome != provider.OutcomeCompleted {
@@ -115,15 +111,9 @@ func TestPauseSurvivesRestart(t *testing.T) {
 
 func TestDeclinedCheckIn(t *testing.T) {
 	c := dial(t, temporaltest.Addr(t))
-	file := filepath.Join(t.TempDir(), "touched")
-	r := openReplica(t, c, durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: &toucher{},
-		Tools: []tool.Tool{touchTool(file, true, nil)}, Store: native.NewMemoryStore(0)})
+	r, file := touchReplica(t, c, &toucher{}, true)
 	ctx := context.Background()
-	s, err := r.inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "s1", WorkingDirectory: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx, provider.CloseRequested)
+	s := openS1(t, r)
 	req := last(collect(t, s.RunTurn(ctx, provider.TurnRequest{TurnID: "t1", Input: "touch a"})))
 	if req.Request == nil {
 		t.Fatalf("no request: %+v", req)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -140,6 +141,30 @@ func openReplica(t testing.TB, c client.Client, cfg durable.Config) *replica {
 	r := &replica{reg: reg, inst: inst}
 	t.Cleanup(func() { r.stop(t) })
 	return r
+}
+
+// touchReplica serves a replica ("r1", on a task queue of its own, its
+// sessions in memory) whose model is given the touch tool on a file of
+// its own; it returns the replica and the file.
+func touchReplica(t *testing.T, c client.Client, model llm.Model, checkIn bool) (*replica, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "touched")
+	r := openReplica(t, c, durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: model,
+		Tools: []tool.Tool{touchTool(file, checkIn, nil)}, Store: native.NewMemoryStore(0)})
+	return r, file
+}
+
+// openS1 opens session "s1" on r in a working directory of its own; it
+// is closed when the test ends, before r stops.
+func openS1(t *testing.T, r *replica) provider.Session {
+	t.Helper()
+	ctx := context.Background()
+	s, err := r.inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "s1", WorkingDirectory: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(ctx, provider.CloseRequested) })
+	return s
 }
 
 func (r *replica) stop(t testing.TB) {

@@ -2,7 +2,6 @@ package durable_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	"github.com/agentry-dev/agentry/llm"
 	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/provider/durable"
-	"github.com/agentry-dev/agentry/provider/native"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -52,16 +50,10 @@ func (m *requests) all() []llm.Request {
 // its crossing is told once; and the turn's history replays.
 func TestLimitWrapsUpADurableTurn(t *testing.T) {
 	c := dial(t, temporaltest.Addr(t))
-	file := filepath.Join(t.TempDir(), "touched")
 	model := &requests{Model: &toucher{}}
-	r := openReplica(t, c, durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: model,
-		Tools: []tool.Tool{touchTool(file, false, nil)}, Store: native.NewMemoryStore(0)})
+	r, file := touchReplica(t, c, model, false)
 	ctx := context.Background()
-	s, err := r.inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "s1", WorkingDirectory: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx, provider.CloseRequested)
+	s := openS1(t, r)
 
 	const capName = "the daily tokens cap of principal alice"
 	var (
@@ -125,15 +117,9 @@ func TestLimitWrapsUpADurableTurn(t *testing.T) {
 // activity, as before limits existed.
 func TestUnlimitedDurableTurnAsksNothing(t *testing.T) {
 	c := dial(t, temporaltest.Addr(t))
-	file := filepath.Join(t.TempDir(), "touched")
-	r := openReplica(t, c, durable.Config{TaskQueue: uniq(t), Replica: "r1", Model: &toucher{},
-		Tools: []tool.Tool{touchTool(file, false, nil)}, Store: native.NewMemoryStore(0)})
+	r, file := touchReplica(t, c, &toucher{}, false)
 	ctx := context.Background()
-	s, err := r.inst.Adapter().Create(ctx, provider.CreateRequest{SessionID: "s1", WorkingDirectory: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx, provider.CloseRequested)
+	s := openS1(t, r)
 	collect(t, s.RunTurn(ctx, provider.TurnRequest{TurnID: "t1", Input: "touch a,b"}))
 	if got := lines(t, file); strings.Join(got, ",") != "a,b" {
 		t.Fatalf("the tool ran for %v, want a,b", got)
