@@ -16,16 +16,14 @@ import (
 )
 
 // A conversation with a real Claude Code (claude-agent-acp) outlives a
-// restart of `agentry serve`: after one turn serve stops, a new serve on
-// the same store takes the conversation's next turn, reopening the agent's
-// session from the stored binding. claude-agent-acp offers session/load,
-// but its memory of a session is in its HOME, which the jail keeps in
-// memory and drops with the process; so it refuses the load, and the
-// conversation goes on in a new agent session: the agent is told its
-// memory is new (a note the model sees before the person's words), the
-// person too (an activity in the transcript), and the transcript holds
-// both turns. (Resuming the agent's own memory across a restart needs its
-// HOME to outlive the jail: not done.)
+// restart of `agentry serve` with its memory: after one turn serve stops,
+// and a new serve on the same store takes the conversation's next turn,
+// reopening the agent's session from the stored binding (session/load).
+// The agent keeps its record of the session under ~/.claude/projects, and
+// its HOME is kept beside the conversation's workspace, so the load finds
+// it: the model's request for the second turn holds the first turn, its
+// answer included, and nothing says the agent's memory is new. Closing
+// the conversation removes the workspace and the HOME.
 func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 	// Parallel: its own serve, directories and ports; the package's
 	// built-binary tests take most of CI's time one after another.
@@ -80,6 +78,18 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 		t.Fatalf("serve did not stop cleanly: %v\n%s", err, p.stderr)
 	}
 
+	wsRoot := filepath.Join(dir, "workspaces")
+	homes, _ := filepath.Glob(filepath.Join(wsRoot, "*.home"))
+	if len(homes) != 1 {
+		t.Fatalf("the agent's kept HOME beside the workspace: %v", homes)
+	}
+	if fi, err := os.Stat(homes[0]); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the kept HOME: %v %v; want mode 0700", fi, err)
+	}
+	if got, _ := filepath.Glob(filepath.Join(homes[0], ".claude", "projects", "*", "*.jsonl")); len(got) == 0 {
+		t.Fatalf("the agent kept no record of its session in its HOME")
+	}
+
 	p2 := startServeBinary(t, bin, claudeOfflineEnv(model.URL), args...)
 	if got := say(p2, "second turn"); !strings.Contains(got, "Answered: second turn") {
 		t.Fatalf("second turn, after the restart: %s\n%s", got, p2.stderr)
@@ -87,15 +97,37 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 	mu.Lock()
 	last := strings.Join(asked[len(asked)-1], " | ")
 	mu.Unlock()
-	if !strings.Contains(last, "you do not remember it") {
-		t.Errorf("the agent was not told its memory is new; the model was asked %q", last)
+	if strings.Contains(last, "you do not remember it") {
+		t.Errorf("the agent was told its memory is new; the model was asked %q", last)
+	}
+	// The model's request for the second turn carries the first: the
+	// person's words and the agent's answer, from the loaded session.
+	var second string
+	for _, r := range model.Requests() {
+		if strings.Contains(string(r.Body), "second turn") {
+			second = string(r.Body)
+		}
+	}
+	if !strings.Contains(second, "first turn") || !strings.Contains(second, "Answered: first turn") {
+		t.Errorf("the model's request for the second turn does not hold the first turn: %.2000s", second)
 	}
 	code, body = p2.call(t, "GET", "/v1/sessions/"+s.SessionID+"/messages", "")
 	if code != 200 || !strings.Contains(string(body), "first turn") || !strings.Contains(string(body), "second turn") {
 		t.Errorf("the transcript after the restart: %d %s", code, body)
 	}
-	if !strings.Contains(string(body), "memory of this conversation is new") || !strings.Contains(string(body), "transcript is kept") {
-		t.Errorf("the person was not told the agent's memory is new: %s", body)
+	if strings.Contains(string(body), "memory of this conversation is new") {
+		t.Errorf("the person was told the agent's memory is new: %s", body)
+	}
+	// Closing the conversation removes its workspace and the agent's HOME.
+	if code, body := p2.call(t, "DELETE", "/v1/sessions/"+s.SessionID, ""); code != 204 && code != 200 {
+		t.Fatalf("close: %d %s", code, body)
+	}
+	if left, _ := os.ReadDir(wsRoot); len(left) != 0 {
+		names := []string{}
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("closing the conversation left %v in the workspaces directory", names)
 	}
 	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -104,7 +136,7 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 		t.Fatalf("serve did not stop cleanly: %v\n%s", err, p2.stderr)
 	}
 	b, _ := os.ReadFile(events)
-	if !strings.Contains(string(b), `"agentry.acp.session_afresh"`) {
-		t.Errorf("no session_afresh event:\n%s", b)
+	if strings.Contains(string(b), `"agentry.acp.session_afresh"`) {
+		t.Errorf("the conversation went on afresh after the restart:\n%s", b)
 	}
 }
