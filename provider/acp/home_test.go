@@ -39,9 +39,10 @@ func dispose(t *testing.T, reg *provider.Registry) {
 
 // An agent that keeps its sessions in its HOME (as Claude Code does under
 // ~/.claude) loads its session after the instance is disposed and opened
-// again (a restart of the host) when the definition keeps HOMEs: the
-// HOME is <workspace>.home and outlives the process. Without keepHome
-// its memory goes with its process, and the conversation goes on afresh.
+// again (a restart of the host), and after an eviction, when the
+// definition keeps HOMEs: the HOME is <workspace>.home and outlives the
+// process. Without keepHome its memory goes with its process, and the
+// conversation goes on afresh.
 func TestKeptHomeResumesAfterARestart(t *testing.T) {
 	t.Parallel()
 	for _, keep := range []bool{true, false} {
@@ -81,6 +82,22 @@ func TestKeptHomeResumesAfterARestart(t *testing.T) {
 				t.Errorf("with a kept HOME, after the restart the agent says %q (%d session_afresh); want turns 3 and none", got, afresh)
 			case !keep && (got != "turns 1" || afresh != 1):
 				t.Errorf("with a private HOME, after the restart the agent says %q (%d session_afresh); want turns 1 of a new session, afresh", got, afresh)
+			}
+			if !keep {
+				return
+			}
+			// An eviction stops the agent too; the next one loads the
+			// session from the same HOME.
+			if err := rs.Close(context.Background(), provider.CloseEvicted); err != nil {
+				t.Fatal(err)
+			}
+			again, err := inst.Adapter().Resume(context.Background(), provider.ResumeRequest{SessionID: "c1", WorkingDirectory: r.ws, Binding: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer again.Close(context.Background(), provider.CloseRequested)
+			if got := said(turn(t, again, "t4", "turns")); got != "turns 4" || len(r.events.of(acp.TypeSessionAfresh)) != 0 {
+				t.Errorf("after an eviction the agent says %q; want turns 4, not afresh", got)
 			}
 		})
 	}
