@@ -252,7 +252,9 @@ func conversationWorkspace(t *testing.T, dir string) string {
 	}
 	var found []string
 	for _, e := range entries {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), "pool-") && !strings.HasSuffix(e.Name(), ".home") {
+		// A conversation that took a pooled agent has a link to its
+		// pool workspace.
+		if (e.IsDir() || e.Type()&os.ModeSymlink != 0) && !strings.HasPrefix(e.Name(), "pool-") && !strings.HasSuffix(e.Name(), ".home") {
 			found = append(found, filepath.Join(dir, "workspaces", e.Name()))
 		}
 	}

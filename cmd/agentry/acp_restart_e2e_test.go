@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +37,33 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
 	args := []string{"--agent", "acp", "--agent-cmd", agentCmd,
+		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
+		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
+		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+		"--agent-allow-host", u.Host, "--agent-mode", "default",
+		"--workspaces", filepath.Join(dir, "workspaces"),
+		"--store", filepath.Join(dir, "agentry.db"), "--events", events}
+	resumesAfterRestart(t, bin, claudeOfflineEnv(model.URL), args, dir, events, &rs, model.Requests, func(home string) {
+		if got, _ := filepath.Glob(filepath.Join(home, ".claude", "projects", "*", "*.jsonl")); len(got) == 0 {
+			t.Errorf("the agent kept no record of its session under ~/.claude/projects in its HOME")
+		}
+	})
+}
+
+// The same with a pool (--agent-pool 1): the conversation takes a
+// pooled agent, whose HOME lies beside its pool workspace and goes with
+// it to the conversation; after the restart the agent, started cold in
+// that workspace, loads the session from that HOME.
+func TestServePooledClaudeAgentACPSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	agentCmd := claudeAgentACP(t)
+	bin := binary(t)
+	dir, events := agentDir(t)
+	var rs restartScript
+	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: rs.script})
+	defer model.Close()
+	u, _ := url.Parse(model.URL)
+	args := []string{"--agent", "acp", "--agent-cmd", agentCmd, "--agent-pool", "1",
 		"--agent-env", "ANTHROPIC_BASE_URL", "--agent-env", "ANTHROPIC_API_KEY",
 		"--agent-env", "DISABLE_TELEMETRY", "--agent-env", "DISABLE_AUTOUPDATER",
 		"--agent-env", "DISABLE_ERROR_REPORTING", "--agent-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
@@ -142,9 +170,18 @@ func resumesAfterRestart(t *testing.T, bin string, env, args []string, dir, even
 	stop(p)
 
 	wsRoot := filepath.Join(dir, "workspaces")
+	// The HOME lies beside the workspace the conversation's directory
+	// leads to (a pooled agent's workspace, when it took one).
+	ws, err := filepath.EvalSymlinks(conversationWorkspace(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pooled := strings.HasPrefix(filepath.Base(ws), "pool-"); pooled != slices.Contains(args, "--agent-pool") {
+		t.Fatalf("the conversation's workspace is %s; a pooled agent's: %v", ws, pooled)
+	}
 	homes, _ := filepath.Glob(filepath.Join(wsRoot, "*.home"))
-	if len(homes) != 1 {
-		t.Fatalf("the agent's kept HOME beside the workspace: %v", homes)
+	if len(homes) != 1 || homes[0] != ws+".home" {
+		t.Fatalf("the agent's kept HOMEs: %v; want the one beside %s", homes, ws)
 	}
 	if fi, err := os.Stat(homes[0]); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("the kept HOME: %v %v; want mode 0700", fi, err)
@@ -176,18 +213,24 @@ func resumesAfterRestart(t *testing.T, bin string, env, args []string, dir, even
 		t.Errorf("the person was told the agent's memory is new: %s", body)
 	}
 	checkHome(homes[0])
-	// Closing the conversation removes its workspace and the agent's HOME.
+	// Closing the conversation removes its workspace and the agent's
+	// HOME; stopping serve, the agents left waiting in a pool and theirs.
 	if code, body := p2.call(t, "DELETE", "/v1/sessions/"+s.SessionID, ""); code != 204 && code != 200 {
 		t.Fatalf("close: %d %s", code, body)
 	}
+	for _, p := range []string{ws, ws + ".home"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("closing the conversation left %s", p)
+		}
+	}
+	stop(p2)
 	if left, _ := os.ReadDir(wsRoot); len(left) != 0 {
 		var names []string
 		for _, e := range left {
 			names = append(names, e.Name())
 		}
-		t.Errorf("closing the conversation left %v in the workspaces directory", names)
+		t.Errorf("the closed conversation and the stopped serve left %v in the workspaces directory", names)
 	}
-	stop(p2)
 	b, _ := os.ReadFile(events)
 	if strings.Contains(string(b), `"agentry.acp.session_afresh"`) {
 		t.Errorf("the conversation went on afresh after the restart:\n%s", b)
