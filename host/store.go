@@ -83,8 +83,8 @@ type Store interface {
 	DeleteRule(ctx context.Context, owner tool.Identity, id string) error
 	// SweepClosed removes up to limit conversations closed and unchanged
 	// since before, with their transcripts, turn logs and provider
-	// records, and returns how many it removed. Their usage records stay.
-	SweepClosed(ctx context.Context, before time.Time, limit int) (int, error)
+	// records, and returns the ones it removed. Their usage records stay.
+	SweepClosed(ctx context.Context, before time.Time, limit int) ([]Swept, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store. Safe to call twice.
@@ -338,4 +338,10 @@ func CheckConversation(c Conversation) error {
 		return errors.New("host: a conversation's message count is negative")
 	}
 	return nil
+}
+
+// Swept is a conversation Store.SweepClosed removed: its owner and id.
+type Swept struct {
+	Owner tool.Identity
+	ID    string
 }
