@@ -98,7 +98,9 @@ type Options struct {
 	// DropWorkspace, when set, is called once a conversation is closed
 	// for good (DELETE), after its provider session closed: it removes
 	// what WorkingDirectory made for it, so a workspace lasts as long as
-	// its conversation. A failure is logged; the close stands.
+	// its conversation. A failure is logged; the close stands. The
+	// retention sweep calls it again for each conversation it removes
+	// (what is already gone must not be an error).
 	DropWorkspace func(owner tool.Identity, sessionID string) error
 
 	// MaxTurns bounds the turns running at once across the host (default

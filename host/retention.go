@@ -81,7 +81,9 @@ func (h *Host) stopRetention() {
 // SweepClosed removes the conversations closed (and unchanged since)
 // longer than Options.RetainClosed ago, with their transcripts, turn
 // logs and provider records; their usage records stay, as what was
-// billed. It returns how many it removed. The background sweep calls it
+// billed. Options.DropWorkspace is called again for each, so what their
+// close left of their workspaces (a removal that failed) goes now. It
+// returns how many it removed. The background sweep calls it
 // every Options.RetentionEvery; so can a caller. With several replicas
 // any may sweep: removing is idempotent, and a closed conversation never
 // changes.
@@ -92,18 +94,32 @@ func (h *Host) SweepClosed(ctx context.Context) (int, error) {
 	cutoff := h.now().Add(-h.opt.RetainClosed).UTC()
 	total := 0
 	for {
-		n, err := h.store.SweepClosed(ctx, cutoff, sweepBatch)
-		total += n
+		swept, err := h.store.SweepClosed(ctx, cutoff, sweepBatch)
+		total += len(swept)
+		h.dropSwept(swept)
 		if err != nil {
 			h.reportSweep(total, cutoff)
 			return total, err
 		}
-		if n < sweepBatch {
+		if len(swept) < sweepBatch {
 			break
 		}
 	}
 	h.reportSweep(total, cutoff)
 	return total, nil
+}
+
+// dropSwept removes what is left of the swept conversations' workspaces
+// (Options.DropWorkspace: removing is idempotent); a failure is logged.
+func (h *Host) dropSwept(swept []Swept) {
+	if h.opt.DropWorkspace == nil {
+		return
+	}
+	for _, c := range swept {
+		if err := h.opt.DropWorkspace(c.Owner, c.ID); err != nil {
+			h.log.Error("host: removing a swept conversation's workspace", "session", c.ID, "err", err)
+		}
+	}
 }
 
 func (h *Host) reportSweep(n int, cutoff time.Time) {

@@ -84,8 +84,8 @@ type Store interface {
 	// SweepClosed removes up to limit conversations closed and unchanged
 	// since before, with their transcripts, turn logs, provider records
 	// and the rules scoped to them (a rule that holds everywhere stays),
-	// and returns how many it removed. Their usage records stay.
-	SweepClosed(ctx context.Context, before time.Time, limit int) (int, error)
+	// and returns the ones it removed. Their usage records stay.
+	SweepClosed(ctx context.Context, before time.Time, limit int) ([]Swept, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store. Safe to call twice.
@@ -339,4 +339,10 @@ func CheckConversation(c Conversation) error {
 		return errors.New("host: a conversation's message count is negative")
 	}
 	return nil
+}
+
+// Swept is a conversation Store.SweepClosed removed: its owner and id.
+type Swept struct {
+	Owner tool.Identity
+	ID    string
 }

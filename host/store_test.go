@@ -360,9 +360,9 @@ var storeCases = []struct {
 				t.Fatal(err)
 			}
 		}
-		n, err := s.SweepClosed(ctx, t0.Add(2*time.Hour), 10)
-		if err != nil || n != 1 {
-			t.Fatalf("swept %d, %v; want the one closed before the cut-off", n, err)
+		swept, err := s.SweepClosed(ctx, t0.Add(2*time.Hour), 10)
+		if err != nil || len(swept) != 1 || swept[0] != (host.Swept{Owner: alice, ID: "old"}) {
+			t.Fatalf("swept %+v, %v; want the one closed before the cut-off, named with its owner", swept, err)
 		}
 		if _, err := s.Info(ctx, alice, "old"); !errors.Is(err, host.ErrNotFound) {
 			t.Fatalf("the swept conversation: %v", err)
@@ -384,8 +384,8 @@ var storeCases = []struct {
 		if err != nil || strings.Join(scopes, " ") != "recent open everywhere" {
 			t.Fatalf("rules after the sweep: %v, %v; want the swept conversation's rule gone and the others kept", scopes, err)
 		}
-		if n, err := s.SweepClosed(ctx, t0.Add(2*time.Hour), 10); err != nil || n != 0 {
-			t.Fatalf("a second sweep: %d %v", n, err)
+		if n, err := s.SweepClosed(ctx, t0.Add(2*time.Hour), 10); err != nil || len(n) != 0 {
+			t.Fatalf("a second sweep: %+v %v", n, err)
 		}
 	}},
 	{"a tenant's admins read every principal's, and no other tenant's", func(t *testing.T, s host.Store, _ string) {

@@ -71,7 +71,7 @@ type Spec struct {
 	// /opt/agent/dist/index.js) is made visible read-only like Argv[0].
 	Argv []string
 	// Env is everything the agent may see, as NAME=VALUE. The launcher
-	// adds HOME (the private copy of Home) and, in the jail, the proxy
+	// adds HOME (the private copy of Home, or HomeDir) and, in the jail, the proxy
 	// variables; Env cannot set those.
 	Env []string
 	// Workspace is an absolute host path: the agent's working directory
@@ -81,6 +81,18 @@ type Spec struct {
 	// Home is a template directory copied into the private HOME ("" =
 	// an empty HOME).
 	Home string
+	// HomeDir, when set, is an absolute host path bound as the agent's
+	// HOME instead of a private one in its cell: it outlives the agent,
+	// so the next agent of the same conversation finds what this one
+	// wrote there (an agent's own record of its sessions, which its
+	// session/load reads). The launch makes it (0700) when it does not
+	// exist yet, seeded from Home — once: an existing HomeDir is used as
+	// it is — and hands it to the jail's user like the workspace. It must
+	// be a plain directory (not a link) whose parent exists, outside the
+	// workspace and every agent's cell. It lies on the host's disk, so
+	// the disk cap's tmpfs does not hold it; RLIMIT_FSIZE still bounds
+	// each file.
+	HomeDir string
 	// AllowHosts are the host:port pairs the agent may reach.
 	AllowHosts []string
 	// Label is a short non-secret name (a hash of the session id) for

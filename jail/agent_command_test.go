@@ -82,25 +82,41 @@ func TestSpecRefused(t *testing.T) {
 	ws := reachableDir(t)
 	j := newAgent(t, jail.AgentOptions{})
 	ok := jail.Spec{Argv: []string{"/bin/true"}, Workspace: ws}
+	other := reachableDir(t)
+	file, link := filepath.Join(other, "file"), filepath.Join(other, "link")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(reachableDir(t), link); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]func(s *jail.Spec){
-		"no argv":        func(s *jail.Spec) { s.Argv = nil },
-		"relative argv":  func(s *jail.Spec) { s.Argv = []string{"bin/true"} },
-		"missing argv":   func(s *jail.Spec) { s.Argv = []string{"no-such-agent-here"} },
-		"relative ws":    func(s *jail.Spec) { s.Workspace = "ws" },
-		"root ws":        func(s *jail.Spec) { s.Workspace = "/" },
-		"etc ws":         func(s *jail.Spec) { s.Workspace = "/etc" },
-		"tmp ws":         func(s *jail.Spec) { s.Workspace = os.TempDir() },
-		"missing ws":     func(s *jail.Spec) { s.Workspace = filepath.Join(ws, "nope") },
-		"bad host":       func(s *jail.Spec) { s.AllowHosts = []string{"example.com"} },
-		"bad port":       func(s *jail.Spec) { s.AllowHosts = []string{"example.com:0"} },
-		"global v6":      func(s *jail.Spec) { s.AllowHosts = []string{"[2001:db8::1]:443"} },
-		"HOME":           func(s *jail.Spec) { s.Env = []string{"HOME=/root"} },
-		"proxy":          func(s *jail.Spec) { s.Env = []string{"HTTPS_PROXY=http://evil"} },
-		"not NAME=VALUE": func(s *jail.Spec) { s.Env = []string{"JUSTANAME"} },
-		"twice":          func(s *jail.Spec) { s.Env = []string{"A=1", "A=2"} },
-		"label":          func(s *jail.Spec) { s.Label = "../../etc" },
-		"expose no name": func(s *jail.Spec) { s.Expose = []jail.Exposed{{}} },
-		"home not a dir": func(s *jail.Spec) { s.Home = "/etc/hostname" },
+		"no argv":                  func(s *jail.Spec) { s.Argv = nil },
+		"relative argv":            func(s *jail.Spec) { s.Argv = []string{"bin/true"} },
+		"missing argv":             func(s *jail.Spec) { s.Argv = []string{"no-such-agent-here"} },
+		"relative ws":              func(s *jail.Spec) { s.Workspace = "ws" },
+		"root ws":                  func(s *jail.Spec) { s.Workspace = "/" },
+		"etc ws":                   func(s *jail.Spec) { s.Workspace = "/etc" },
+		"tmp ws":                   func(s *jail.Spec) { s.Workspace = os.TempDir() },
+		"missing ws":               func(s *jail.Spec) { s.Workspace = filepath.Join(ws, "nope") },
+		"bad host":                 func(s *jail.Spec) { s.AllowHosts = []string{"example.com"} },
+		"bad port":                 func(s *jail.Spec) { s.AllowHosts = []string{"example.com:0"} },
+		"global v6":                func(s *jail.Spec) { s.AllowHosts = []string{"[2001:db8::1]:443"} },
+		"HOME":                     func(s *jail.Spec) { s.Env = []string{"HOME=/root"} },
+		"proxy":                    func(s *jail.Spec) { s.Env = []string{"HTTPS_PROXY=http://evil"} },
+		"not NAME=VALUE":           func(s *jail.Spec) { s.Env = []string{"JUSTANAME"} },
+		"twice":                    func(s *jail.Spec) { s.Env = []string{"A=1", "A=2"} },
+		"label":                    func(s *jail.Spec) { s.Label = "../../etc" },
+		"expose no name":           func(s *jail.Spec) { s.Expose = []jail.Exposed{{}} },
+		"home not a dir":           func(s *jail.Spec) { s.Home = "/etc/hostname" },
+		"relative kept HOME":       func(s *jail.Spec) { s.HomeDir = "home" },
+		"kept HOME in ws":          func(s *jail.Spec) { s.HomeDir = filepath.Join(ws, "home") },
+		"ws in kept HOME":          func(s *jail.Spec) { s.HomeDir = filepath.Dir(ws) },
+		"kept HOME a file":         func(s *jail.Spec) { s.HomeDir = file },
+		"kept HOME a link":         func(s *jail.Spec) { s.HomeDir = link },
+		"kept HOME no parent":      func(s *jail.Spec) { s.HomeDir = filepath.Join(other, "a", "b") },
+		"kept HOME /etc":           func(s *jail.Spec) { s.HomeDir = "/etc" },
+		"kept HOME in /home/agent": func(s *jail.Spec) { s.HomeDir = "/home/agent/x" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -116,6 +117,70 @@ func (s *agentSettings) workspacePath(ws string) (string, string, error) {
 		}
 	}
 	return ws, real, nil
+}
+
+// homePath validates Spec.HomeDir ("" is a private HOME) against the
+// workspace's real path ws and returns it cleaned. A HomeDir that exists
+// must be a directory, not a link: a link could point the agent's HOME,
+// and the hand-over to its user, anywhere.
+func (s *agentSettings) homePath(home, ws string) (string, error) {
+	if home == "" {
+		return "", nil
+	}
+	if !filepath.IsAbs(home) {
+		return "", fmt.Errorf("jail: Spec.HomeDir %q is not an absolute path", home)
+	}
+	home = filepath.Clean(home)
+	parent, err := filepath.EvalSymlinks(filepath.Dir(home))
+	if err != nil {
+		return "", fmt.Errorf("jail: Spec.HomeDir: its parent directory: %w", err)
+	}
+	home = filepath.Join(parent, filepath.Base(home))
+	if fi, err := os.Lstat(home); err == nil && !fi.IsDir() {
+		return "", fmt.Errorf("jail: Spec.HomeDir %q is not a directory (a link is refused); remove it", home)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("jail: Spec.HomeDir: %w", err)
+	}
+	if err := s.mountable(home); err != nil {
+		return "", fmt.Errorf("jail: Spec.HomeDir %q: %v", home, err)
+	}
+	switch {
+	case within(home, ws) || within(ws, home):
+		return "", fmt.Errorf("jail: Spec.HomeDir %q and the workspace %s overlap; put the HOME beside the workspace, not in it", home, ws)
+	case within(home, s.dir) && strings.HasPrefix(firstBelow(home, s.dir), cellPrefix):
+		return "", fmt.Errorf("jail: Spec.HomeDir %q lies in a jail's private directory; put it beside the workspace", home)
+	case within(home, agentHome) || home == "/tmp":
+		return "", fmt.Errorf("jail: Spec.HomeDir %q would hide or be hidden by the jail's own HOME or /tmp; pick another directory", home)
+	}
+	if err := reachable("Spec.HomeDir", home, s.uid, s.gid); err != nil {
+		return "", err
+	}
+	return home, nil
+}
+
+// seedHome makes the kept HOME home when it does not exist yet, holding
+// a copy of the template (when there is one). The copy is made beside it
+// and renamed into place, so a launch that fails halfway leaves no HOME
+// half seeded.
+func seedHome(home, template string) error {
+	if _, err := os.Lstat(home); err == nil {
+		return nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(home), "."+filepath.Base(home)+".seed-")
+	if err != nil {
+		return fmt.Errorf("jail: making the agent's HOME: %w", err)
+	}
+	if template != "" {
+		if err := copyTree(template, tmp); err != nil {
+			_ = os.RemoveAll(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, home); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("jail: making the agent's HOME: %w", err)
+	}
+	return nil
 }
 
 // firstBelow is the first path component of p below base.

@@ -72,7 +72,7 @@ func (s *agentSettings) probe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: true(1) is not in %s; install the Debian package coreutils", ErrNoJail, DefaultPath)
 	}
-	cell, err := openCell(s.cellSpec("probe", nil))
+	cell, err := openCell(s.cellSpec("probe", nil, false))
 	if err != nil {
 		return err
 	}
@@ -101,14 +101,18 @@ func (s *agentSettings) probe(ctx context.Context) error {
 	return nil
 }
 
-// cellSpec is the cell of an agent labelled label: HOME, /tmp and the
-// jail's /etc files, under the caps when there are any.
-func (s *agentSettings) cellSpec(label string, caps *agentCaps) cellSpec {
+// cellSpec is the cell of an agent labelled label: HOME (unless the
+// agent's HOME is kept outside it, keptHome), /tmp and the jail's /etc
+// files, under the caps when there are any.
+func (s *agentSettings) cellSpec(label string, caps *agentCaps, keptHome bool) cellSpec {
 	if label == "" {
 		label = "agent"
 	}
 	spec := cellSpec{parent: s.dir, prefix: agentPrivatePrefix + label + "-", dirs: []string{"home", "tmp", "etc"},
 		binds: map[string]string{"tmp": "/tmp", "home": agentHome}}
+	if keptHome {
+		spec.dirs, spec.binds = []string{"tmp", "etc"}, map[string]string{"tmp": "/tmp"}
+	}
 	caps.cell(&spec)
 	return spec
 }
@@ -161,12 +165,23 @@ type starting struct {
 // the workspace to the jail's user.
 func (st *starting) makeCell(context.Context) error {
 	p, s := st.p, st.p.s
-	cell, err := openCell(s.cellSpec(st.spec.Label, s.caps))
+	home := st.plan.home
+	cell, err := openCell(s.cellSpec(st.spec.Label, s.caps, home != ""))
 	if err != nil {
 		return err
 	}
 	p.cell = cell
-	if st.spec.Home != "" {
+	binds := append([][2]string(nil), cell.binds...)
+	switch {
+	case home != "":
+		if err := seedHome(home, st.spec.Home); err != nil {
+			return err
+		}
+		if err := chownTree(home, s.uid, s.gid); err != nil {
+			return fmt.Errorf("jail: giving the agent's HOME to uid %d: %w", s.uid, err)
+		}
+		binds = append(binds, [2]string{home, agentHome})
+	case st.spec.Home != "":
 		if err := copyTree(st.spec.Home, cell.Dir("home")); err != nil {
 			return err
 		}
@@ -183,7 +198,7 @@ func (st *starting) makeCell(context.Context) error {
 	}
 	p.view = bwrapView{insideID: insideUID, userns: s.userns, etc: etc,
 		readOnly: append(append([]string(nil), s.readOnly...), st.plan.install...),
-		binds:    append(append([][2]string(nil), cell.binds...), [2]string{st.plan.wsReal, st.plan.ws}),
+		binds:    append(binds, [2]string{st.plan.wsReal, st.plan.ws}),
 		prlimit:  s.prlimit, limits: s.limits}
 	return nil
 }

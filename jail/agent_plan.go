@@ -11,6 +11,7 @@ import (
 type launchPlan struct {
 	path        string // the agent's PATH
 	ws, wsReal  string // the workspace as given and with symlinks resolved
+	home        string // Spec.HomeDir, cleaned; "" for a private HOME
 	install     []string
 	allow       *allowlist
 	net         netPlan
@@ -38,6 +39,9 @@ func (s *agentSettings) plan(spec Spec) (launchPlan, error) {
 		lp.path = DefaultPath
 	}
 	if lp.ws, lp.wsReal, err = s.workspacePath(spec.Workspace); err != nil {
+		return lp, err
+	}
+	if lp.home, err = s.homePath(spec.HomeDir, lp.wsReal); err != nil {
 		return lp, err
 	}
 	if lp.allow, err = newAllowlist(spec.AllowHosts); err != nil {
@@ -87,6 +91,9 @@ func (s *agentSettings) checkMounts(lp *launchPlan, argv []string) error {
 	for _, d := range install {
 		if within(d, lp.wsReal) || within(lp.wsReal, d) {
 			return fmt.Errorf("jail: the agent's install directory %s and the workspace %s overlap; the agent could rewrite itself, or see the workspace's neighbours: install it elsewhere", d, lp.ws)
+		}
+		if lp.home != "" && (within(d, lp.home) || within(lp.home, d)) {
+			return fmt.Errorf("jail: the agent's install directory %s and its HOME %s overlap; the agent could rewrite itself: install it elsewhere", d, lp.home)
 		}
 	}
 	if err := reachable("Spec.Workspace", lp.wsReal, s.uid, s.gid); err != nil {

@@ -54,8 +54,9 @@
 //     /opt/agent/dist/index.js: the tree up to node_modules for an npm
 //     package) and
 //     AgentOptions.ReadOnly. Writable: the workspace (bound at its host
-//     path, the working directory, handed to the agent's user), a private
-//     HOME at /home/agent (a fresh copy of Spec.Home) and a private /tmp.
+//     path, the working directory, handed to the agent's user), a HOME at
+//     /home/agent (a private fresh copy of Spec.Home, or the kept
+//     Spec.HomeDir, made from Spec.Home once) and a private /tmp.
 //     The jail writes its own passwd, group, hosts and nsswitch.conf.
 //   - User: host uid AgentOptions.UID (default 65534), uid 1000 "agent"
 //     as it sees itself, with no user namespaces of its own; agentry must

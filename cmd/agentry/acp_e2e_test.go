@@ -261,7 +261,7 @@ func workingDirectory(system string) string {
 }
 
 // conversationWorkspace finds the one conversation's workspace under
-// dir/workspaces: claude-agent-acp 0.101 no longer names its working
+// dir/workspaces (not its agent's HOME beside it): claude-agent-acp 0.101 no longer names its working
 // directory in the prompt, and the jail mounts the workspace at the same
 // path, so the host-side path is the agent's too.
 func conversationWorkspace(t *testing.T, dir string) string {
@@ -272,7 +272,9 @@ func conversationWorkspace(t *testing.T, dir string) string {
 	}
 	var found []string
 	for _, e := range entries {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), "pool-") {
+		// A conversation that took a pooled agent has a link to its
+		// pool workspace.
+		if (e.IsDir() || e.Type()&os.ModeSymlink != 0) && !strings.HasPrefix(e.Name(), "pool-") && !strings.HasSuffix(e.Name(), ".home") {
 			found = append(found, filepath.Join(dir, "workspaces", e.Name()))
 		}
 	}

@@ -104,9 +104,9 @@ func checkAgentFlags(f *pflag.FlagSet, agent string, extra ...string) error {
 }
 
 // config is the definition's configuration, its sessions' workspaces
-// under root.
-func (a acpFlags) config(root string) (json.RawMessage, error) {
-	raw, err := a.raw(root)
+// under root (and their agents' HOMEs beside them with keepHome).
+func (a acpFlags) config(root string, keepHome bool) (json.RawMessage, error) {
+	raw, err := a.raw(root, keepHome)
 	if err != nil {
 		var ce *acp.ConfigError
 		if errors.As(err, &ce) {
@@ -267,22 +267,24 @@ func workspaces(dir string) (string, error) {
 	return abs, nil
 }
 
-// conversationDir is host.Options.WorkingDirectory for the ACP door: each
-// conversation's workspace is root/<digest of its owner and id>, made 0700
-// on first use (the jail hands it to the agent's user) and kept when the
-// conversation closes, so a resumed session finds its files.
 // dropConversationDir removes a closed conversation's workspace under
-// root (the directory conversationDir made).
+// root (the directory conversationDir made, or the pooled agent's
+// workspace it leads to) and its agent's HOME beside it.
 func dropConversationDir(root string) func(tool.Identity, string) error {
 	return func(owner tool.Identity, sessionID string) error {
 		key, ok := toolsession.Key(toolsession.ScopeSession, toolsession.Facts{Tenant: owner.Tenant, Principal: owner.Principal, SessionID: sessionID})
 		if !ok {
 			return nil
 		}
-		return os.RemoveAll(filepath.Join(root, toolsession.HashKey(key)))
+		return acp.RemoveWorkspace(root, filepath.Join(root, toolsession.HashKey(key)))
 	}
 }
 
+// conversationDir is host.Options.WorkingDirectory for the ACP door: each
+// conversation's workspace is root/<digest of its owner and id>, made 0700
+// on first use (the jail hands it to the agent's user) and kept across
+// evictions and restarts, so a resumed session finds its files; its
+// agent's HOME is kept beside it (acp.Config.KeepHome).
 func conversationDir(root string) func(tool.Identity, string) (string, error) {
 	return func(owner tool.Identity, sessionID string) (string, error) {
 		key, ok := toolsession.Key(toolsession.ScopeSession, toolsession.Facts{Tenant: owner.Tenant, Principal: owner.Principal, SessionID: sessionID})

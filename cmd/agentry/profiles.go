@@ -290,7 +290,7 @@ func (r *profileReader) checkACP(p *agentProfile) {
 			r.refuse("lend", "%q: the host tool there is to lend is run_code", name)
 		}
 	}
-	if _, err := p.acp.raw("/"); err != nil {
+	if _, err := p.acp.raw("/", true); err != nil {
 		var ce *acp.ConfigError
 		if errors.As(err, &ce) {
 			key, rest := profileKeyOf(ce.Field)
@@ -317,15 +317,17 @@ func profileKeyOf(field string) (key, rest string) {
 }
 
 // raw is the definition's configuration the flags give, its sessions'
-// workspaces under root. A setting it refuses is an *acp.ConfigError
-// naming the field.
-func (a acpFlags) raw(root string) (json.RawMessage, error) {
+// workspaces under root, each agent's HOME kept beside its workspace when
+// keepHome is set (serve: a conversation's agent finds its memory again
+// after a restart). A setting it refuses is an *acp.ConfigError naming
+// the field.
+func (a acpFlags) raw(root string, keepHome bool) (json.RawMessage, error) {
 	argv, err := splitCommand(a.cmd)
 	if err != nil {
 		return nil, &acp.ConfigError{Field: "command", Problem: err.Error()}
 	}
 	c := acp.Config{Command: argv, Env: a.env, Mode: a.mode, AllowHosts: a.allowHosts, FS: a.fs, WorkspaceRoot: root,
-		AuthMethod: a.auth, Model: a.model, Pool: a.pool, Credentials: a.creds}
+		AuthMethod: a.auth, Model: a.model, Pool: a.pool, Credentials: a.creds, KeepHome: keepHome}
 	if a.home != "" {
 		h, err := filepath.Abs(a.home)
 		if err != nil {

@@ -51,8 +51,8 @@ lend = ["run_code"]
 		len(c.acp.env) != 3 || !slices.Equal(c.acp.allowHosts, []string{"127.0.0.1:8081"}) {
 		t.Fatalf("claude: %+v", c)
 	}
-	raw, err := c.acp.raw(filepath.Join(dir, "ws"))
-	if err != nil || !strings.Contains(string(raw), `"command":["claude-agent-acp","--verbose"]`) || !strings.Contains(string(raw), `"home":"`+filepath.Join(dir, "claude-home")+`"`) {
+	raw, err := c.acp.raw(filepath.Join(dir, "ws"), true)
+	if err != nil || !strings.Contains(string(raw), `"command":["claude-agent-acp","--verbose"]`) || !strings.Contains(string(raw), `"home":"`+filepath.Join(dir, "claude-home")+`"`) || !strings.Contains(string(raw), `"keepHome":true`) {
 		t.Fatalf("the ACP configuration: %s, %v", raw, err)
 	}
 	out, err := execute(t, "config", "check", path)
@@ -177,7 +177,7 @@ func TestProfileCredentials(t *testing.T) {
 		if err := o.takeProfiles(f); err != nil {
 			t.Fatal(err)
 		}
-		raw, err := o.profiles[0].acp.raw(filepath.Join(dir, "ws"))
+		raw, err := o.profiles[0].acp.raw(filepath.Join(dir, "ws"), true)
 		if err != nil || !strings.Contains(string(raw), `"credentials":[{"var":"ANTHROPIC_API_KEY","name":"anthropic"},{"var":"GH_TOKEN","name":"gh"}]`) {
 			t.Fatalf("the ACP configuration: %s, %v", raw, err)
 		}

@@ -28,7 +28,7 @@ func runACPTurn(ctx context.Context, o runOptions, message string, stdin io.Read
 	if err != nil {
 		return err
 	}
-	cfg, err := o.acp.config(ws)
+	cfg, err := o.acp.config(ws, false)
 	if err != nil {
 		return err
 	}

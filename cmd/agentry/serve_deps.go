@@ -126,7 +126,7 @@ func buildACPDeps(ctx context.Context, o serveOptions, d serveDeps, toBus func(e
 			return fail(err)
 		}
 		o.acp.creds, d.agentCreds = ac, hc
-		if cfg, err = o.acp.config(root); err != nil {
+		if cfg, err = o.acp.config(root, true); err != nil {
 			return fail(err)
 		}
 	}

@@ -88,7 +88,7 @@ func buildProfileDeps(ctx context.Context, o serveOptions, d serveDeps, toBus fu
 		pd := profileDeps{p: p}
 		switch p.kind {
 		case kindACP:
-			raw, err := p.acp.raw(d.workspaceRoot)
+			raw, err := p.acp.raw(d.workspaceRoot, true)
 			if err != nil {
 				return fail(usageError("agents.%s: %v", p.name, err))
 			}

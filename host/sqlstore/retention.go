@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"time"
 
+	"github.com/agentry-dev/agentry/host"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -35,47 +36,47 @@ var v11 = []string{
 // the standing rules scoped to them (a rule that holds everywhere stays),
 // then the conversation, in one transaction. The turn-log rows that carry
 // usage are kept (their error text and rule blanked): they are what was
-// billed, and budgets sum them.
-func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) (int, error) {
+// billed, and budgets sum them. It returns the conversations it removed.
+func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) ([]host.Swept, error) {
 	if limit <= 0 {
-		return 0, nil
+		return nil, nil
 	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, s.fail("sweeping closed conversations", err)
+		return nil, s.fail("sweeping closed conversations", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	rows, err := tx.QueryContext(ctx, s.rebind(`SELECT id, tenant, principal, binding FROM agentry_conversations
+	rows, err := tx.QueryContext(ctx, s.rebind(`SELECT id, binding, tenant, principal FROM agentry_conversations
 		WHERE state = 'closed' AND updated_us < ? ORDER BY updated_us LIMIT ?`), micros(before), limit)
 	if err != nil {
-		return 0, s.fail("sweeping closed conversations", err)
+		return nil, s.fail("sweeping closed conversations", err)
 	}
 	var ids, bindings []string
-	var owners []tool.Identity
+	var swept []host.Swept
 	for rows.Next() {
 		var id, binding string
-		var o tool.Identity
-		if err := rows.Scan(&id, &o.Tenant, &o.Principal, &binding); err != nil {
+		var owner tool.Identity
+		if err := rows.Scan(&id, &binding, &owner.Tenant, &owner.Principal); err != nil {
 			rows.Close()
-			return 0, s.fail("sweeping closed conversations", err)
+			return nil, s.fail("sweeping closed conversations", err)
 		}
 		ids = append(ids, id)
-		owners = append(owners, o)
+		swept = append(swept, host.Swept{Owner: owner, ID: id})
 		if binding != "" {
 			bindings = append(bindings, binding)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, s.fail("sweeping closed conversations", err)
+		return nil, s.fail("sweeping closed conversations", err)
 	}
 	if len(ids) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	leases := false
 	if s.d.Kind == "postgres" {
 		if err := tx.QueryRowContext(ctx, `SELECT to_regclass('agentry_leases') IS NOT NULL`).Scan(&leases); err != nil {
-			return 0, s.fail("sweeping closed conversations", err)
+			return nil, s.fail("sweeping closed conversations", err)
 		}
 	}
 	byID := []string{`DELETE FROM agentry_messages WHERE conversation_id = ?`,
@@ -87,28 +88,28 @@ func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) (i
 	byID = append(byID, `DELETE FROM agentry_conversations WHERE id = ? AND state = 'closed'`)
 	byBinding := []string{`DELETE FROM agentry_native_messages WHERE binding = ?`, `DELETE FROM agentry_native_turns WHERE binding = ?`, `DELETE FROM agentry_native WHERE binding = ?`}
 	if err := s.deleteEach(ctx, tx, byID, ids); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := s.deleteEach(ctx, tx, byBinding, bindings); err != nil {
-		return 0, err
+		return nil, err
 	}
 	// A rule's conversation is one of its owner's: the owner index finds
 	// the few rows, where conversation_id alone would scan them all.
 	rules := s.rebind(`DELETE FROM agentry_rules WHERE tenant = ? AND principal = ? AND conversation_id = ?`)
 	for i, id := range ids {
-		if _, err := tx.ExecContext(ctx, rules, owners[i].Tenant, owners[i].Principal, id); err != nil {
-			return 0, s.fail("sweeping closed conversations", err)
+		if _, err := tx.ExecContext(ctx, rules, swept[i].Owner.Tenant, swept[i].Owner.Principal, id); err != nil {
+			return nil, s.fail("sweeping closed conversations", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, s.fail("sweeping closed conversations", err)
+		return nil, s.fail("sweeping closed conversations", err)
 	}
 	s.rmu.Lock()
 	for _, b := range bindings {
 		delete(s.rstored, b)
 	}
 	s.rmu.Unlock()
-	return len(ids), nil
+	return swept, nil
 }
 
 // deleteEach runs every statement of stmts for each key.

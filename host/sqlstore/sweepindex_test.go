@@ -121,8 +121,8 @@ func checkSweepIndexUpgrade(t *testing.T, driver, dsn, indexDef string, open fun
 		t.Fatalf("alice has %d open conversations (%v), want 1", n, err)
 	}
 	n, err := s.SweepClosed(ctx, time.UnixMicro(5000000), 10)
-	if err != nil || n != 1 {
-		t.Fatalf("swept %d conversations (%v), want the closed one", n, err)
+	if err != nil || len(n) != 1 {
+		t.Fatalf("swept %v (%v), want the closed one", n, err)
 	}
 	var left string
 	if err := db.QueryRow(`SELECT id FROM agentry_conversations WHERE id IN ('ses_closed', 'ses_open')`).Scan(&left); err != nil || left != "ses_open" {

@@ -115,8 +115,8 @@ func checkUsageUpgrade(t *testing.T, driver, dsn string, open func() (*sqlstore.
 	if _, err := db.Exec(`UPDATE agentry_conversations SET state = 'closed' WHERE id = 'ses_a'`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.SweepClosed(ctx, time.Now(), 10); err != nil || n != 1 {
-		t.Fatalf("sweeping: %d %v", n, err)
+	if n, err := s.SweepClosed(ctx, time.Now(), 10); err != nil || len(n) != 1 {
+		t.Fatalf("sweeping: %+v %v", n, err)
 	}
 	if turns, err := s.Turns(ctx, alice, "ses_a"); !errors.Is(err, host.ErrNotFound) {
 		t.Fatalf("the swept turn log: %+v %v", turns, err)

@@ -46,7 +46,9 @@ package acp_test
 // or agent (codex-acp's methods api-key and chat-gpt, declared as the
 // agent's own; api-key needs SCRIPTED_KEY=right and session/new answers
 // that authentication is required until it succeeded),
-// ACP_SCRIPTED_VERSION=N (default 1), ACP_SCRIPTED_NO_MCP=1.
+// ACP_SCRIPTED_VERSION=N (default 1), ACP_SCRIPTED_NO_MCP=1,
+// ACP_SCRIPTED_STATE=home (its sessions are kept in its HOME, not in the
+// workspace).
 
 import (
 	"context"
@@ -176,9 +178,13 @@ func modes(current string) *sdk.SessionModeState {
 		AvailableModes: []sdk.SessionMode{{Id: "default", Name: "Default"}, {Id: "plan", Name: "Plan"}}}
 }
 
-// stateFile keeps a session's turn count in its workspace, so a new
-// process can load it.
+// stateFile keeps a session's turn count in its workspace (or, with
+// ACP_SCRIPTED_STATE=home, in its HOME, as Claude Code keeps its
+// sessions under ~/.claude), so a new process can load it.
 func stateFile(cwd string, id sdk.SessionId) string {
+	if os.Getenv("ACP_SCRIPTED_STATE") == "home" {
+		cwd = os.Getenv("HOME")
+	}
 	return filepath.Join(cwd, ".scripted", string(id))
 }
 
@@ -195,7 +201,7 @@ func (a *scripted) NewSession(ctx context.Context, p sdk.NewSessionRequest) (sdk
 	a.mu.Lock()
 	a.sessions[id] = &scriptedSession{cwd: p.Cwd, mode: "default", model: "small", mcp: p.McpServers, cancel: make(chan struct{})}
 	a.mu.Unlock()
-	if err := os.MkdirAll(filepath.Join(p.Cwd, ".scripted"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(stateFile(p.Cwd, id)), 0o755); err != nil {
 		return sdk.NewSessionResponse{}, err
 	}
 	if err := os.WriteFile(stateFile(p.Cwd, id), []byte("0"), 0o644); err != nil {

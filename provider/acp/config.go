@@ -79,6 +79,18 @@ type Config struct {
 	// values the agent offers when it is not one of them. A session's
 	// configuration may name another. Empty keeps the agent's default.
 	Model string `json:"model,omitempty"`
+	// KeepHome gives each session's agent a HOME that outlives its
+	// process: the directory <working directory>.home beside the
+	// session's working directory (its links resolved), made from Home
+	// the first time and found again by every later agent of the session.
+	// What an agent keeps of its sessions there (Claude Code's
+	// ~/.claude/projects) is what its session/load reads, so a session
+	// resumed after a restart of the host or an eviction finds its memory.
+	// A pooled agent's HOME lies beside its workspace and goes with it to
+	// the session that takes it. RemoveWorkspace removes a workspace with
+	// its HOME. Without KeepHome each agent's HOME is private to its
+	// process and goes with it.
+	KeepHome bool `json:"keepHome,omitempty"`
 	// Pool is how many agents the instance keeps started and initialised
 	// ahead of need, each in a fresh confinement with an empty workspace
 	// of its own and its session opened there with Mode and Model, bound

@@ -22,7 +22,10 @@
 //     missing_credentials, unsupported_version or unavailable when the
 //     agent cannot be started, authenticated or understood.
 //   - Create is session/new (the ACP session id is the binding); Resume is
-//     session/load or session/resume, whichever the agent offers; when it
+//     session/load or session/resume, whichever the agent offers. With
+//     Config.KeepHome the agent's HOME, where agents keep their memory of
+//     a session, is kept beside the session's workspace and outlives the
+//     process, so the reopened session has that memory. When it
 //     offers neither, or refuses to reopen the binding (its memory of it
 //     went with its process), a new agent session serves the conversation
 //     under the same binding, and the first turn tells the person (an

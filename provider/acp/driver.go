@@ -312,6 +312,9 @@ type launchRequest struct {
 	// the authentication method it is asked for.
 	env  []string
 	auth string
+	// home is the agent's kept HOME (Config.KeepHome), "" for a private
+	// one.
+	home string
 	// probe: the agent is started to learn what it offers, without the
 	// session credentials the definition declares.
 	probe bool
@@ -344,7 +347,7 @@ func (in *instance) launch(ctx context.Context, r launchRequest) (*agentProc, er
 		env = in.env
 	}
 	proc, err := in.d.opt.Launcher.Launch(ctx, LaunchSpec{
-		Argv: slices.Clone(in.cfg.Command), Env: slices.Clone(env), Workspace: r.workspace, Home: in.cfg.Home,
+		Argv: slices.Clone(in.cfg.Command), Env: slices.Clone(env), Workspace: r.workspace, Home: in.cfg.Home, HomeDir: r.home,
 		AllowHosts: slices.Clone(in.cfg.AllowHosts), Label: r.label, Events: r.events, Expose: r.expose,
 	})
 	if err != nil {

@@ -188,7 +188,7 @@ func (p *agentPool) waiting() int {
 }
 
 // close stops the filler and every agent still waiting, and removes
-// their (empty) workspaces.
+// their (empty) workspaces and their HOMEs.
 func (p *agentPool) close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
@@ -227,7 +227,7 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 	label := "pool-" + toolsession.HashKey("acp-pool/"+slot)
 	pa := &pooled{label: label, slot: slot, ln: ln, late: &lateClient{}, events: &lateEvents{in: in}}
 	g := in.newGuard(label, pa.events.emit)
-	pa.ag, err = in.launch(ctx, launchRequest{label: label, workspace: slot, events: pa.events.emit,
+	pa.ag, err = in.launch(ctx, launchRequest{label: label, workspace: slot, home: in.keptHome(slot), events: pa.events.emit,
 		expose: []Exposed{{Name: hostToolsName, Listener: ln}}, client: pa.late, guard: g})
 	if err == nil {
 		pa.pre, err = pa.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: slot, McpServers: []sdk.McpServer{}})
@@ -299,6 +299,7 @@ func (pa *pooled) discard(ctx context.Context, grace time.Duration) error {
 	}
 	_ = pa.ln.Close()
 	_ = os.RemoveAll(pa.slot)
+	_ = os.RemoveAll(homeOf(pa.slot))
 	return err
 }
 

@@ -279,7 +279,7 @@ func (s *session) launch(ctx context.Context, workDir string, ht provider.HostTo
 		expose = []Exposed{{Name: hostToolsName, Listener: s.hosts.ln}}
 	}
 	var err error
-	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, events: in.forward(s.id),
+	s.ag, err = in.launch(ctx, launchRequest{label: s.label, workspace: workDir, home: in.keptHome(workDir), events: in.forward(s.id),
 		expose: expose, client: &client{s}, guard: g, env: env, auth: in.cfg.sessionAuth()})
 	return err
 }

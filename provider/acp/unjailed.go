@@ -90,7 +90,7 @@ func (u unjailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) 
 	if err != nil {
 		return nil, err
 	}
-	p := &process{opt: u.opt, spec: spec, home: home, done: make(chan struct{}), stopped: make(chan struct{}),
+	p := &process{opt: u.opt, spec: spec, home: home, keptHome: spec.HomeDir != "", done: make(chan struct{}), stopped: make(chan struct{}),
 		addrs: map[string]string{}, stderr: &capBuffer{limit: stderrTailBytes}}
 	for _, x := range spec.Expose {
 		p.addrs[x.Name] = x.Listener.Addr().String()
@@ -98,14 +98,14 @@ func (u unjailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) 
 
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		os.RemoveAll(home)
+		p.dropHome()
 		return nil, fmt.Errorf("acp: making the agent's stdin: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		os.RemoveAll(home)
+		p.dropHome()
 		return nil, fmt.Errorf("acp: making the agent's stdout: %w", err)
 	}
 	cmd := exec.Command(path, spec.Argv[1:]...)
@@ -120,7 +120,7 @@ func (u unjailed) Launch(ctx context.Context, spec LaunchSpec) (Process, error) 
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		os.RemoveAll(home)
+		p.dropHome()
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrMissingExecutable, filepath.Base(spec.Argv[0]), err)
 		}
@@ -145,9 +145,26 @@ func withHome(env []string, home string) []string {
 }
 
 // makeHome makes the private HOME: a fresh directory holding a copy of
-// the template, owned by the agent's user.
+// the template, owned by the agent's user. With spec.HomeDir it is that
+// directory, made so the first time (beside it, then renamed into place)
+// and used as it is later.
 func (u unjailed) makeHome(spec LaunchSpec) (string, error) {
-	home, err := os.MkdirTemp(u.opt.HomeDir, "agentry-acp-home-"+safeLabel(spec.Label)+"-")
+	if spec.HomeDir != "" {
+		if !filepath.IsAbs(spec.HomeDir) {
+			return "", fmt.Errorf("acp: LaunchSpec.HomeDir %q is not an absolute path", spec.HomeDir)
+		}
+		if fi, err := os.Lstat(spec.HomeDir); err == nil {
+			if !fi.IsDir() {
+				return "", fmt.Errorf("acp: LaunchSpec.HomeDir %q is not a directory (a link is refused); remove it", spec.HomeDir)
+			}
+			return spec.HomeDir, nil
+		}
+	}
+	parent, pattern := u.opt.HomeDir, "agentry-acp-home-"+safeLabel(spec.Label)+"-"
+	if spec.HomeDir != "" {
+		parent, pattern = filepath.Dir(spec.HomeDir), "."+filepath.Base(spec.HomeDir)+".seed-"
+	}
+	home, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
 		return "", fmt.Errorf("acp: making the agent's private HOME: %w", err)
 	}
@@ -171,7 +188,22 @@ func (u unjailed) makeHome(spec LaunchSpec) (string, error) {
 			return fail(fmt.Errorf("acp: giving the private HOME to the agent's user: %w", err))
 		}
 	}
+	if spec.HomeDir != "" {
+		if err := os.Rename(home, spec.HomeDir); err != nil {
+			return fail(fmt.Errorf("acp: making the agent's HOME: %w", err))
+		}
+		home = spec.HomeDir
+	}
 	return home, nil
+}
+
+// dropHome removes the agent's private HOME; a kept one
+// (LaunchSpec.HomeDir) stays.
+func (p *process) dropHome() error {
+	if p.keptHome {
+		return nil
+	}
+	return os.RemoveAll(p.home)
 }
 
 func safeLabel(s string) string {
@@ -188,15 +220,16 @@ func safeLabel(s string) string {
 
 // process is one unjailed agent process.
 type process struct {
-	opt    UnjailedOptions
-	spec   LaunchSpec
-	home   string
-	addrs  map[string]string
-	cmd    *exec.Cmd
-	stdin  *os.File
-	stdout *os.File
-	stderr *capBuffer // the end of what the agent wrote to stderr
-	began  time.Time
+	opt      UnjailedOptions
+	spec     LaunchSpec
+	home     string
+	keptHome bool // home is LaunchSpec.HomeDir: it outlives the process
+	addrs    map[string]string
+	cmd      *exec.Cmd
+	stdin    *os.File
+	stdout   *os.File
+	stderr   *capBuffer // the end of what the agent wrote to stderr
+	began    time.Time
 
 	done chan struct{} // closed after the exit was reaped and reported
 	err  error
@@ -251,7 +284,7 @@ func (p *process) watch() {
 	p.reaped = true
 	p.mu.Unlock()
 	p.stdin.Close()
-	rerr := os.RemoveAll(p.home)
+	rerr := p.dropHome()
 
 	st := &AgentStopped{Label: p.spec.Label, HeldMs: event.Ms(time.Since(p.began)), Forced: p.forced.Load()}
 	ours := false // it ended the way a stop ends it
