@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -315,6 +316,7 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		return
 	}
 	id := newSessionID()
+	var cloned *liveConv // the session a clone went into, when it went into one
 	if req.Clone != nil {
 		// Cloned before the open bounds are taken: a clone is slow, and
 		// the bounds are checked again below.
@@ -322,17 +324,19 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 			writeError(w, ae)
 			return
 		}
-		if ae := h.cloneInto(r, ag, o, id, req.Clone); ae != nil {
+		if cloned, ae = h.cloneInto(r, ag, o, id, model, req.Clone); ae != nil {
 			writeError(w, ae)
 			return
 		}
-		created := false
 		defer func() {
-			if !created && h.opt.DropWorkspace != nil {
-				_ = h.opt.DropWorkspace(o, id) // refused below: the clone goes
+			switch {
+			case h.isLive(id): // opened: the clone stays
+			case cloned != nil:
+				h.dropClone(ctx, cloned) // refused below: the clone goes
+			default:
+				h.dropWorkspace(o, id)
 			}
 		}()
-		defer func() { created = h.isLive(id) }()
 	}
 	h.createMu.Lock()
 	defer h.createMu.Unlock()
@@ -352,12 +356,16 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	}
 	now := h.now().UTC()
 	c := Conversation{ID: id, Owner: o, Provider: ag.key, Agent: ag.stored, Model: model, State: StateOpen, CreatedAt: now, UpdatedAt: now}
+	var sess *provider.ValidatedSession
+	if cloned != nil {
+		c.Binding, sess = cloned.conv.Binding, cloned.sess
+	}
 	if err := h.store.Create(ctx, c); err != nil {
 		writeError(w, h.storeError(err))
 		return
 	}
 	h.mu.Lock()
-	h.live[c.ID] = &liveConv{id: c.ID, owner: o, lastUsed: h.now(), conv: c}
+	h.live[c.ID] = &liveConv{id: c.ID, owner: o, lastUsed: h.now(), conv: c, sess: sess}
 	h.mu.Unlock()
 	h.metrics.opened.Inc()
 	h.emit(TypeConversationOpened, &ConversationEvent{}, c.ID, o)

@@ -1,0 +1,168 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/tool"
+)
+
+// fileCloner is a host.Cloner for the host's own tests: it "clones" by
+// writing a fixed tree into the job's directory, which must be empty, as
+// git clone's target must. It allows the host git.test alone and fails
+// a repository named missing.git. cmd/agentry's TestServeClonesIntoNative
+// runs the real one, git in the jail.
+type fileCloner struct {
+	mu   sync.Mutex
+	jobs []host.CloneJob
+}
+
+const clonedReadme = "cloned into /work\n"
+
+func (c *fileCloner) Check(url string) error {
+	if !strings.HasPrefix(url, "https://git.test/") {
+		return errors.New("this host clones only from git.test")
+	}
+	return nil
+}
+
+func (c *fileCloner) Clone(ctx context.Context, job host.CloneJob) error {
+	c.mu.Lock()
+	c.jobs = append(c.jobs, job)
+	c.mu.Unlock()
+	if strings.HasSuffix(job.URL, "/missing.git") {
+		return errors.New("repository not found")
+	}
+	root, err := os.OpenRoot(job.Dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	f, err := root.Open(".")
+	if err != nil {
+		return err
+	}
+	names, _ := f.Readdirnames(-1)
+	f.Close()
+	if len(names) > 0 {
+		return errors.New("the clone's directory is not empty: " + strings.Join(names, ", "))
+	}
+	if err := root.Mkdir("src", 0o755); err != nil {
+		return err
+	}
+	if err := root.WriteFile("README.md", []byte(clonedReadme), 0o644); err != nil {
+		return err
+	}
+	return root.WriteFile("src/main.py", []byte("print('hi')\n"), 0o644)
+}
+
+func (c *fileCloner) last(t *testing.T) host.CloneJob {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.jobs) == 0 {
+		t.Fatal("the cloner was never asked")
+	}
+	return c.jobs[len(c.jobs)-1]
+}
+
+func (c *fileCloner) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.jobs)
+}
+
+// A clone at open lands in the native agent's interpreter's /work: the
+// conversation's first turn runs in the interpreter the clone went into
+// and reads the repository's bytes. The person's credential reaches the
+// cloner and no event.
+func TestCloneIntoNativeInterpreter(t *testing.T) {
+	cl := &fileCloner{}
+	f := newFixture(t, config{tools: []tool.Tool{jailedRunCode(t)}, credKeys: keyring(t, keyLine(t, "k1")),
+		opt: host.Options{Cloner: cl, MaxConversationsPerPrincipal: 2}})
+	const secret = "git-secret-4471"
+	want(t, f.do("PUT", "/v1/credentials/git", "alice", map[string]string{"value": secret}), http.StatusCreated, "")
+	open := func(who string, clone map[string]string) resp {
+		return f.do("POST", "/v1/sessions", who, map[string]any{"clone": clone})
+	}
+
+	r := open("alice", map[string]string{"url": "https://git.test/team/app.git", "ref": "main", "credential": "git"})
+	want(t, r, http.StatusCreated, "")
+	id, _ := r.json(t)["sessionId"].(string)
+	job := cl.last(t)
+	if job.Secret != secret || job.Ref != "main" || job.URL != "https://git.test/team/app.git" || strings.Contains(job.Label, secret) {
+		t.Fatalf("the cloner was asked %+v", job)
+	}
+	if f.liveTools() != 1 {
+		t.Fatalf("%d interpreters live after the clone, want 1", f.liveTools())
+	}
+	out := f.runCode("alice", id, "import os\nprint(sorted(os.listdir('/work')))\nprint(open('/work/README.md').read())")
+	if !strings.Contains(out, "['README.md', 'src']") || !strings.Contains(out, strings.TrimSpace(clonedReadme)) {
+		t.Fatalf("the first turn did not find the clone in /work: %q", out)
+	}
+	if n := len(f.rec.ofType(tool.TypeSessionStarted)); n != 1 {
+		t.Fatalf("%d interpreters started, want the clone's one, reused by the turn", n)
+	}
+	// The upload's download sees it too.
+	r = f.do("GET", "/v1/sessions/"+id+"/workspace?path=README.md", "alice", nil)
+	want(t, r, http.StatusOK, "")
+	if got := untar(t, r.body)["README.md"]; got != clonedReadme {
+		t.Fatalf("download of the clone: %q", got)
+	}
+
+	// A failed clone opens nothing and leaves no interpreter.
+	want(t, open("alice", map[string]string{"url": "https://git.test/team/missing.git"}), http.StatusUnprocessableEntity, "clone_failed")
+	// A refused host never reaches the cloner or an interpreter.
+	asked := cl.count()
+	want(t, open("alice", map[string]string{"url": "https://elsewhere.test/r.git"}), http.StatusBadRequest, "clone_refused")
+	want(t, open("alice", map[string]string{"url": "https://git.test/r.git", "credential": "nope"}), http.StatusPreconditionFailed, "credential_missing")
+	if cl.count() != asked {
+		t.Fatal("a refused clone reached the cloner")
+	}
+	// Past the open bound the clone is made, then refused, and goes.
+	f.open("alice")
+	want(t, open("alice", map[string]string{"url": "https://git.test/team/app.git"}), http.StatusTooManyRequests, "too_many_sessions")
+	if f.liveTools() != 1 {
+		t.Fatalf("%d interpreters live, want only the first conversation's", f.liveTools())
+	}
+	r = f.do("GET", "/v1/sessions", "alice", nil)
+	if n := len(r.json(t)["sessions"].([]any)); n != 2 {
+		t.Fatalf("%d conversations, want the clone's and the plain one", n)
+	}
+	f.rec.mu.Lock()
+	events := slices.Clone(f.rec.events)
+	f.rec.mu.Unlock()
+	for _, e := range events {
+		b, _ := json.Marshal(e)
+		if strings.Contains(string(b), secret) {
+			t.Fatalf("event %s holds the credential", e.Type)
+		}
+	}
+}
+
+// An agent keeping no workspace (the native agent without an interpreter
+// kept for the conversation, or a provider without provider.Workspacer)
+// is refused a clone by name, and nothing opens.
+func TestCloneRefusedWithoutWorkspace(t *testing.T) {
+	eachProvider(t, func(t *testing.T, kind string) {
+		cl := &fileCloner{}
+		f := newFixture(t, config{kind: kind, opt: host.Options{Cloner: cl}})
+		r := f.do("POST", "/v1/sessions", "alice", map[string]any{"clone": map[string]string{"url": "https://git.test/team/app.git"}})
+		want(t, r, http.StatusNotImplemented, "clone_unsupported")
+		if cl.count() != 0 {
+			t.Fatal("the cloner was asked")
+		}
+		r = f.do("GET", "/v1/sessions", "alice", nil)
+		if n := len(r.json(t)["sessions"].([]any)); n != 0 {
+			t.Fatalf("%d conversations opened by a refused clone", n)
+		}
+	})
+}
