@@ -30,16 +30,7 @@ import (
 // CI=true and skips elsewhere when this machine cannot jail.
 func acpAgentBinary(t *testing.T) string {
 	t.Helper()
-	a, err := jail.NewAgent(jail.AgentOptions{})
-	if err == nil {
-		err = a.Check(context.Background())
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cannot jail the agent here: %v", err)
-		}
-		t.Skipf("cannot jail the agent here: %v", err)
-	}
+	needAgentJail(t)
 	dir, err := os.MkdirTemp("/var/tmp", "agentry-acpagent-")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +46,22 @@ func acpAgentBinary(t *testing.T) string {
 		t.Fatalf("building the scripted agent: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// needAgentJail fails under CI=true, and skips elsewhere, when this
+// machine cannot build the agent jail (where ACP agents and git run).
+func needAgentJail(t *testing.T) {
+	t.Helper()
+	a, err := jail.NewAgent(jail.AgentOptions{})
+	if err == nil {
+		err = a.Check(context.Background())
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot jail the agent here: %v", err)
+		}
+		t.Skipf("cannot jail the agent here: %v", err)
+	}
 }
 
 // principals writes a tokens file for the given principals (tenant t1)

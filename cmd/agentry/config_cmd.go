@@ -78,7 +78,7 @@ func checkServeSettings(o *serveOptions) error {
 		return err
 	}
 	if len(o.profiles) == 0 {
-		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential", "clone-allow"); err != nil {
+		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential"); err != nil {
 			return err
 		}
 	}

@@ -90,13 +90,44 @@ func addNativeTools(ctx context.Context, o serveOptions, d *serveDeps, toBus fun
 		closeRunner()
 		return err
 	}
+	closeCloner := func() {}
+	if len(o.cloneAllow) > 0 {
+		if closeCloner, err = nativeCloner(ctx, o, d, toBus); err != nil {
+			closeRunner()
+			return err
+		}
+	}
 	d.tools = tools
 	before := d.close
 	d.close = func() {
+		closeCloner()
 		closeRunner()
 		before()
 	}
 	return nil
+}
+
+// nativeCloner gives serve its cloner for the native agent: clones land
+// in the conversation's interpreter's /work, so the interpreter must be
+// jailed (--runner jail, or the default where bubblewrap works); git runs
+// in a jail of its own, as for an ACP agent. It refuses an unjailed
+// runner: a clone is never made where model code runs unconfined.
+func nativeCloner(ctx context.Context, o serveOptions, d *serveDeps, toBus func(event.Event)) (func(), error) {
+	switch o.runner {
+	case runnerProcess, runnerInterpreter:
+		return nil, usageError("--clone-allow with the native agent clones into its jailed interpreter's /work, and --runner %s does not jail; use --runner jail (the default where bubblewrap works), or drop --clone-allow", o.runner)
+	}
+	j, err := o.caps.jail()
+	if err != nil {
+		return nil, err
+	}
+	if err := local.CheckJail(ctx, *j); err != nil {
+		return nil, usageError("--clone-allow with the native agent clones into its jailed interpreter's /work, and the interpreter cannot be jailed here (%v); install bubblewrap, or drop --clone-allow", err)
+	}
+	if d.cloner != nil { // made for the ACP agent profiles: one cloner serves them all
+		return func() {}, nil
+	}
+	return withCloner(ctx, o, d, "", toBus)
 }
 
 // closeSinks closes sinks an agent never took over.
