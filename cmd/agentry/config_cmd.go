@@ -110,6 +110,9 @@ func checkServeSettings(o *serveOptions) error {
 	default:
 		return usageError("unknown --runner %q; use %s", o.runner, runnerKinds)
 	}
+	if err := checkNativeClone(*o); err != nil {
+		return err
+	}
 	// The model's spec, read as serve reads it; the keys it needs come
 	// from serve's environment when it starts, so any stands in for them.
 	if _, err := parseModel(o.model, checkEnv); err != nil {
