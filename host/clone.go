@@ -192,9 +192,19 @@ func (h *Host) runClone(ctx context.Context, job CloneJob) *apiError {
 
 // dropClone undoes a clone into a session whose conversation does not
 // open: the session closes, and the native agent's interpreter goes with
-// it, its /work removed.
+// it, its /work removed; the record the provider kept for it in the
+// host's store (RecordDropper) is dropped, as no conversation holds it.
 func (h *Host) dropClone(ctx context.Context, lc *liveConv) {
 	h.closeSession(ctx, lc, provider.CloseRequested, "close")
+	rd, ok := h.store.(RecordDropper)
+	if !ok || lc.conv.Binding == "" {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := rd.DropRecord(dctx, lc.conv.Binding); err != nil {
+		h.log.Warn("host: dropping the record of a failed clone's session", "session", lc.id, "err", err)
+	}
 }
 
 // dropWorkspace removes what Options.WorkingDirectory made for a

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -136,6 +137,17 @@ func TestCloneIntoNativeInterpreter(t *testing.T) {
 	r = f.do("GET", "/v1/sessions", "alice", nil)
 	if n := len(r.json(t)["sessions"].([]any)); n != 2 {
 		t.Fatalf("%d conversations, want the clone's and the plain one", n)
+	}
+	// The sessions the refused clones opened left no record: only the
+	// clone's conversation has one (the plain one opened no session yet).
+	db, err := sql.Open("sqlite", f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var records int
+	if err := db.QueryRow(`SELECT count(*) FROM agentry_native`).Scan(&records); err != nil || records != 1 {
+		t.Fatalf("%d provider records (%v), want the clone's conversation's alone", records, err)
 	}
 	f.rec.mu.Lock()
 	events := slices.Clone(f.rec.events)
