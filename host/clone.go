@@ -168,6 +168,12 @@ func (h *Host) cloneJob(ctx context.Context, o tool.Identity, id string, c *Clon
 
 // cloneTarget opens lc's provider session and returns its workspace.
 func (h *Host) cloneTarget(ctx context.Context, lc *liveConv) (string, *apiError) {
+	if h.rep != nil {
+		// As for an upload: the session's files live on this replica, and
+		// the conversation's next turn may be taken by another.
+		return "", newError(http.StatusNotImplemented, CodeCloneUnsupported,
+			"host: a clone into the agent's session workspace is not served across replicas yet; serve with one replica (a SQLite store) to clone into the native agent's /work")
+	}
 	if ae := h.openSession(ctx, lc); ae != nil {
 		return "", ae
 	}

@@ -178,3 +178,20 @@ func TestCloneRefusedWithoutWorkspace(t *testing.T) {
 		}
 	})
 }
+
+// Replicas sharing a store refuse a clone into a session's workspace, as
+// they refuse uploads: the files would live on one replica while another
+// may take the conversation's next turn. Nothing opens.
+func TestCloneIntoSessionRefusedAcrossReplicas(t *testing.T) {
+	cl := &fileCloner{}
+	a, _ := newReplicaWith(t, pgDSN(t), nil, nil, host.Options{Cloner: cl})
+	r := a.do("POST", "/v1/sessions", "alice", map[string]any{"clone": map[string]string{"url": "https://git.test/team/app.git"}})
+	want(t, r, http.StatusNotImplemented, "clone_unsupported")
+	if !strings.Contains(string(r.body), "replicas") || cl.count() != 0 {
+		t.Fatalf("%s; the cloner asked %d times", r.body, cl.count())
+	}
+	r = a.do("GET", "/v1/sessions", "alice", nil)
+	if n := len(r.json(t)["sessions"].([]any)); n != 0 {
+		t.Fatalf("%d conversations opened by a refused clone", n)
+	}
+}
