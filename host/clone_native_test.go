@@ -24,6 +24,9 @@ import (
 type fileCloner struct {
 	mu   sync.Mutex
 	jobs []host.CloneJob
+	// together, when set, holds each clone until this many have begun.
+	together int
+	all      chan struct{}
 }
 
 const clonedReadme = "cloned into /work\n"
@@ -38,7 +41,17 @@ func (c *fileCloner) Check(url string) error {
 func (c *fileCloner) Clone(ctx context.Context, job host.CloneJob) error {
 	c.mu.Lock()
 	c.jobs = append(c.jobs, job)
+	if len(c.jobs) == c.together {
+		close(c.all)
+	}
 	c.mu.Unlock()
+	if c.together > 0 {
+		select {
+		case <-c.all:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if strings.HasSuffix(job.URL, "/missing.git") {
 		return errors.New("repository not found")
 	}
@@ -128,9 +141,12 @@ func TestCloneIntoNativeInterpreter(t *testing.T) {
 	if cl.count() != asked {
 		t.Fatal("a refused clone reached the cloner")
 	}
-	// Past the open bound the clone is made, then refused, and goes.
+	// At the open bound nothing is cloned.
 	f.open("alice")
 	want(t, open("alice", map[string]string{"url": "https://git.test/team/app.git"}), http.StatusTooManyRequests, "too_many_sessions")
+	if cl.count() != asked {
+		t.Fatal("a clone past the open bound reached the cloner")
+	}
 	if f.liveTools() != 1 {
 		t.Fatalf("%d interpreters live, want only the first conversation's", f.liveTools())
 	}
@@ -193,5 +209,38 @@ func TestCloneIntoSessionRefusedAcrossReplicas(t *testing.T) {
 	r = a.do("GET", "/v1/sessions", "alice", nil)
 	if n := len(r.json(t)["sessions"].([]any)); n != 0 {
 		t.Fatalf("%d conversations opened by a refused clone", n)
+	}
+}
+
+// Two clones racing for a person's last open conversation are both made
+// (the bound is checked before a clone and again at the open); the one
+// refused at the open goes: its interpreter stops and its provider record
+// is dropped.
+func TestCloneRefusedAtTheOpenBoundGoes(t *testing.T) {
+	cl := &fileCloner{together: 2, all: make(chan struct{})}
+	f := newFixture(t, config{tools: []tool.Tool{jailedRunCode(t)}, opt: host.Options{Cloner: cl, MaxConversationsPerPrincipal: 1}})
+	statuses := make(chan int, 2)
+	for range 2 {
+		go func() {
+			r := f.do("POST", "/v1/sessions", "alice", map[string]any{"clone": map[string]string{"url": "https://git.test/team/app.git"}})
+			statuses <- r.status
+		}()
+	}
+	got := []int{<-statuses, <-statuses}
+	slices.Sort(got)
+	if got[0] != http.StatusCreated || got[1] != http.StatusTooManyRequests {
+		t.Fatalf("statuses %v, want one 201 and one 429", got)
+	}
+	if f.liveTools() != 1 {
+		t.Fatalf("%d interpreters live, want the opened conversation's alone", f.liveTools())
+	}
+	db, err := sql.Open("sqlite", f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var records int
+	if err := db.QueryRow(`SELECT count(*) FROM agentry_native`).Scan(&records); err != nil || records != 1 {
+		t.Fatalf("%d provider records (%v), want the opened conversation's alone", records, err)
 	}
 }
