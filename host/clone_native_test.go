@@ -6,13 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/provider"
+	"github.com/agentry-dev/agentry/provider/conformance"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -243,4 +249,58 @@ func TestCloneRefusedAtTheOpenBoundGoes(t *testing.T) {
 	if err := db.QueryRow(`SELECT count(*) FROM agentry_native`).Scan(&records); err != nil || records != 1 {
 		t.Fatalf("%d provider records (%v), want the opened conversation's alone", records, err)
 	}
+}
+
+// slowCloner takes a minute (synctest's) per clone, and clones nothing.
+type slowCloner struct{}
+
+func (slowCloner) Check(string) error { return nil }
+
+func (slowCloner) Clone(ctx context.Context, job host.CloneJob) error {
+	select {
+	case <-time.After(time.Minute):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A clone slower than the store's 15-second bound on a request's store
+// calls still opens its conversation: the calls after it are bounded
+// afresh. The clock is synctest's.
+func TestCloneOutlastingTheStoreBoundOpens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t, filepath.Join(t.TempDir(), "agentry.db"))
+		ctx := context.Background()
+		d := conformance.NewFakeDriver()
+		reg, err := provider.OpenRegistry(ctx, []provider.Driver{d}, []provider.Definition{{ID: "agents", Provider: d.ProviderKey()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, _ := reg.Instance("agents")
+		auth, toks := tokensFor(t, nil)
+		ws := t.TempDir()
+		h, err := host.New(host.Options{Provider: inst, Store: st, Auth: auth, EvictEvery: -1, RetentionEvery: -1, Cloner: slowCloner{},
+			WorkingDirectory: func(tool.Identity, string) (string, error) { return ws, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := h.Shutdown(ctx); err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+			if err := reg.Dispose(ctx); err != nil {
+				t.Errorf("dispose: %v", err)
+			}
+		}()
+		req := httptest.NewRequest("POST", "/v1/sessions", strings.NewReader(`{"clone":{"url":"https://git.test/team/app.git"}}`))
+		req.Header.Set("Authorization", "Bearer "+toks["alice"])
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		began := time.Now()
+		validating(t, h).ServeHTTP(w, req)
+		if w.Code != http.StatusCreated || time.Since(began) < time.Minute {
+			t.Fatalf("a clone of a minute: %d after %s: %s", w.Code, time.Since(began), w.Body)
+		}
+	})
 }
