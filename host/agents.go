@@ -77,7 +77,11 @@ type hostedAgent struct {
 	lent          *lending
 	sessionConfig func(owner tool.Identity, sessionID, model string) json.RawMessage
 	workingDir    func(owner tool.Identity, sessionID string) (string, error)
-	creds         []AgentCredential // the person's credentials its sessions need
+	// ownDir: workingDir is the agent's (an ACP agent's workspace), not
+	// the "/" of an agent that uses none; a clone lands there before the
+	// session opens, and otherwise in the session's workspace.
+	ownDir bool
+	creds  []AgentCredential // the person's credentials its sessions need
 }
 
 // agentsOf makes the host's agents: Options.Agents, or the one agent of
@@ -190,6 +194,10 @@ func (h *Host) hostAgent(a Agent) (*hostedAgent, error) {
 	}
 	if ha.workingDir == nil {
 		ha.workingDir = h.opt.WorkingDirectory
+	}
+	ha.ownDir = ha.workingDir != nil
+	if ha.workingDir == nil {
+		ha.workingDir = func(tool.Identity, string) (string, error) { return "/", nil }
 	}
 	var err error
 	if ha.lent, err = newLending(a.HostTools, h.bus); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -308,42 +309,41 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 		writeError(w, ae)
 		return
 	}
-	ctx, cancel := storeCtx(r)
-	defer cancel()
 	if ok, wait := h.creates.take(o); !ok {
 		writeError(w, h.rateLimited(o, wait))
 		return
 	}
 	id := newSessionID()
+	var cloned *liveConv // the session a clone went into, when it went into one
 	if req.Clone != nil {
-		// Cloned before the open bounds are taken: a clone is slow, and
-		// the bounds are checked again below.
-		if ae := h.missingCredentials(ctx, ag, o); ae != nil {
+		// Cloned before the open bounds are taken (a clone is slow), once
+		// they are checked: nothing is cloned for a person who could
+		// not open it.
+		if ae := h.beforeClone(r, ag, o); ae != nil {
 			writeError(w, ae)
 			return
 		}
-		if ae := h.cloneInto(r, ag, o, id, req.Clone); ae != nil {
+		if cloned, ae = h.cloneInto(r, ag, o, id, model, req.Clone); ae != nil {
 			writeError(w, ae)
 			return
 		}
-		created := false
 		defer func() {
-			if !created && h.opt.DropWorkspace != nil {
-				_ = h.opt.DropWorkspace(o, id) // refused below: the clone goes
+			switch {
+			case h.isLive(id): // opened: the clone stays
+			case cloned != nil:
+				h.dropClone(r.Context(), cloned) // refused below: the clone goes
+			default:
+				h.dropWorkspace(o, id)
 			}
 		}()
-		defer func() { created = h.isLive(id) }()
 	}
+	// After a clone: its store calls get their own bound.
+	ctx, cancel := storeCtx(r)
+	defer cancel()
 	h.createMu.Lock()
 	defer h.createMu.Unlock()
-	n, err := h.store.CountOpen(ctx, o)
-	if err != nil {
-		writeError(w, h.storeError(err))
-		return
-	}
-	if n >= h.opt.MaxConversationsPerPrincipal {
-		writeError(w, h.refuse(o, "open_sessions", h.opt.MaxConversationsPerPrincipal, 60, CodeTooManySessions,
-			fmt.Sprintf("host: you have %d open sessions, the most allowed; close one (DELETE /v1/sessions/{id}) first", n)))
+	if ae := h.openBound(ctx, o); ae != nil {
+		writeError(w, ae)
 		return
 	}
 	if ae := h.missingCredentials(ctx, ag, o); ae != nil {
@@ -352,12 +352,16 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	}
 	now := h.now().UTC()
 	c := Conversation{ID: id, Owner: o, Provider: ag.key, Agent: ag.stored, Model: model, State: StateOpen, CreatedAt: now, UpdatedAt: now}
+	var sess *provider.ValidatedSession
+	if cloned != nil {
+		c.Binding, sess = cloned.conv.Binding, cloned.sess
+	}
 	if err := h.store.Create(ctx, c); err != nil {
 		writeError(w, h.storeError(err))
 		return
 	}
 	h.mu.Lock()
-	h.live[c.ID] = &liveConv{id: c.ID, owner: o, lastUsed: h.now(), conv: c}
+	h.live[c.ID] = &liveConv{id: c.ID, owner: o, lastUsed: h.now(), conv: c, sess: sess}
 	h.mu.Unlock()
 	h.metrics.opened.Inc()
 	h.emit(TypeConversationOpened, &ConversationEvent{}, c.ID, o)
@@ -366,6 +370,32 @@ func (h *Host) handleCreate(w http.ResponseWriter, r *http.Request, o tool.Ident
 	}
 	w.Header().Set("Location", "/v1/sessions/"+c.ID)
 	writeJSON(w, http.StatusCreated, viewOf(c))
+}
+
+// beforeClone checks, before a clone, what is checked again when the
+// conversation is created: the person's open conversations and the
+// credentials the agent needs.
+func (h *Host) beforeClone(r *http.Request, ag *hostedAgent, o tool.Identity) *apiError {
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	if ae := h.openBound(ctx, o); ae != nil {
+		return ae
+	}
+	return h.missingCredentials(ctx, ag, o)
+}
+
+// openBound refuses a person who has as many open conversations as they
+// may.
+func (h *Host) openBound(ctx context.Context, o tool.Identity) *apiError {
+	n, err := h.store.CountOpen(ctx, o)
+	if err != nil {
+		return h.storeError(err)
+	}
+	if n >= h.opt.MaxConversationsPerPrincipal {
+		return h.refuse(o, "open_sessions", h.opt.MaxConversationsPerPrincipal, 60, CodeTooManySessions,
+			fmt.Sprintf("host: you have %d open sessions, the most allowed; close one (DELETE /v1/sessions/{id}) first", n))
+	}
+	return nil
 }
 
 func (h *Host) refuse(o tool.Identity, limit string, bound, retryAfter int, code Code, msg string) *apiError {

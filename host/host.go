@@ -170,9 +170,13 @@ type Options struct {
 	// its Credentials.
 	AgentCredentials []AgentCredential
 	// Cloner, when set, lets POST /v1/sessions clone a git repository
-	// into the new conversation's workspace (WorkingDirectory), each
-	// clone bounded by CloneTimeout (default 10m). Nil: a clone is
-	// refused (501 clone_unsupported).
+	// into the new conversation's workspace, each clone bounded by
+	// CloneTimeout (default 10m): into its WorkingDirectory before its
+	// session opens when its agent has one (an ACP agent), and otherwise
+	// into the workspace of its provider session, opened for the clone
+	// (provider.Workspacer: the native agent's interpreter's /work). Nil,
+	// or an agent keeping no workspace: a clone is refused (501
+	// clone_unsupported).
 	Cloner       Cloner
 	CloneTimeout time.Duration
 	// MaxRulesPerPrincipal bounds the standing rules one person keeps
@@ -395,9 +399,6 @@ func withDefaults(opt Options) (Options, error) {
 	}
 	if opt.SessionConfig == nil {
 		opt.SessionConfig = identityConfig
-	}
-	if opt.WorkingDirectory == nil {
-		opt.WorkingDirectory = func(tool.Identity, string) (string, error) { return "/", nil }
 	}
 	return opt, nil
 }

@@ -34,6 +34,16 @@ type Records interface {
 	Marked(ctx context.Context, b provider.Binding, turnID string) (bool, error)
 }
 
+// RecordDropper is the optional port of a [Records] store that removes a
+// record no conversation holds: a provider session opened for a
+// conversation that is then refused (its clone at open failed) leaves
+// its record behind, and the host drops it. host/sqlstore's Store
+// implements it.
+type RecordDropper interface {
+	// DropRecord removes the record stored under b, if any.
+	DropRecord(ctx context.Context, b provider.Binding) error
+}
+
 // Record is a provider's record as it is written.
 type Record struct {
 	// Head is everything but the entries and marks, encoded by the

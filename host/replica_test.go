@@ -118,6 +118,12 @@ func newReplica(t *testing.T, dsn string, toks map[string]string) (*fixture, *fl
 // records in it) seen through wrap.
 func newReplicaOn(t *testing.T, dsn string, toks map[string]string, wrap func(*sqlstore.Store) host.Store) (*fixture, *flaky) {
 	t.Helper()
+	return newReplicaWith(t, dsn, toks, wrap, host.Options{})
+}
+
+// newReplicaWith is newReplicaOn with more of the host's options.
+func newReplicaWith(t *testing.T, dsn string, toks map[string]string, wrap func(*sqlstore.Store) host.Store, opt host.Options) (*fixture, *flaky) {
+	t.Helper()
 	ws := newWorkspaces(t)
 	g := newGate()
 	rec := newRecorder()
@@ -159,7 +165,9 @@ func newReplicaOn(t *testing.T, dsn string, toks map[string]string, wrap func(*s
 	}
 	fl := &flaky{Leases: l}
 	auth, toks := tokensFor(t, toks)
-	h, err := host.New(host.Options{Provider: inst, Store: hs, Auth: auth, Bus: bus, Leases: fl, EvictEvery: -1, RetentionEvery: -1, ForwardTimeout: testForward})
+	opt.Provider, opt.Store, opt.Auth, opt.Bus, opt.Leases = inst, hs, auth, bus, fl
+	opt.EvictEvery, opt.RetentionEvery, opt.ForwardTimeout = -1, -1, testForward
+	h, err := host.New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,6 +194,22 @@ var fenceCases = []struct {
 			t.Fatal(err)
 		}
 		check(1, "h3", 0)
+		// Dropped, it is gone, and written again from nothing.
+		if rd, ok := s.(host.RecordDropper); ok {
+			if err := rd.DropRecord(ctx, "b-1"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rs.LoadRecord(ctx, "b-1"); !errors.Is(err, host.ErrNoRecord) {
+				t.Fatalf("a dropped record: %v", err)
+			}
+			if err := rd.DropRecord(ctx, "b-1"); err != nil {
+				t.Fatalf("dropping it again: %v", err)
+			}
+			if err := rs.SaveRecord(ctx, rec(1, "h3")); err != nil {
+				t.Fatal(err)
+			}
+			check(1, "h3", 0)
+		}
 
 		// With a conversation's save, in its transaction: written when the
 		// save is, not when it is refused.

@@ -162,3 +162,80 @@ func TestServeClonesAtOpen(t *testing.T) {
 		t.Fatal("serve's log holds the credential")
 	}
 }
+
+// The native agent: a clone at open lands in the conversation's jailed
+// interpreter's /work, where the first turn's run_code lists it and
+// reads the repository's bytes; git ran jailed with the person's
+// credential, which no event, log line, ps line, transcript or store
+// file holds. Other hosts are refused as for an ACP agent.
+func TestServeClonesIntoNative(t *testing.T) {
+	t.Parallel() // its own serve, directories and ports
+	needAgentJail(t)
+	const password = "git-token-8086"
+	srv, hostport := gitServer(t, password)
+	bin := binary(t)
+	dir, events := agentDir(t)
+	tokens, tok := principals(t, "alice")
+	alice := tok[0]
+	db := filepath.Join(dir, "agentry.db")
+	p := startServeBinary(t, bin, nil, "--agent", "native", "--runner", "jail", "--tokens", tokens,
+		"--store", db, "--events", events, "--credentials-key-file", credentialKeyFile(t, dir), "--clone-allow", hostport)
+	b, _ := json.Marshal(map[string]string{"value": password})
+	if code, body := callAs(t, p, alice, "PUT", "/v1/credentials/git", string(b)); code != http.StatusCreated {
+		t.Fatalf("storing the credential: %d %s", code, body)
+	}
+	open := func(clone map[string]string) (int, []byte) {
+		b, _ := json.Marshal(map[string]any{"clone": clone})
+		return callAs(t, p, alice, "POST", "/v1/sessions", string(b))
+	}
+	repo := srv.URL + "/repo.git"
+
+	code, body := open(map[string]string{"url": repo, "ref": "feature", "credential": "git"})
+	if code != http.StatusCreated {
+		t.Fatalf("a clone: %d %s\n%s", code, body, p.stderr)
+	}
+	var s struct{ SessionID string }
+	_ = json.Unmarshal(body, &s)
+	code, body = callAs(t, p, alice, "POST", "/v1/sessions/"+s.SessionID+"/turns", turnBody("import subprocess\n"+
+		"print(subprocess.run(['ls', '-A', '/work'], capture_output=True, text=True).stdout)\n"+
+		"print(subprocess.run(['cat', '/work/README.md'], capture_output=True, text=True).stdout)"))
+	if code != http.StatusOK || !strings.Contains(string(body), "README.md") || !strings.Contains(string(body), ".git") ||
+		!strings.Contains(string(body), "cloned into the jail") {
+		t.Fatalf("the first turn's run_code did not find the clone in /work: %d %s", code, body)
+	}
+
+	// Without the credential the server refuses git, and nothing opens.
+	if code, body := open(map[string]string{"url": repo}); code != http.StatusUnprocessableEntity || !strings.Contains(string(body), "clone_failed") {
+		t.Fatalf("a clone without the credential: %d %s", code, body)
+	}
+	for _, u := range []string{"https://example.com/repo.git", "http://127.0.0.1:1/repo.git", "file:///etc"} {
+		if code, body := open(map[string]string{"url": u}); code != http.StatusBadRequest || !strings.Contains(string(body), "clone_refused") {
+			t.Errorf("clone %q: %d %s", u, code, body)
+		}
+	}
+	code, body = callAs(t, p, alice, "GET", "/v1/sessions", "")
+	if code != http.StatusOK || strings.Count(string(body), `"sessionId"`) != 1 {
+		t.Fatalf("only the one clone opened a conversation: %d %s", code, body)
+	}
+	ps, _ := exec.Command("ps", "-e", "-ww", "-o", "args=").CombinedOutput()
+	if bytes.Contains(ps, []byte(password)) {
+		t.Fatal("ps shows the credential")
+	}
+	_, transcript := callAs(t, p, alice, "GET", "/v1/sessions/"+s.SessionID+"/messages", "")
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.wait()
+	files, _ := filepath.Glob(db + "*")
+	files = append(files, events)
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err != nil || bytes.Contains(b, []byte(password)) {
+			t.Fatalf("%s holds the credential (or cannot be read: %v)", f, err)
+		}
+	}
+	for what, b := range map[string][]byte{"serve's log": []byte(p.stderr.String()), "the transcript": transcript} {
+		if bytes.Contains(b, []byte(password)) {
+			t.Fatalf("%s holds the credential", what)
+		}
+	}
+}

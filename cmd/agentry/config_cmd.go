@@ -78,7 +78,7 @@ func checkServeSettings(o *serveOptions) error {
 		return err
 	}
 	if len(o.profiles) == 0 {
-		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential", "clone-allow"); err != nil {
+		if err := checkAgentFlags(flags, o.agent, "workspaces", "lend", "agent-credential"); err != nil {
 			return err
 		}
 	}
@@ -109,6 +109,9 @@ func checkServeSettings(o *serveOptions) error {
 	case "", runnerProcess, runnerInterpreter, runnerJail:
 	default:
 		return usageError("unknown --runner %q; use %s", o.runner, runnerKinds)
+	}
+	if err := checkNativeClone(*o); err != nil {
+		return err
 	}
 	// The model's spec, read as serve reads it; the keys it needs come
 	// from serve's environment when it starts, so any stands in for them.

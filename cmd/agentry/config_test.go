@@ -221,6 +221,8 @@ func TestConfigCheckCommand(t *testing.T) {
 		{"session-memory = \"lots\"\n", "--session-memory"},
 		{"runner = \"vm\"\n", "unknown --runner"},
 		{"pool = -1\n", "--pool"},
+		{"clone-allow = [\"git.example.com\"]\nrunner = \"process\"\n", "--runner process does not jail"},
+		{"clone-allow = [\"git.example.com\"]\nrunner = \"interpreter\"\n[agents.x]\nkind = \"native\"\n", "--runner interpreter does not jail"},
 	} {
 		bad := writeFile(t, t.TempDir(), "bad.toml", c.body)
 		out, err := execute(t, "config", "check", bad)

@@ -120,7 +120,7 @@ settings of it) and names what needs a restart.
 				return err
 			}
 			if len(o.profiles) == 0 {
-				o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential", "clone-allow")
+				o.agentFlagErr = checkAgentFlags(cmd.Flags(), o.agent, "workspaces", "lend", "agent-credential")
 			}
 			if o.wsMaxBytes < 0 || o.wsMaxEntries < 0 {
 				return usageError("--workspace-max-bytes and --workspace-max-entries must not be negative (0 takes the default)")
@@ -144,7 +144,7 @@ settings of it) and names what needs a restart.
 	f.StringVar(&o.tokens, "tokens", "", "the tokens file (lines of \"sha256:<digest> <tenant> <principal>\"; make one with agentry token); without it serve makes one token and listens on loopback only")
 	o.oidc.add(f, true)
 	o.creds.add(f)
-	f.StringArrayVar(&o.cloneAllow, "clone-allow", nil, "with --agent acp: a host (or host:port) a new conversation may clone a git repository from (POST /v1/sessions {\"clone\"}); git runs jailed, reaching that host alone (repeat)")
+	f.StringArrayVar(&o.cloneAllow, "clone-allow", nil, "a host (or host:port) a new conversation may clone a git repository from (POST /v1/sessions {\"clone\"}) into its workspace (an ACP agent's, or the native agent's jailed interpreter's /work); git runs jailed, reaching that host alone (repeat)")
 	f.StringVar(&o.store, "store", "agentry.db", "where conversations are kept: a SQLite file, or a postgres:// URL")
 	f.StringVar(&o.events, "events", "events.ndjson", "the events file (NDJSON); empty for none")
 	f.StringVar(&o.prices, "prices", "", "the price table each turn's cost is estimated with (JSON; docs/usage.md); default: the table agentry ships")

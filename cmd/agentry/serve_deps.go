@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -90,13 +91,60 @@ func addNativeTools(ctx context.Context, o serveOptions, d *serveDeps, toBus fun
 		closeRunner()
 		return err
 	}
+	closeCloner := func() {}
+	if len(o.cloneAllow) > 0 {
+		if closeCloner, err = nativeCloner(ctx, o, d, toBus); err != nil {
+			closeRunner()
+			return err
+		}
+	}
 	d.tools = tools
 	before := d.close
 	d.close = func() {
+		closeCloner()
 		closeRunner()
 		before()
 	}
 	return nil
+}
+
+// checkNativeClone refuses --clone-allow for a native agent whose
+// runner never jails; what it can check without the machine.
+func checkNativeClone(o serveOptions) error {
+	native := o.agent != "acp"
+	if len(o.profiles) > 0 {
+		native = slices.ContainsFunc(o.profiles, func(p agentProfile) bool { return p.kind == kindNative })
+	}
+	if !native || len(o.cloneAllow) == 0 {
+		return nil
+	}
+	switch o.runner {
+	case runnerProcess, runnerInterpreter:
+		return usageError("--clone-allow with the native agent clones into its jailed interpreter's /work, and --runner %s does not jail; use --runner jail (the default where bubblewrap works), or drop --clone-allow", o.runner)
+	}
+	return nil
+}
+
+// nativeCloner gives serve its cloner for the native agent: clones land
+// in the conversation's interpreter's /work, so the interpreter must be
+// jailed (--runner jail, or the default where bubblewrap works); git runs
+// in a jail of its own, as for an ACP agent. It refuses an unjailed
+// runner: a clone is never made where model code runs unconfined.
+func nativeCloner(ctx context.Context, o serveOptions, d *serveDeps, toBus func(event.Event)) (func(), error) {
+	if err := checkNativeClone(o); err != nil {
+		return nil, err
+	}
+	j, err := o.caps.jail()
+	if err != nil {
+		return nil, err
+	}
+	if err := local.CheckJail(ctx, *j); err != nil {
+		return nil, usageError("--clone-allow with the native agent clones into its jailed interpreter's /work, and the interpreter cannot be jailed here (%v); install bubblewrap, or drop --clone-allow", err)
+	}
+	if d.cloner != nil { // made for the ACP agent profiles: one cloner serves them all
+		return func() {}, nil
+	}
+	return withCloner(ctx, o, d, "", toBus)
 }
 
 // closeSinks closes sinks an agent never took over.

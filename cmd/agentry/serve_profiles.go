@@ -50,9 +50,6 @@ func (o *serveOptions) takeProfiles(flags *pflag.FlagSet) error {
 	if o.temporal != "" {
 		return usageError("temporal with agent profiles: durable turns run one agentry agent (serve --agent native); drop the [agents.NAME] profiles or temporal")
 	}
-	if len(o.cloneAllow) > 0 && !slices.ContainsFunc(o.profiles, func(p agentProfile) bool { return p.kind == kindACP }) {
-		return usageError("--clone-allow is for ACP agents, and none of the agent profiles is one; drop --clone-allow")
-	}
 	return o.checkProfileCredentials()
 }
 

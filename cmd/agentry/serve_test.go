@@ -225,6 +225,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{func(o *serveOptions) { o.lease = -time.Second }, "--lease"},
 		{func(o *serveOptions) { o.forwardTimeout = -time.Second }, "--forward-timeout"},
 		{func(o *serveOptions) { o.advertise = "http://10.0.0.5:8080" }, "postgres"}, // a SQLite store has no replicas
+		// A clone lands in the native agent's interpreter: never an unjailed one.
+		{func(o *serveOptions) { o.cloneAllow, o.runner = []string{"git.example.com"}, runnerInterpreter }, "--runner interpreter does not jail"},
+		{func(o *serveOptions) { o.cloneAllow, o.runner = []string{"git.example.com"}, runnerProcess }, "--runner process does not jail"},
 	} {
 		o := serveDefaults(t)
 		c.mut(&o)

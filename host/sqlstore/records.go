@@ -11,7 +11,10 @@ import (
 	"github.com/agentry-dev/agentry/provider"
 )
 
-var _ host.Records = (*Store)(nil)
+var (
+	_ host.Records       = (*Store)(nil)
+	_ host.RecordDropper = (*Store)(nil)
+)
 
 // recordCount is how many entries and marks a stored record has.
 type recordCount struct{ entries, marks int }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentry-dev/agentry/host"
+	"github.com/agentry-dev/agentry/provider"
 	"github.com/agentry-dev/agentry/tool"
 )
 
@@ -86,11 +87,10 @@ func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) ([
 		byID = append(byID, `DELETE FROM agentry_leases WHERE conversation_id = ?`)
 	}
 	byID = append(byID, `DELETE FROM agentry_conversations WHERE id = ? AND state = 'closed'`)
-	byBinding := []string{`DELETE FROM agentry_native_messages WHERE binding = ?`, `DELETE FROM agentry_native_turns WHERE binding = ?`, `DELETE FROM agentry_native WHERE binding = ?`}
 	if err := s.deleteEach(ctx, tx, byID, ids); err != nil {
 		return nil, err
 	}
-	if err := s.deleteEach(ctx, tx, byBinding, bindings); err != nil {
+	if err := s.deleteEach(ctx, tx, recordDeletes, bindings); err != nil {
 		return nil, err
 	}
 	// A rule's conversation is one of its owner's: the owner index finds
@@ -110,6 +110,32 @@ func (s *Store) SweepClosed(ctx context.Context, before time.Time, limit int) ([
 	}
 	s.rmu.Unlock()
 	return swept, nil
+}
+
+// recordDeletes remove a provider's record by its binding.
+var recordDeletes = []string{`DELETE FROM agentry_native_messages WHERE binding = ?`, `DELETE FROM agentry_native_turns WHERE binding = ?`, `DELETE FROM agentry_native WHERE binding = ?`}
+
+// DropRecord removes the provider's record under b, in one transaction
+// (host.RecordDropper): the record of a session whose conversation was
+// never created.
+func (s *Store) DropRecord(ctx context.Context, b provider.Binding) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail("dropping a provider's record", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for _, q := range recordDeletes {
+		if _, err := tx.ExecContext(ctx, s.rebind(q), string(b)); err != nil {
+			return s.fail("dropping a provider's record", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail("dropping a provider's record", err)
+	}
+	s.rmu.Lock()
+	delete(s.rstored, string(b))
+	s.rmu.Unlock()
+	return nil
 }
 
 // deleteEach runs every statement of stmts for each key.
