@@ -38,10 +38,12 @@ func realClaude(b *testing.B) string {
 // from a real agent (claude-agent-acp from npm, jailed, answering through
 // a local Messages-API server), cold against taken from a warm pool, in
 // the same run, and taken from the pool by a conversation the host lends a
-// tool (pooled-lending: its session is reopened with the host-tools MCP
-// server); the pool's refill is not timed (each pooled iteration waits, off
-// the clock, for the pool's agent_pooled event: an agent ready to be
-// taken), and every pooled iteration must have run in a pool workspace. It also reports the
+// tool (pooled-lending: the host said so ahead, ExpectHostTools, so the
+// pooled session was opened with the host-tools MCP server listing it);
+// the pool's refill is not timed (each pooled iteration waits, off the
+// clock, for the pool's agent_pooled event: an agent ready to be taken,
+// listing the lent tool when one is lent), and every pooled iteration must
+// have run in a pool workspace, lending ones in the session opened ahead. It also reports the
 // resident memory of one live agent (its process tree, found by its
 // working directory), as rss-mib-per-agent.
 //
@@ -71,6 +73,12 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 			cfg := acp.Config{Command: []string{bin}, Env: env, Home: home, Mode: "default", WorkspaceRoot: r.root, Pool: pool,
 				AllowHosts: []string{strings.TrimPrefix(model.URL, "http://")}}
 			inst := r.instance(mustJSON(b, cfg))
+			if v.lend {
+				t := lentEcho().Tools[0]
+				if err := inst.Adapter().ExpectHostTools([]provider.HostToolSpec{{Name: t.Name, Description: t.Description}}); err != nil {
+					b.Fatal(err)
+				}
+			}
 			var total time.Duration
 			var waitingRSS float64
 			n := 0
@@ -79,7 +87,7 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				if pool > 0 {
 					b.StopTimer()
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					r.events.await(ctx, acp.TypeAgentPooled, n)
+					awaitPooled(ctx, r, n, v.lend)
 					cancel()
 					if n == 1 {
 						waitingRSS = rssOfWaiting(b, r.root)
@@ -124,6 +132,9 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 					real, _ := filepath.EvalSymlinks(ws)
 					b.ReportMetric(rssUnder(real)/(1<<20), "rss-mib-per-agent")
 				}
+				if tk := r.events.of(acp.TypeAgentTaken); v.lend && (len(tk) != n || tk[n-1].Payload.(*acp.AgentTaken).Reopened != "") {
+					b.Fatalf("conversation %d did not keep the session opened ahead: %+v", n, tk)
+				}
 				_ = s.Close(context.Background(), provider.CloseRequested)
 				b.StartTimer()
 			}
@@ -132,6 +143,22 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				b.ReportMetric(waitingRSS/(1<<20), "rss-mib-waiting")
 			}
 		})
+	}
+}
+
+// awaitPooled waits until n agents joined the pool listing host tools
+// (lending) or none.
+func awaitPooled(ctx context.Context, r *rig, n int, lending bool) {
+	for k := n; ctx.Err() == nil; k++ {
+		got := 0
+		for _, e := range r.events.await(ctx, acp.TypeAgentPooled, k) {
+			if len(e.Payload.(*acp.AgentPooled).HostTools) > 0 == lending {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
 	}
 }
 
