@@ -35,8 +35,8 @@ type pooled struct {
 	// lends exactly the tools it lists (none, when lent is nil) takes it
 	// as its own.
 	pre    sdk.NewSessionResponse
-	lent   *lateTools  // nil: opened without MCP servers
-	hosts  *hostServer // serving lent on ln
+	lent   *lateTools    // nil: opened without MCP servers
+	hosts  *hostServer   // serving lent on ln
 	label  string        // the launcher's name for it
 	took   time.Duration // from its launch to its session opened
 	slot   string        // its workspace, empty until taken

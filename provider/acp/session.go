@@ -192,15 +192,9 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 	}
 	fits := false
 	if pa != nil {
-		s.ag = pa.ag
-		s.release = pa.release
-		pa.events.bind(sessionID)
-		pa.late.bind(&client{s})
-		var why string
-		if fits, why, err = s.takeHostTools(ctx, pa, ht); err != nil {
+		if fits, err = s.take(ctx, pa, ht); err != nil {
 			return fail(err)
 		}
-		s.emit(TypeAgentTaken, &AgentTaken{Label: pa.label, Reopened: why})
 	} else if err := s.launch(ctx, workDir, ht, env); err != nil {
 		return fail(err)
 	}
@@ -246,6 +240,21 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		return fail(ErrDisposed)
 	}
 	return s, nil
+}
+
+// take makes the pooled agent pa the session's: its client, its events,
+// its host tools. It reports whether the session the agent opened ahead
+// fits the conversation (see takeHostTools).
+func (s *session) take(ctx context.Context, pa *pooled, ht provider.HostTools) (bool, error) {
+	s.ag = pa.ag
+	s.release = pa.release
+	pa.events.bind(s.id)
+	pa.late.bind(&client{s})
+	fits, why, err := s.takeHostTools(ctx, pa, ht)
+	if err == nil {
+		s.emit(TypeAgentTaken, &AgentTaken{Label: pa.label, Reopened: why})
+	}
+	return fits, err
 }
 
 // takeHostTools gives the session a pooled agent's host tools, and
