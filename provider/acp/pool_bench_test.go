@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,8 +55,13 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 	var tl timeline
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-bench", Script: func(t modelwire.Turn) modelwire.Reply {
 		what := "model request (the answer)"
-		if len(t.Tools) == 0 {
+		switch {
+		case len(t.Tools) == 0:
 			what = "model request (the session title)"
+		case t.Asked == callEcho && t.Answered == 0:
+			return modelwire.Reply{Calls: []modelwire.Call{{Name: "mcp__agentry__echo", Args: json.RawMessage(`{"text":"hi"}`)}}}
+		case t.Asked == callEcho:
+			return modelwire.Reply{Text: "echo said " + strings.Join(t.ToolResults, " ")}
 		}
 		tl.mark(what)
 		return modelwire.Reply{Text: "ready"}
@@ -74,7 +80,7 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				AllowHosts: []string{strings.TrimPrefix(model.URL, "http://")}}
 			inst := r.instance(mustJSON(b, cfg))
 			if v.lend {
-				t := lentEcho().Tools[0]
+				t := lentEcho(nil).Tools[0]
 				if err := inst.Adapter().ExpectHostTools([]provider.HostToolSpec{{Name: t.Name, Description: t.Description}}); err != nil {
 					b.Fatal(err)
 				}
@@ -100,8 +106,9 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				}
 				start := tl.begin()
 				req := provider.CreateRequest{SessionID: fmt.Sprintf("c%d", n), WorkingDirectory: ws}
+				var echoed atomic.Int32
 				if v.lend {
-					req.HostBinding = lentEcho()
+					req.HostBinding = lentEcho(&echoed)
 				}
 				s, err := inst.Adapter().Create(context.Background(), req)
 				if err != nil {
@@ -113,16 +120,17 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					tl.mark("output " + string(o.Kind))
-					if o.Kind == provider.OutputText {
+					if !answered {
+						tl.mark("output " + string(o.Kind))
+					}
+					if o.Kind == provider.OutputText && !answered {
 						answered = true
-						break
+						total += time.Since(start)
 					}
 				}
 				if !answered {
 					b.Fatal("the agent ended its turn without text")
 				}
-				total += time.Since(start)
 				b.StopTimer()
 				b.Logf("%s conversation %d, from Create:\n%s", name, n, tl.end())
 				if real, _ := filepath.EvalSymlinks(ws); (pool > 0) != strings.HasPrefix(filepath.Base(real), "pool-") {
@@ -134,6 +142,14 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				}
 				if tk := r.events.of(acp.TypeAgentTaken); v.lend && (len(tk) != n || tk[n-1].Payload.(*acp.AgentTaken).Reopened != "") {
 					b.Fatalf("conversation %d did not keep the session opened ahead: %+v", n, tk)
+				}
+				if v.lend {
+					// Off the clock: the lent tool, called through the MCP
+					// server the session was opened with ahead, reaches this
+					// conversation's binding.
+					if got := approvedTurn(b, s, "t2", callEcho); !strings.Contains(got, `echo said {"text":"hi"}`) || echoed.Load() != 1 {
+						b.Fatalf("conversation %d: the lent tool's turn said %q, the binding answered %d calls", n, got, echoed.Load())
+					}
 				}
 				_ = s.Close(context.Background(), provider.CloseRequested)
 				b.StartTimer()
@@ -162,12 +178,40 @@ func awaitPooled(ctx context.Context, r *rig, n int, lending bool) {
 	}
 }
 
+// callEcho is the prompt the benchmark's model answers by calling the
+// lent tool.
+const callEcho = "Call echo."
+
+// approvedTurn runs a turn, approving each request, and returns its text.
+func approvedTurn(b *testing.B, s *provider.ValidatedSession, turnID, input string) string {
+	var text strings.Builder
+	next := s.RunTurn(context.Background(), provider.TurnRequest{TurnID: turnID, Input: input})
+	for next != nil {
+		outs := next
+		next = nil
+		for o, err := range outs {
+			if err != nil {
+				b.Fatal(err)
+			}
+			switch o.Kind {
+			case provider.OutputText:
+				text.WriteString(o.Text)
+			case provider.OutputRequest:
+				next = s.Resolve(context.Background(), provider.Resolution{TurnID: turnID, RequestID: o.Request.ID, Approve: true})
+			}
+		}
+	}
+	return text.String()
+}
+
 // lentEcho lends one host tool, as a host lending run_code does: the
-// agent's session is then opened with the host-tools MCP server.
-func lentEcho() *provider.HostBinding {
+// agent's session is then opened with the host-tools MCP server. calls
+// counts its calls.
+func lentEcho(calls *atomic.Int32) *provider.HostBinding {
 	return &provider.HostBinding{
 		Tools: []provider.HostTool{{Name: "echo", Description: "says its arguments back",
 			Invoke: func(_ context.Context, inv provider.HostInvocation) (provider.HostToolResult, error) {
+				calls.Add(1)
 				return provider.HostToolResult{Output: inv.Arguments}, nil
 			}}},
 		Release: func(context.Context) error { return nil },
