@@ -203,6 +203,14 @@ func (h *Host) hostAgent(a Agent) (*hostedAgent, error) {
 	if ha.lent, err = newLending(a.HostTools, h.bus); err != nil {
 		return nil, err
 	}
+	// Every session of this agent is lent the same tools: a provider that
+	// prepares sessions ahead (an ACP agent's warm pool) can list them
+	// before a conversation comes.
+	if specs := ha.lent.specs(); len(specs) > 0 {
+		if err := ha.prov.ExpectHostTools(specs); err != nil {
+			return nil, fmt.Errorf("its HostTools: %w", err)
+		}
+	}
 	return ha, nil
 }
 

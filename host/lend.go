@@ -77,6 +77,16 @@ func (l *lending) binding(owner tool.Identity, sessionID string) *provider.HostB
 	return b
 }
 
+// specs are the definitions of the tools lent, in order.
+func (l *lending) specs() []provider.HostToolSpec {
+	out := make([]provider.HostToolSpec, 0, len(l.tools))
+	for _, t := range l.tools {
+		spec := t.Spec()
+		out = append(out, provider.HostToolSpec{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema})
+	}
+	return out
+}
+
 // lentScopes is what the lending door honours: a lent call has no run of
 // the host's, so only the call itself can bound a session.
 var lentScopes = []toolsession.Scope{toolsession.ScopeCall}

@@ -100,6 +100,20 @@ type Workspacer interface {
 	Workspace(ctx context.Context) (string, error)
 }
 
+// HostToolsExpecter is the optional adapter port of a provider that
+// prepares sessions ahead of need (an external agent's warm pool): a host
+// that lends the same tools to every session it opens tells it their
+// definitions, so a session prepared ahead already lists them; which
+// conversation's binding answers a call is still decided at each opening,
+// by its HostBinding. Like [Workspacer] it is found by type assertion and
+// declares no capability. Hosts call it through
+// [Validated.ExpectHostTools], which checks the definitions first.
+type HostToolsExpecter interface {
+	// ExpectHostTools replaces the definitions expected (empty: none).
+	// It must not block on preparing sessions.
+	ExpectHostTools(tools []HostToolSpec)
+}
+
 // Binding is a provider's native identity of a conversation (its session
 // id, thread id, conversation id): an opaque id a host stores to resume.
 type Binding string

@@ -35,7 +35,10 @@
 //     against the provider's support, at most 16 invocations in flight,
 //     each cancelled by its caller or by the release, results checked
 //     (32 KiB of JSON), released only by the owning session after the
-//     invocations in flight return.
+//     invocations in flight return. A host that lends the same tools to
+//     every session may say so ahead ([Validated.ExpectHostTools]), for
+//     an adapter that prepares sessions before a conversation comes
+//     ([HostToolsExpecter]); each opening's binding still answers.
 //   - A resumed session whose turn was waiting on a request comes back
 //     waiting on it ([Pender], when Sessions.ResumePending is declared).
 //   - Session interactions (questions and notices outside a turn) reach

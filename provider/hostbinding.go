@@ -241,33 +241,70 @@ func (l *lease) initialise(caps Capabilities) error {
 	}
 	l.byName = make(map[string]int, len(b.Tools))
 	for i, t := range b.Tools {
-		if err := CheckHostToolName(t.Name); err != nil {
-			return &ContractError{Provider: l.provider, Code: CodeInvalidHostBinding, Message: fmt.Sprintf("host tool %d has a malformed name", i), Err: err}
-		}
-		if _, dup := l.byName[t.Name]; dup {
-			return violation(l.provider, CodeHostToolNameConflict, "two host tools are named %q", t.Name)
-		}
-		if t.Invoke == nil {
+		if t.Invoke == nil && CheckHostToolName(t.Name) == nil {
 			return violation(l.provider, CodeInvalidHostBinding, "host tool %q has no Invoke function", t.Name)
 		}
-		if utf8.RuneCountInString(t.Description) > MaxHostToolDescription || !utf8.ValidString(t.Description) {
-			return violation(l.provider, CodeInvalidHostBinding, "host tool %q: the description must be at most %d characters of UTF-8", t.Name, MaxHostToolDescription)
-		}
-		schema, err := objectSchema(t.InputSchema)
+		spec, v, err := checkHostTool(l.provider, i, HostToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}, l.byName)
 		if err != nil {
-			return &ContractError{Provider: l.provider, Code: CodeInvalidHostBinding, Message: fmt.Sprintf("host tool %q has an unusable input schema", t.Name), Err: err}
-		}
-		v, err := tool.NewValidator(t.Name, schema)
-		if err != nil {
-			return &ContractError{Provider: l.provider, Code: CodeInvalidHostBinding, Message: fmt.Sprintf("host tool %q has an unusable input schema", t.Name), Err: err}
+			return err
 		}
 		l.byName[t.Name] = i
-		l.tools = append(l.tools, leasedTool{
-			spec:      HostToolSpec{Name: t.Name, Description: t.Description, InputSchema: schema},
-			validator: v,
-			invoke:    t.Invoke,
-		})
+		l.tools = append(l.tools, leasedTool{spec: spec, validator: v, invoke: t.Invoke})
 	}
+	return nil
+}
+
+// checkHostTool checks the definition of the i-th lent tool (seen holds
+// the names before it) and returns it as the provider sees it, its schema
+// defaulted, with the validator of its arguments.
+func checkHostTool(provider string, i int, t HostToolSpec, seen map[string]int) (HostToolSpec, *tool.Validator, error) {
+	if err := CheckHostToolName(t.Name); err != nil {
+		return HostToolSpec{}, nil, &ContractError{Provider: provider, Code: CodeInvalidHostBinding, Message: fmt.Sprintf("host tool %d has a malformed name", i), Err: err}
+	}
+	if _, dup := seen[t.Name]; dup {
+		return HostToolSpec{}, nil, violation(provider, CodeHostToolNameConflict, "two host tools are named %q", t.Name)
+	}
+	if utf8.RuneCountInString(t.Description) > MaxHostToolDescription || !utf8.ValidString(t.Description) {
+		return HostToolSpec{}, nil, violation(provider, CodeInvalidHostBinding, "host tool %q: the description must be at most %d characters of UTF-8", t.Name, MaxHostToolDescription)
+	}
+	schema, err := objectSchema(t.InputSchema)
+	if err != nil {
+		return HostToolSpec{}, nil, &ContractError{Provider: provider, Code: CodeInvalidHostBinding, Message: fmt.Sprintf("host tool %q has an unusable input schema", t.Name), Err: err}
+	}
+	v, err := tool.NewValidator(t.Name, schema)
+	if err != nil {
+		return HostToolSpec{}, nil, &ContractError{Provider: provider, Code: CodeInvalidHostBinding, Message: fmt.Sprintf("host tool %q has an unusable input schema", t.Name), Err: err}
+	}
+	return HostToolSpec{Name: t.Name, Description: t.Description, InputSchema: schema}, v, nil
+}
+
+// ExpectHostTools tells an adapter that prepares sessions ahead of need
+// ([HostToolsExpecter]) the definitions of the tools the host lends every
+// session it opens from now on; nil or empty: none. The definitions are
+// checked as a host binding's are (a refusal is a *ContractError) and
+// passed on as the provider sees them in a binding's [HostTools.Tools].
+// A provider that does not accept host bindings, or prepares nothing
+// ahead, is not told: each opening's binding still decides.
+func (v *Validated) ExpectHostTools(tools []HostToolSpec) error {
+	key := v.caps.ProviderKey
+	if len(tools) > v.caps.Limits.MaxHostTools {
+		return violation(key, CodeHostBindingUnsupported, "the host lends %d tools; the provider accepts at most %d", len(tools), v.caps.Limits.MaxHostTools)
+	}
+	out := make([]HostToolSpec, 0, len(tools))
+	seen := make(map[string]int, len(tools))
+	for i, t := range tools {
+		spec, _, err := checkHostTool(key, i, t, seen)
+		if err != nil {
+			return err
+		}
+		seen[t.Name] = i
+		out = append(out, spec)
+	}
+	e, ok := v.inner.(HostToolsExpecter)
+	if !ok || !v.caps.HostBinding.Supported {
+		return nil
+	}
+	e.ExpectHostTools(out)
 	return nil
 }
 

@@ -207,6 +207,9 @@ func (a *scripted) NewSession(ctx context.Context, p sdk.NewSessionRequest) (sdk
 	if err := os.WriteFile(stateFile(p.Cwd, id), []byte("0"), 0o644); err != nil {
 		return sdk.NewSessionResponse{}, err
 	}
+	if err := noteNew(p.Cwd, p.McpServers); err != nil {
+		return sdk.NewSessionResponse{}, err
+	}
 	return sdk.NewSessionResponse{SessionId: id, Modes: modes("default"), ConfigOptions: modelOptions("small")}, nil
 }
 
@@ -309,6 +312,26 @@ func (a *scripted) SetSessionConfigOption(_ context.Context, p sdk.SetSessionCon
 	s.model = string(v.Value)
 	a.mu.Unlock()
 	return sdk.SetSessionConfigOptionResponse{ConfigOptions: modelOptions(string(v.Value))}, noteSet(s.cwd, "set_config_option "+string(v.Value))
+}
+
+// noteNew notes a session/new in the workspace: a line "new N" (N MCP
+// servers given) appended to .scripted/new, and the servers in
+// .scripted/mcp.json, for a test to count the calls and reach the servers
+// as the agent does.
+func noteNew(cwd string, servers []sdk.McpServer) error {
+	f, err := os.OpenFile(filepath.Join(cwd, ".scripted", "new"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "new %d\n", len(servers))
+	if err = errors.Join(err, f.Close()); err != nil {
+		return err
+	}
+	b, err := json.Marshal(servers)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(cwd, ".scripted", "mcp.json"), b, 0o644)
 }
 
 // noteSet appends what a mode or model change asked to .scripted/sets in

@@ -69,7 +69,13 @@
 //   - The tools a host binding lends are served to the agent as an MCP
 //     server (streamable HTTP on a per-session loopback listener that
 //     answers only the session's secret) named in session/new; the
-//     binding bounds and validates every call.
+//     binding bounds and validates every call. With a pool (Config.Pool)
+//     and the host's word on what it lends every conversation
+//     (provider.HostToolsExpecter), a pooled agent's session is opened
+//     ahead with its own such server listing those tools, refusing calls
+//     until a conversation lending the same tools takes the agent and
+//     binds its binding (agentry.acp.agent_taken; one lending others gets
+//     the session opened again).
 //   - An agent that exits on its own is reported (agentry.acp.agent_stopped,
 //     reason exited or crashed, with the last lines of its stderr, its
 //     environment's values redacted; the error says them too), and its

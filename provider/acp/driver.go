@@ -169,6 +169,19 @@ func (d *Driver) Materialize(ctx context.Context, def provider.Definition) (prov
 	return provider.Materialized{Capabilities: caps, Adapter: a, Readiness: in.ready, Dispose: in.dispose}, nil
 }
 
+// ExpectHostTools is the host's word on the tools it lends every
+// conversation: a pooled agent's session is opened ahead with an MCP
+// server listing them, so a conversation lending them takes it without a
+// second session/new (the agents waiting with other tools are replaced).
+// Without a pool it changes nothing.
+func (a adapter) ExpectHostTools(tools []provider.HostToolSpec) {
+	if a.in.pool != nil {
+		a.in.pool.expectHostTools(tools)
+	}
+}
+
+var _ provider.HostToolsExpecter = adapter{}
+
 // instance is one materialised definition and its open sessions.
 type instance struct {
 	d    *Driver

@@ -24,6 +24,9 @@ const (
 	// An agent of the warm pool (Config.Pool) that is ready to be taken:
 	// started, initialised, authenticated and its session opened.
 	TypeAgentPooled event.Type = "agentry.acp.agent_pooled"
+	// A pooled agent a new conversation took, and whether the session
+	// opened ahead was kept or had to be opened again.
+	TypeAgentTaken event.Type = "agentry.acp.agent_taken"
 )
 
 func init() {
@@ -35,6 +38,7 @@ func init() {
 	event.Register(TypeAgentCutOff, func() any { return new(AgentCutOff) })
 	event.Register(TypeSessionAfresh, func() any { return new(SessionAfresh) })
 	event.Register(TypeAgentPooled, func() any { return new(AgentPooled) })
+	event.Register(TypeAgentTaken, func() any { return new(AgentTaken) })
 }
 
 // SessionAfresh is the payload of [TypeSessionAfresh].
@@ -54,6 +58,23 @@ type AgentPooled struct {
 	TookMs float64 `json:"tookMs"`
 	// Waiting is how many agents the pool holds with this one.
 	Waiting int `json:"waiting"`
+	// HostTools names the host tools its session's MCP server lists (the
+	// ones the host lends every conversation); empty: it was opened
+	// without MCP servers.
+	HostTools []string `json:"hostTools,omitempty"`
+}
+
+// AgentTaken is the payload of [TypeAgentTaken], sent with the session id
+// of the conversation that took the agent.
+type AgentTaken struct {
+	// Label is the launcher's name for the process.
+	Label string `json:"label"`
+	// Reopened, when set, says why the session opened ahead did not fit
+	// the conversation, which then paid for a session/new: it lends host
+	// tools other than those the session lists, or lends none while the
+	// session lists some. Empty: the session opened ahead was taken as it
+	// was.
+	Reopened string `json:"reopened,omitempty"`
 }
 
 // AgentStarted reports an agent process a launcher started for one

@@ -290,7 +290,7 @@ func TestHostToolRequestsShareTheSessionsBound(t *testing.T) {
 	post := func() (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+h.ln.Addr().String()+hostToolsPath,
 			strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-		req.Header.Set("Authorization", "Bearer "+h.secret)
+		req.Header.Set("Authorization", "Bearer "+h.door.Load().secret)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		res, err := http.DefaultClient.Do(req)

@@ -22,15 +22,21 @@ import (
 // pooled is an agent started ahead of need (Config.Pool): launched by
 // the instance's launcher in a slot of its own — an empty workspace under
 // the workspace root — initialised, authenticated, its session opened
-// there (session/new, without MCP servers) and set to the instance's mode
-// and model, with a host-tools listener exposed to it. A session that takes it binds
-// it: its client, its events, its host tools, its workspace. It is never
-// given to a second session.
+// there (session/new) and set to the instance's mode and model, with a
+// host-tools listener exposed to it. When the host said which tools it
+// lends every conversation (ExpectHostTools), the session is opened with
+// an MCP server listing them on that listener (lent), answering no call
+// until the agent is taken. A session that takes it binds it: its client,
+// its events, its host tools, its workspace. It is never given to a
+// second session.
 type pooled struct {
 	ag *agentProc
-	// pre is the session opened ahead in the slot, without MCP servers:
-	// a conversation that lends no host tools takes it as its own.
+	// pre is the session opened ahead in the slot: a conversation that
+	// lends exactly the tools it lists (none, when lent is nil) takes it
+	// as its own.
 	pre    sdk.NewSessionResponse
+	lent   *lateTools    // nil: opened without MCP servers
+	hosts  *hostServer   // serving lent on ln
 	label  string        // the launcher's name for it
 	took   time.Duration // from its launch to its session opened
 	slot   string        // its workspace, empty until taken
@@ -58,6 +64,11 @@ type agentPool struct {
 	held   int // agents taken whose place is not released yet
 	closed bool
 	failed error // the last launch that failed; the filler waits for a take
+	// expect are the tools the host lends every conversation
+	// (ExpectHostTools); stale, the agents opened with others, which the
+	// filler stops and replaces.
+	expect []provider.HostToolSpec
+	stale  []*pooled
 }
 
 func newPool(in *instance, size int) *agentPool {
@@ -76,10 +87,17 @@ func (p *agentPool) first(ctx context.Context) (provider.Readiness, sdk.Initiali
 		return readinessOf(err), sdk.InitializeResponse{}, err
 	}
 	p.mu.Lock()
-	p.ready = append(p.ready, pa)
-	n := len(p.ready)
+	n := 0
+	if p.fits(pa) {
+		p.ready = append(p.ready, pa)
+		n = len(p.ready)
+	} else {
+		p.stale = append(p.stale, pa)
+	}
 	p.mu.Unlock()
-	p.pooled(pa, n)
+	if n > 0 {
+		p.pooled(pa, n)
+	}
 	p.start()
 	return provider.Ready, pa.ag.init, nil
 }
@@ -95,6 +113,13 @@ func (p *agentPool) start() {
 func (p *agentPool) fill() {
 	defer close(p.done)
 	for {
+		p.mu.Lock()
+		stale := p.stale
+		p.stale = nil
+		p.mu.Unlock()
+		for _, pa := range stale {
+			_ = pa.discard(context.Background(), time.Duration(p.in.cfg.Limits.StopTimeout))
+		}
 		p.mu.Lock()
 		want := !p.closed && p.failed == nil && len(p.ready)+p.held < p.size
 		p.mu.Unlock()
@@ -118,6 +143,9 @@ func (p *agentPool) fill() {
 			p.failed = err
 		} else if p.closed {
 			err = ErrDisposed
+		} else if !p.fits(pa) {
+			p.stale = append(p.stale, pa) // the host changed its tools meanwhile
+			pa = nil
 		} else {
 			p.ready = append(p.ready, pa)
 			n = len(p.ready)
@@ -125,7 +153,7 @@ func (p *agentPool) fill() {
 		p.mu.Unlock()
 		if pa != nil && err != nil {
 			pa.discard(context.Background(), time.Duration(p.in.cfg.Limits.StopTimeout))
-		} else if err == nil {
+		} else if n > 0 {
 			p.pooled(pa, n)
 		}
 	}
@@ -133,8 +161,50 @@ func (p *agentPool) fill() {
 
 // pooled reports an agent that joined the pool, n waiting with it.
 func (p *agentPool) pooled(pa *pooled, n int) {
+	var names []string
+	if pa.lent != nil {
+		for _, t := range pa.lent.specs {
+			names = append(names, t.Name)
+		}
+	}
 	p.in.emit("", TypeAgentPooled, &AgentPooled{Label: pa.label, Waiting: n,
-		TookMs: float64(pa.took.Microseconds()) / 1000})
+		TookMs: float64(pa.took.Microseconds()) / 1000, HostTools: names})
+}
+
+// fits reports whether pa's session lists the tools the host now lends
+// (p.mu held).
+func (p *agentPool) fits(pa *pooled) bool {
+	var have []provider.HostToolSpec
+	if pa.lent != nil {
+		have = pa.lent.specs
+	}
+	return sameHostTools(have, p.expect)
+}
+
+// expectHostTools makes the tools the host lends every conversation the
+// ones the pool's agents list from now on: the agents waiting with other
+// tools are replaced.
+func (p *agentPool) expectHostTools(tools []provider.HostToolSpec) {
+	p.mu.Lock()
+	p.expect = tools
+	keep := p.ready[:0:0]
+	for _, pa := range p.ready {
+		if p.fits(pa) {
+			keep = append(keep, pa)
+		} else {
+			p.stale = append(p.stale, pa)
+		}
+	}
+	p.ready = keep
+	p.mu.Unlock()
+	p.wake()
+}
+
+// expected is what a new pooled agent lists.
+func (p *agentPool) expected() []provider.HostToolSpec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.expect
 }
 
 // take hands out a ready agent, nil when none is (then the filler is
@@ -192,8 +262,8 @@ func (p *agentPool) waiting() int {
 func (p *agentPool) close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
-	left := p.ready
-	p.ready = nil
+	left := append(p.ready, p.stale...)
+	p.ready, p.stale = nil, nil
 	p.mu.Unlock()
 	p.stop()
 	p.once.Do(func() { close(p.done) }) // never started
@@ -227,15 +297,18 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 	label := "pool-" + toolsession.HashKey("acp-pool/"+slot)
 	pa := &pooled{label: label, slot: slot, ln: ln, late: &lateClient{}, events: &lateEvents{in: in}}
 	g := in.newGuard(label, pa.events.emit)
+	if tools := p.expected(); len(tools) > 0 {
+		pa.lent = &lateTools{specs: tools}
+		if pa.hosts, err = startHostServer(pa.lent, pa.events.emit, g, in.cfg.Limits, ln); err != nil {
+			_ = ln.Close()
+			_ = os.Remove(slot)
+			return nil, err
+		}
+	}
 	pa.ag, err = in.launch(ctx, launchRequest{label: label, workspace: slot, home: in.keptHome(slot), events: pa.events.emit,
 		expose: []Exposed{{Name: hostToolsName, Listener: ln}}, client: pa.late, guard: g})
 	if err == nil {
-		pa.pre, err = pa.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: slot, McpServers: []sdk.McpServer{}})
-		if err != nil {
-			err = pa.ag.failure("session/new", err)
-		} else {
-			err = pa.configureAhead(ctx, in.cfg.Mode, in.cfg.Model)
-		}
+		err = pa.openAhead(ctx, in.cfg.Mode, in.cfg.Model)
 	}
 	if err != nil {
 		pa.discard(context.WithoutCancel(ctx), time.Duration(in.cfg.Limits.StopTimeout))
@@ -243,6 +316,25 @@ func (p *agentPool) launch(ctx context.Context) (*pooled, error) {
 	}
 	pa.took = time.Since(begun)
 	return pa, nil
+}
+
+// openAhead opens the pooled agent's session in its slot, with the
+// host-tools server when it has one, and configures it.
+func (pa *pooled) openAhead(ctx context.Context, mode, model string) error {
+	servers := []sdk.McpServer{}
+	if pa.hosts != nil {
+		addr := pa.ag.proc.Addr(hostToolsName)
+		if addr == "" {
+			return errors.New("acp: the launcher did not make the host-tools server reachable from inside the agent's confinement")
+		}
+		servers = append(servers, pa.hosts.server(addr))
+	}
+	var err error
+	pa.pre, err = pa.ag.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: pa.slot, McpServers: servers})
+	if err != nil {
+		return pa.ag.failure("session/new", err)
+	}
+	return pa.configureAhead(ctx, mode, model)
 }
 
 // configureAhead applies the instance's mode and model to the session
@@ -296,6 +388,9 @@ func (pa *pooled) discard(ctx context.Context, grace time.Duration) error {
 	}
 	if pa.ag != nil {
 		err = pa.ag.shutdown(ctx, grace)
+	}
+	if pa.hosts != nil {
+		err = errors.Join(err, pa.hosts.close(ctx))
 	}
 	_ = pa.ln.Close()
 	_ = os.RemoveAll(pa.slot)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,10 +39,12 @@ func realClaude(b *testing.B) string {
 // from a real agent (claude-agent-acp from npm, jailed, answering through
 // a local Messages-API server), cold against taken from a warm pool, in
 // the same run, and taken from the pool by a conversation the host lends a
-// tool (pooled-lending: its session is reopened with the host-tools MCP
-// server); the pool's refill is not timed (each pooled iteration waits, off
-// the clock, for the pool's agent_pooled event: an agent ready to be
-// taken), and every pooled iteration must have run in a pool workspace. It also reports the
+// tool (pooled-lending: the host said so ahead, ExpectHostTools, so the
+// pooled session was opened with the host-tools MCP server listing it);
+// the pool's refill is not timed (each pooled iteration waits, off the
+// clock, for the pool's agent_pooled event: an agent ready to be taken,
+// listing the lent tool when one is lent), and every pooled iteration must
+// have run in a pool workspace, lending ones in the session opened ahead. It also reports the
 // resident memory of one live agent (its process tree, found by its
 // working directory), as rss-mib-per-agent.
 //
@@ -52,8 +55,13 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 	var tl timeline
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-bench", Script: func(t modelwire.Turn) modelwire.Reply {
 		what := "model request (the answer)"
-		if len(t.Tools) == 0 {
+		switch {
+		case len(t.Tools) == 0:
 			what = "model request (the session title)"
+		case t.Asked == callEcho && t.Answered == 0:
+			return modelwire.Reply{Calls: []modelwire.Call{{Name: "mcp__agentry__echo", Args: json.RawMessage(`{"text":"hi"}`)}}}
+		case t.Asked == callEcho:
+			return modelwire.Reply{Text: "echo said " + strings.Join(t.ToolResults, " ")}
 		}
 		tl.mark(what)
 		return modelwire.Reply{Text: "ready"}
@@ -71,6 +79,12 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 			cfg := acp.Config{Command: []string{bin}, Env: env, Home: home, Mode: "default", WorkspaceRoot: r.root, Pool: pool,
 				AllowHosts: []string{strings.TrimPrefix(model.URL, "http://")}}
 			inst := r.instance(mustJSON(b, cfg))
+			if v.lend {
+				t := lentEcho(nil).Tools[0]
+				if err := inst.Adapter().ExpectHostTools([]provider.HostToolSpec{{Name: t.Name, Description: t.Description}}); err != nil {
+					b.Fatal(err)
+				}
+			}
 			var total time.Duration
 			var waitingRSS float64
 			n := 0
@@ -79,7 +93,7 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				if pool > 0 {
 					b.StopTimer()
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					r.events.await(ctx, acp.TypeAgentPooled, n)
+					awaitPooled(ctx, r, n, v.lend)
 					cancel()
 					if n == 1 {
 						waitingRSS = rssOfWaiting(b, r.root)
@@ -92,8 +106,9 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				}
 				start := tl.begin()
 				req := provider.CreateRequest{SessionID: fmt.Sprintf("c%d", n), WorkingDirectory: ws}
+				var echoed atomic.Int32
 				if v.lend {
-					req.HostBinding = lentEcho()
+					req.HostBinding = lentEcho(&echoed)
 				}
 				s, err := inst.Adapter().Create(context.Background(), req)
 				if err != nil {
@@ -105,16 +120,17 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					tl.mark("output " + string(o.Kind))
-					if o.Kind == provider.OutputText {
+					if !answered {
+						tl.mark("output " + string(o.Kind))
+					}
+					if o.Kind == provider.OutputText && !answered {
 						answered = true
-						break
+						total += time.Since(start)
 					}
 				}
 				if !answered {
 					b.Fatal("the agent ended its turn without text")
 				}
-				total += time.Since(start)
 				b.StopTimer()
 				b.Logf("%s conversation %d, from Create:\n%s", name, n, tl.end())
 				if real, _ := filepath.EvalSymlinks(ws); (pool > 0) != strings.HasPrefix(filepath.Base(real), "pool-") {
@@ -123,6 +139,17 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 				if n == 1 {
 					real, _ := filepath.EvalSymlinks(ws)
 					b.ReportMetric(rssUnder(real)/(1<<20), "rss-mib-per-agent")
+				}
+				if tk := r.events.of(acp.TypeAgentTaken); v.lend && (len(tk) != n || tk[n-1].Payload.(*acp.AgentTaken).Reopened != "") {
+					b.Fatalf("conversation %d did not keep the session opened ahead: %+v", n, tk)
+				}
+				if v.lend {
+					// Off the clock: the lent tool, called through the MCP
+					// server the session was opened with ahead, reaches this
+					// conversation's binding.
+					if got := approvedTurn(b, s, "t2", callEcho); !strings.Contains(got, `echo said {"text":"hi"}`) || echoed.Load() != 1 {
+						b.Fatalf("conversation %d: the lent tool's turn said %q, the binding answered %d calls", n, got, echoed.Load())
+					}
 				}
 				_ = s.Close(context.Background(), provider.CloseRequested)
 				b.StartTimer()
@@ -135,12 +162,56 @@ func BenchmarkPoolFirstAnswer(b *testing.B) {
 	}
 }
 
+// awaitPooled waits until n agents joined the pool listing host tools
+// (lending) or none.
+func awaitPooled(ctx context.Context, r *rig, n int, lending bool) {
+	for k := n; ctx.Err() == nil; k++ {
+		got := 0
+		for _, e := range r.events.await(ctx, acp.TypeAgentPooled, k) {
+			if len(e.Payload.(*acp.AgentPooled).HostTools) > 0 == lending {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+	}
+}
+
+// callEcho is the prompt the benchmark's model answers by calling the
+// lent tool.
+const callEcho = "Call echo."
+
+// approvedTurn runs a turn, approving each request, and returns its text.
+func approvedTurn(b *testing.B, s *provider.ValidatedSession, turnID, input string) string {
+	var text strings.Builder
+	next := s.RunTurn(context.Background(), provider.TurnRequest{TurnID: turnID, Input: input})
+	for next != nil {
+		outs := next
+		next = nil
+		for o, err := range outs {
+			if err != nil {
+				b.Fatal(err)
+			}
+			switch o.Kind {
+			case provider.OutputText:
+				text.WriteString(o.Text)
+			case provider.OutputRequest:
+				next = s.Resolve(context.Background(), provider.Resolution{TurnID: turnID, RequestID: o.Request.ID, Approve: true})
+			}
+		}
+	}
+	return text.String()
+}
+
 // lentEcho lends one host tool, as a host lending run_code does: the
-// agent's session is then opened with the host-tools MCP server.
-func lentEcho() *provider.HostBinding {
+// agent's session is then opened with the host-tools MCP server. calls
+// counts its calls.
+func lentEcho(calls *atomic.Int32) *provider.HostBinding {
 	return &provider.HostBinding{
 		Tools: []provider.HostTool{{Name: "echo", Description: "says its arguments back",
 			Invoke: func(_ context.Context, inv provider.HostInvocation) (provider.HostToolResult, error) {
+				calls.Add(1)
 				return provider.HostToolResult{Output: inv.Arguments}, nil
 			}}},
 		Release: func(context.Context) error { return nil },

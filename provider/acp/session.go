@@ -190,12 +190,9 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		}
 		return nil, err
 	}
+	fits := false
 	if pa != nil {
-		s.ag = pa.ag
-		s.release = pa.release
-		pa.events.bind(sessionID)
-		pa.late.bind(&client{s})
-		if err := s.serveHostTools(ht, pa.ag.guard, pa.ln); err != nil {
+		if fits, err = s.take(ctx, pa, ht); err != nil {
 			return fail(err)
 		}
 	} else if err := s.launch(ctx, workDir, ht, env); err != nil {
@@ -213,13 +210,13 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 
 	caps := s.ag.init.AgentCapabilities
 	var st opened
-	if pa != nil && len(servers) == 0 {
+	if fits {
 		// The pooled agent's session, opened ahead in this workspace.
 		s.setBinding(provider.Binding(pa.pre.SessionId))
 		st = opened{pa.pre.Modes, pa.pre.ConfigOptions}
 	} else {
 		if pa != nil && caps.SessionCapabilities.Close != nil {
-			// Its session has no host tools: a new one replaces it.
+			// Its session lists other host tools: a new one replaces it.
 			_, _ = s.ag.conn.CloseSession(ctx, sdk.CloseSessionRequest{SessionId: pa.pre.SessionId})
 		}
 		if st, err = s.bind(ctx, caps, workDir, servers, resume); err != nil {
@@ -243,6 +240,49 @@ func (in *instance) open(ctx context.Context, sessionID, workDir string, rawCfg 
 		return fail(ErrDisposed)
 	}
 	return s, nil
+}
+
+// take makes the pooled agent pa the session's: its client, its events,
+// its host tools. It reports whether the session the agent opened ahead
+// fits the conversation (see takeHostTools).
+func (s *session) take(ctx context.Context, pa *pooled, ht provider.HostTools) (bool, error) {
+	s.ag = pa.ag
+	s.release = pa.release
+	pa.events.bind(s.id)
+	pa.late.bind(&client{s})
+	fits, why, err := s.takeHostTools(ctx, pa, ht)
+	if err == nil {
+		s.emit(TypeAgentTaken, &AgentTaken{Label: pa.label, Reopened: why})
+	}
+	return fits, err
+}
+
+// takeHostTools gives the session a pooled agent's host tools, and
+// reports whether the session the agent opened ahead fits the
+// conversation (when not, why). It fits when the conversation lends
+// exactly the tools that session's MCP server lists (then bound to the
+// conversation's binding now), or lends none and the session lists none.
+// Otherwise the agent's host-tools server serves the conversation's tools
+// (none: it stops) under a new secret, for a session opened again.
+func (s *session) takeHostTools(ctx context.Context, pa *pooled, ht provider.HostTools) (bool, string, error) {
+	switch {
+	case pa.hosts == nil && ht == nil:
+		_ = pa.ln.Close()
+		return true, "", nil
+	case pa.hosts == nil:
+		return false, "the conversation lends host tools and the agent's session was opened without them",
+			s.serveHostTools(ht, pa.ag.guard, pa.ln)
+	case ht == nil:
+		return false, "the conversation lends no host tools and the agent's session lists some", pa.hosts.close(ctx)
+	}
+	s.hosts = pa.hosts
+	if instr := ht.Instructions(); instr != nil {
+		s.instr = instr.Text
+	}
+	if sameHostTools(pa.lent.specs, ht.Tools()) && pa.lent.bind(ht) {
+		return true, "", nil
+	}
+	return false, "the conversation lends other host tools than the agent's session lists", pa.hosts.replace(ctx, ht)
 }
 
 // serveHostTools starts the session's host-tools server on ln (a
