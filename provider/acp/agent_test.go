@@ -319,6 +319,11 @@ func (a *scripted) SetSessionConfigOption(_ context.Context, p sdk.SetSessionCon
 // .scripted/mcp.json, for a test to count the calls and reach the servers
 // as the agent does.
 func noteNew(cwd string, servers []sdk.McpServer) error {
+	// With ACP_SCRIPTED_STATE=home the turn counts are in HOME, and the
+	// workspace's .scripted is made here.
+	if err := os.MkdirAll(filepath.Join(cwd, ".scripted"), 0o755); err != nil {
+		return err
+	}
 	f, err := os.OpenFile(filepath.Join(cwd, ".scripted", "new"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
