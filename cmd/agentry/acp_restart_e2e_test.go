@@ -29,18 +29,7 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 	// Parallel: its own serve, directories and ports; the package's
 	// built-binary tests take most of CI's time one after another.
 	t.Parallel()
-	agentCmd := claudeAgentACP(t)
-	bin := binary(t)
-	dir, events := agentDir(t)
-	var rs restartScript
-	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: rs.script})
-	defer model.Close()
-	args := claudeServeArgs(agentCmd, model.URL, dir, "--store", filepath.Join(dir, "agentry.db"), "--events", events)
-	resumesAfterRestart(t, bin, claudeOfflineEnv(model.URL), args, dir, events, &rs, model.Requests, func(home string) {
-		if got, _ := filepath.Glob(filepath.Join(home, ".claude", "projects", "*", "*.jsonl")); len(got) == 0 {
-			t.Errorf("the agent kept no record of its session under ~/.claude/projects in its HOME")
-		}
-	})
+	claudeSurvivesRestart(t)
 }
 
 // The same with a pool (--agent-pool 1): the conversation takes a
@@ -49,13 +38,21 @@ func TestServeClaudeAgentACPSurvivesRestart(t *testing.T) {
 // that workspace, loads the session from that HOME.
 func TestServePooledClaudeAgentACPSurvivesRestart(t *testing.T) {
 	t.Parallel()
+	claudeSurvivesRestart(t, "--agent-pool", "1")
+}
+
+// claudeSurvivesRestart runs resumesAfterRestart for claude-agent-acp
+// on a serve given more arguments, and looks for the agent's record of
+// its session under ~/.claude/projects in the kept HOME.
+func claudeSurvivesRestart(t *testing.T, more ...string) {
+	t.Helper()
 	agentCmd := claudeAgentACP(t)
 	bin := binary(t)
 	dir, events := agentDir(t)
 	var rs restartScript
 	model := modelwire.NewAnthropic(modelwire.Options{APIKey: "sk-ant-offline", Script: rs.script})
 	defer model.Close()
-	args := claudeServeArgs(agentCmd, model.URL, dir, "--agent-pool", "1", "--store", filepath.Join(dir, "agentry.db"), "--events", events)
+	args := claudeServeArgs(agentCmd, model.URL, dir, append(more, "--store", filepath.Join(dir, "agentry.db"), "--events", events)...)
 	resumesAfterRestart(t, bin, claudeOfflineEnv(model.URL), args, dir, events, &rs, model.Requests, func(home string) {
 		if got, _ := filepath.Glob(filepath.Join(home, ".claude", "projects", "*", "*.jsonl")); len(got) == 0 {
 			t.Errorf("the agent kept no record of its session under ~/.claude/projects in its HOME")

@@ -97,24 +97,8 @@ func TestServeClonesAtOpen(t *testing.T) {
 	t.Parallel()
 	agentCmd := acpAgentBinary(t)
 	const password = "git-token-5150"
-	srv, hostport := gitServer(t, password)
-	bin := binary(t)
-	dir, events := agentDir(t)
-	tokens, tok := principals(t, "alice")
-	alice := tok[0]
-	db := filepath.Join(dir, "agentry.db")
-	p := startServeBinary(t, bin, nil, "--agent", "acp", "--agent-cmd", agentCmd, "--tokens", tokens,
-		"--workspaces", filepath.Join(dir, "workspaces"), "--store", db, "--events", events,
-		"--credentials-key-file", credentialKeyFile(t, dir), "--clone-allow", hostport)
-	b, _ := json.Marshal(map[string]string{"value": password})
-	if code, body := callAs(t, p, alice, "PUT", "/v1/credentials/git", string(b)); code != http.StatusCreated {
-		t.Fatalf("storing the credential: %d %s", code, body)
-	}
-	open := func(clone map[string]string) (int, []byte) {
-		b, _ := json.Marshal(map[string]any{"clone": clone})
-		return callAs(t, p, alice, "POST", "/v1/sessions", string(b))
-	}
-	repo := srv.URL + "/repo.git"
+	cs := cloneServe(t, password, "--agent", "acp", "--agent-cmd", agentCmd, "--workspaces", "workspaces")
+	p, alice, open, repo, hostport := cs.p, cs.alice, cs.open, cs.repo, cs.hostport
 
 	code, body := open(map[string]string{"url": repo, "ref": "feature", "credential": "git"})
 	if code != http.StatusCreated {
@@ -172,23 +156,8 @@ func TestServeClonesIntoNative(t *testing.T) {
 	t.Parallel() // its own serve, directories and ports
 	needAgentJail(t)
 	const password = "git-token-8086"
-	srv, hostport := gitServer(t, password)
-	bin := binary(t)
-	dir, events := agentDir(t)
-	tokens, tok := principals(t, "alice")
-	alice := tok[0]
-	db := filepath.Join(dir, "agentry.db")
-	p := startServeBinary(t, bin, nil, "--agent", "native", "--runner", "jail", "--tokens", tokens,
-		"--store", db, "--events", events, "--credentials-key-file", credentialKeyFile(t, dir), "--clone-allow", hostport)
-	b, _ := json.Marshal(map[string]string{"value": password})
-	if code, body := callAs(t, p, alice, "PUT", "/v1/credentials/git", string(b)); code != http.StatusCreated {
-		t.Fatalf("storing the credential: %d %s", code, body)
-	}
-	open := func(clone map[string]string) (int, []byte) {
-		b, _ := json.Marshal(map[string]any{"clone": clone})
-		return callAs(t, p, alice, "POST", "/v1/sessions", string(b))
-	}
-	repo := srv.URL + "/repo.git"
+	cs := cloneServe(t, password, "--agent", "native", "--runner", "jail")
+	p, alice, open, repo, db, events := cs.p, cs.alice, cs.open, cs.repo, cs.db, cs.events
 
 	code, body := open(map[string]string{"url": repo, "ref": "feature", "credential": "git"})
 	if code != http.StatusCreated {
@@ -238,4 +207,46 @@ func TestServeClonesIntoNative(t *testing.T) {
 			t.Fatalf("%s holds the credential", what)
 		}
 	}
+}
+
+// cloneServed is a serve of the built binary that may clone from a git
+// server of the test's, with alice's credential "git" stored.
+type cloneServed struct {
+	p          *process
+	alice      string
+	repo       string // the git server's repository, branch "feature" included
+	db, events string
+	open       func(clone map[string]string) (int, []byte) // POST /v1/sessions {"clone"} as alice
+	hostport   string                                      // the git server's host:port
+}
+
+// cloneServe starts a git server answering password, and serve with
+// agentArgs, a store, an events file, a credentials key and
+// --clone-allow for that server; a "workspaces" argument is made a
+// directory of the test's. Alice stores password as her credential "git".
+func cloneServe(t *testing.T, password string, agentArgs ...string) cloneServed {
+	t.Helper()
+	srv, hostport := gitServer(t, password)
+	dir, events := agentDir(t)
+	tokens, tok := principals(t, "alice")
+	cs := cloneServed{alice: tok[0], repo: srv.URL + "/repo.git", db: filepath.Join(dir, "agentry.db"), events: events,
+		hostport: hostport}
+	args := append([]string{}, agentArgs...)
+	for i, a := range args {
+		if a == "workspaces" && i > 0 && args[i-1] == "--workspaces" {
+			args[i] = filepath.Join(dir, "workspaces")
+		}
+	}
+	args = append(args, "--tokens", tokens, "--store", cs.db, "--events", events,
+		"--credentials-key-file", credentialKeyFile(t, dir), "--clone-allow", hostport)
+	cs.p = startServeBinary(t, binary(t), nil, args...)
+	b, _ := json.Marshal(map[string]string{"value": password})
+	if code, body := callAs(t, cs.p, cs.alice, "PUT", "/v1/credentials/git", string(b)); code != http.StatusCreated {
+		t.Fatalf("storing the credential: %d %s", code, body)
+	}
+	cs.open = func(clone map[string]string) (int, []byte) {
+		b, _ := json.Marshal(map[string]any{"clone": clone})
+		return callAs(t, cs.p, cs.alice, "POST", "/v1/sessions", string(b))
+	}
+	return cs
 }

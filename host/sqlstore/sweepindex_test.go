@@ -75,28 +75,7 @@ func TestSchema10SweepIndexUpgrades(t *testing.T) {
 
 func checkSweepIndexUpgrade(t *testing.T, driver, dsn, indexDef string, open func() (*sqlstore.Store, error)) {
 	ctx := context.Background()
-	s, err := open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range schema10Sweep {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	s, err = open()
-	if err != nil {
-		t.Fatalf("opening a schema-10 store: %v", err)
-	}
-	defer s.Close()
+	s, db := atOldSchema(t, driver, dsn, schema10Sweep, open)
 	var def string
 	if err := db.QueryRow(indexDef).Scan(&def); err != nil {
 		t.Fatal(err)

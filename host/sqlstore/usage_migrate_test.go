@@ -58,28 +58,7 @@ func TestSchema8UsageUpgrades(t *testing.T) {
 
 func checkUsageUpgrade(t *testing.T, driver, dsn string, open func() (*sqlstore.Store, error)) {
 	ctx := context.Background()
-	s, err := open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range schema8Usage {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	s, err = open()
-	if err != nil {
-		t.Fatalf("opening a schema-8 store: %v", err)
-	}
-	defer s.Close()
+	s, db := atOldSchema(t, driver, dsn, schema8Usage, open)
 
 	recs, err := s.UsageRecords(ctx, host.UsageQuery{Tenant: "acme"})
 	if err != nil || len(recs) != 2 {
@@ -129,4 +108,35 @@ func checkUsageUpgrade(t *testing.T, driver, dsn string, open func() (*sqlstore.
 	if tot2, err := s.UsageTotal(ctx, "acme", "", time.UnixMicro(0)); err != nil || tot2 != tot {
 		t.Fatalf("the total after the sweep: %+v %v", tot2, err)
 	}
+}
+
+// atOldSchema opens a store (so its tables exist), runs stmts on it
+// through database/sql to take it back to an older schema, and opens it
+// again, which upgrades it. It returns the store and a connection of the
+// test's to the same database; both are closed with the test.
+func atOldSchema(t *testing.T, driver, dsn string, stmts []string, open func() (*sqlstore.Store, error)) (*sqlstore.Store, *sql.DB) {
+	t.Helper()
+	s, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s, err = open()
+	if err != nil {
+		t.Fatalf("opening a store of an older schema: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, db
 }
