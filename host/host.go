@@ -491,35 +491,36 @@ func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // agent's, when it offers several).
 func (h *Host) ProviderKey() string { return h.key }
 
-// newSessionID returns "ses_" and 32 hex digits (128 random bits).
-func newSessionID() string {
+// newID returns prefix and 32 hex digits (128 random bits): the ids the
+// host makes (conversations, turns, rules, forwards).
+func newID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "ses_" + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
-// newRunID returns "run-" and 32 hex digits: the id of one turn, given to
-// the provider as its turn id.
-func newRunID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "run-" + hex.EncodeToString(b[:])
-}
-
-// validSessionID accepts only ids newSessionID could have made, so no
-// other string reaches the store.
-func validSessionID(id string) bool {
-	if len(id) != 36 || id[:4] != "ses_" {
+// validID accepts only ids newID(prefix) could have made, so no other
+// string reaches the store.
+func validID(id, prefix string) bool {
+	if len(id) != len(prefix)+32 || id[:len(prefix)] != prefix {
 		return false
 	}
-	for i := 4; i < len(id); i++ {
-		c := id[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+	for i := len(prefix); i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}
 	return true
 }
+
+// newSessionID returns "ses_" and 32 hex digits.
+func newSessionID() string { return newID("ses_") }
+
+// newRunID returns "run-" and 32 hex digits: the id of one turn, given to
+// the provider as its turn id.
+func newRunID() string { return newID("run-") }
+
+func validSessionID(id string) bool { return validID(id, "ses_") }
 
 // enter admits a request, or refuses it once Shutdown has begun.
 func (h *Host) enter() bool {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -361,19 +359,9 @@ func withForwardID(req *http.Request) *http.Request {
 }
 
 // newForwardID returns "fwd-" and 32 hex digits (128 random bits).
-func newForwardID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "fwd-" + hex.EncodeToString(b[:])
-}
+func newForwardID() string { return newID("fwd-") }
 
-func validForwardID(id string) bool {
-	if len(id) != 36 || id[:4] != "fwd-" {
-		return false
-	}
-	_, err := hex.DecodeString(id[4:])
-	return err == nil && strings.ToLower(id) == id
-}
+func validForwardID(id string) bool { return validID(id, "fwd-") }
 
 // settleLeftInFlight records the turn a replica left in flight on a
 // conversation nobody holds now (it stopped, and no request has come for

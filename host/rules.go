@@ -2,8 +2,6 @@ package host
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,23 +103,9 @@ func CheckRule(r Rule) error {
 	return nil
 }
 
-func newRuleID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "rul_" + hex.EncodeToString(b[:])
-}
+func newRuleID() string { return newID("rul_") }
 
-func validRuleID(id string) bool {
-	if len(id) != 36 || id[:4] != "rul_" {
-		return false
-	}
-	for i := 4; i < len(id); i++ {
-		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+func validRuleID(id string) bool { return validID(id, "rul_") }
 
 // ruleFor makes the rule a decision asks for, from the request the
 // conversation waits on: the person approves what they were shown, so a
